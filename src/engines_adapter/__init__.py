@@ -1,0 +1,1 @@
+"""The boundary between pdd-router and inference engines."""

@@ -1,0 +1,1 @@
+"""Offline replay of production traces: readers, statistics, synthetic traces, simulation."""

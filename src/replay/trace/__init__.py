@@ -1,0 +1,1 @@
+"""Production traces: one request record, streaming readers per format, statistics, synthesis."""

@@ -1,0 +1,1 @@
+"""The `pdd-router` command line."""

@@ -1,0 +1,58 @@
+"""Entry point of the `pdd-router` command: sub-commands, and user errors shown in one line."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+from rich.console import Console
+
+from router import __version__
+from router.cli.bench_cmd import bench_app
+from router.cli.demo_cmd import demo
+from router.cli.trace_cmd import trace_app
+from router.errors import UserError
+
+__all__ = ["app", "main", "run"]
+
+app = typer.Typer(
+    name="pdd-router",
+    help=(
+        "Control plane for two-datacenter PDD serving (Prefill / RelayDecode / MainDecode): "
+        "prefix-cache-aware routing, trace statistics, replay and benchmarks."
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(trace_app, name="trace")
+app.add_typer(bench_app, name="bench")
+app.command("demo")(demo)
+
+
+@app.command("version")
+def version() -> None:
+    """Print the version."""
+    typer.echo(__version__)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI and return its exit code; a UserError becomes one red line and code 2."""
+    try:
+        app(args=argv, prog_name="pdd-router")
+    except SystemExit as exc:
+        code = exc.code
+        return code if isinstance(code, int) else (0 if code is None else 1)
+    except UserError as exc:
+        Console(stderr=True).print(f"[bold red]error:[/] {exc}", highlight=False)
+        return 2
+    return 0
+
+
+def run() -> None:
+    """Console-script entry point."""
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,141 @@
+"""Chained block hashes of token-ID sequences, vectorized with numpy.
+
+The hash of block i depends on the tokens of block i and on the hash of block i-1,
+so holding block i implies holding the whole prefix before it. The trailing partial
+block is hashed too (its length is part of its hash) and marked partial.
+
+How it is vectorized: each token is mixed with its position in its block
+(splitmix64's finalizer), a block's content value ``c_i`` is the wrapping sum of
+its tokens' mixes plus a mix of its length, and the chain state is the linear
+recurrence ``s_i = A * s_(i-1) + c_i (mod 2**64)``. Because ``A`` is odd it is
+invertible modulo 2**64, so ``s_i = A**i * (A * s_(-1) + sum_(j<=i) A**(-j) * c_j)``:
+one cumulative sum instead of a Python loop over blocks. The published hash of
+block i is the finalizer applied to ``s_i`` (a bijection, so it carries the whole
+prefix). Not cryptographic: it names cache blocks, it does not authenticate them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["BlockChain", "chain_hashes"]
+
+_MASK = (1 << 64) - 1
+_A = 0x9E3779B97F4A7C15  # odd, hence invertible mod 2**64
+_A_INV = pow(_A, -1, 1 << 64)
+_POS = np.uint64(0xD6E8FEB86659FD93)
+_LEN = np.uint64(0xA0761D6478BD642F)
+_M1 = np.uint64(0xFF51AFD7ED558CCD)
+_M2 = np.uint64(0xC4CEB9FE1A85EC53)
+_S33 = np.uint64(33)
+
+U64Array = npt.NDArray[np.uint64]
+
+
+def _fmix64(x: U64Array) -> U64Array:
+    """splitmix64 / murmur3 finalizer, elementwise, wrapping."""
+    x = x ^ (x >> _S33)
+    x = x * _M1
+    x = x ^ (x >> _S33)
+    x = x * _M2
+    return x ^ (x >> _S33)
+
+
+class _Powers:
+    """Cached tables of A**i and A**(-i) mod 2**64, grown on demand."""
+
+    def __init__(self) -> None:
+        self.fwd: U64Array = np.ones(1, dtype=np.uint64)
+        self.inv: U64Array = np.ones(1, dtype=np.uint64)
+
+    def ensure(self, n: int) -> None:
+        if len(self.fwd) >= n:
+            return
+        size = max(n, 2 * len(self.fwd))
+        self.fwd = np.cumprod(np.full(size, _A, dtype=np.uint64), dtype=np.uint64)
+        self.fwd = np.concatenate([np.ones(1, dtype=np.uint64), self.fwd[:-1]])
+        self.inv = np.cumprod(np.full(size, _A_INV, dtype=np.uint64), dtype=np.uint64)
+        self.inv = np.concatenate([np.ones(1, dtype=np.uint64), self.inv[:-1]])
+
+
+_POWERS = _Powers()
+
+
+@dataclass(frozen=True, slots=True)
+class BlockChain:
+    """A request's prompt as a chain of block hashes, first block first."""
+
+    hashes: tuple[int, ...]
+    block_size: int
+    num_tokens: int
+
+    @property
+    def partial(self) -> bool:
+        """True when the last block holds fewer than ``block_size`` tokens."""
+        return self.num_tokens % self.block_size != 0
+
+    @property
+    def num_full_blocks(self) -> int:
+        return self.num_tokens // self.block_size
+
+    def __len__(self) -> int:
+        return len(self.hashes)
+
+    def tokens_in(self, blocks: int) -> int:
+        """Prompt tokens covered by the first ``blocks`` blocks."""
+        return min(blocks * self.block_size, self.num_tokens)
+
+    @classmethod
+    def from_block_ids(
+        cls, ids: Sequence[int], block_size: int, num_tokens: int | None = None
+    ) -> BlockChain:
+        """Use a trace's own prefix-chained block IDs (Mooncake ``hash_ids``) as a chain."""
+        if block_size <= 0:
+            raise ValueError(f"block_size must be positive, got {block_size}")
+        n = len(ids) * block_size if num_tokens is None else num_tokens
+        if ids and not (len(ids) - 1) * block_size < n <= len(ids) * block_size:
+            raise ValueError(f"{len(ids)} blocks of {block_size} tokens cannot hold {n} tokens")
+        return cls(tuple(int(i) for i in ids), block_size, n)
+
+
+def chain_hashes(
+    token_ids: Sequence[int] | npt.NDArray[np.integer], block_size: int, seed: int = 0
+) -> BlockChain:
+    """Hash a token-ID sequence into chained block hashes (the last block may be partial)."""
+    if block_size <= 0:
+        raise ValueError(f"block_size must be positive, got {block_size}")
+    tokens = np.asarray(token_ids)
+    if tokens.ndim != 1:
+        raise ValueError("token_ids must be a flat sequence of integers")
+    n = int(tokens.shape[0])
+    if n == 0:
+        return BlockChain((), block_size, 0)
+    if tokens.dtype.kind not in "iu":
+        raise ValueError(f"token_ids must be integers, got dtype {tokens.dtype}")
+    if tokens.dtype.kind == "i" and int(tokens.min()) < 0:
+        raise ValueError("token_ids must be non-negative")
+    tok = tokens.astype(np.uint64, copy=False)
+
+    num_blocks = -(-n // block_size)
+    pad = num_blocks * block_size - n
+    positions = np.arange(1, block_size + 1, dtype=np.uint64) * _POS
+    flat = np.zeros(num_blocks * block_size, dtype=np.uint64)
+    flat[:n] = tok + np.uint64(1)  # 0 marks padding, so a real token 0 differs from padding
+    grid = flat.reshape(num_blocks, block_size)
+    mixed = _fmix64(grid ^ positions)
+    if pad:
+        mixed[-1, block_size - pad :] = 0
+    lengths = np.full(num_blocks, block_size, dtype=np.uint64)
+    lengths[-1] = block_size - pad
+    content = mixed.sum(axis=1, dtype=np.uint64) + _fmix64(lengths * _LEN)
+
+    _POWERS.ensure(num_blocks)
+    seed_state = int(_fmix64(np.array([seed & _MASK], dtype=np.uint64))[0])
+    start = np.uint64((_A * seed_state) & _MASK)
+    acc = np.cumsum(content * _POWERS.inv[:num_blocks], dtype=np.uint64) + start
+    state = acc * _POWERS.fwd[:num_blocks]
+    return BlockChain(tuple(_fmix64(state).tolist()), block_size, n)
