@@ -10,6 +10,7 @@ from rich.console import Console
 from router import __version__
 from router.cli.bench_cmd import bench_app
 from router.cli.demo_cmd import demo
+from router.cli.replay_cmd import replay_app
 from router.cli.trace_cmd import trace_app
 from router.errors import UserError
 
@@ -26,6 +27,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(trace_app, name="trace")
+app.add_typer(replay_app, name="replay")
 app.add_typer(bench_app, name="bench")
 app.command("demo")(demo)
 

@@ -1,0 +1,37 @@
+"""Small predictions every policy uses: prefill wait, WAN transfer, TTFT."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from policies.types import ClusterView, InstanceLoad, LinkState, RequestView
+
+__all__ = ["Placement", "hit_tokens", "link_between", "prefill_delay_s"]
+
+
+def hit_tokens(request: RequestView, blocks: int) -> int:
+    """Prompt tokens covered by ``blocks`` leading blocks."""
+    return min(blocks * request.block_size, request.input_length)
+
+
+def prefill_delay_s(instance: InstanceLoad, uncached_tokens: int, cluster: ClusterView) -> float:
+    """Queueing plus compute on a prefill instance, from the tokens ahead of us and our own."""
+    return (instance.queued_prefill_tokens + uncached_tokens) / cluster.prefill_tokens_per_s
+
+
+def link_between(cluster: ClusterView, src: InstanceLoad, dst: InstanceLoad) -> LinkState:
+    """RDMA inside a datacenter, the WAN across datacenters."""
+    if src.datacenter == dst.datacenter or cluster.wan is None:
+        return cluster.rdma
+    return cluster.wan
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """A candidate decode instance with what shipping this request to it would cost."""
+
+    instance: InstanceLoad
+    hit_blocks: int
+    transfer_bytes: float
+    transfer_s: float
+    score: float

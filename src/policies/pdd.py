@@ -1,0 +1,105 @@
+"""`pdd`: the PDD design's choice of pipeline and handoff mode per request."""
+
+from __future__ import annotations
+
+from policies.config import PddParams
+from policies.estimates import hit_tokens
+from policies.selection import choose_decode, choose_least_loaded, choose_prefill
+from policies.tiers import Tier
+from policies.types import (
+    ClusterView,
+    Decision,
+    HandoffMode,
+    Matches,
+    Pipeline,
+    RequestView,
+)
+
+__all__ = ["PddPolicy"]
+
+
+class PddPolicy:
+    """P-MD when the WAN delta fits the budget, P-RLD-MD when not, P-RLD for odd traffic.
+
+    Odd traffic is recognized from what is known at arrival: a long prompt with a
+    small ``max_tokens``. Handoff is catch-up while the chosen RLD has room and
+    one-shot when it is busy; a saturated RLD pool sends requests to P-MD instead.
+    """
+
+    name = "pdd"
+
+    def __init__(self, params: PddParams) -> None:
+        self.params = params
+
+    def _is_odd(self, request: RequestView) -> bool:
+        return (
+            request.max_tokens is not None
+            and request.max_tokens <= self.params.odd_max_output
+            and request.input_length >= self.params.odd_min_input
+        )
+
+    def decide(self, request: RequestView, cluster: ClusterView, matches: Matches) -> Decision:
+        prm = self.params
+        n = max(request.input_length, 1)
+        p, p_blocks, p_delay = choose_prefill(request, cluster, matches.get(Tier.P, {}))
+        rld = choose_least_loaded(cluster, Tier.RLD)
+        rld_room = rld is not None and rld.occupancy < prm.rld_saturation
+        rld_ttft = p_delay + cluster.rdma.transfer_s(n * cluster.kv_bytes_per_token)
+        rld_ttft += cluster.decode_step_s
+        hits = {Tier.P: hit_tokens(request, p_blocks) / n}
+
+        if self._is_odd(request) and rld is not None and rld_room:
+            return Decision(
+                policy=self.name,
+                pipeline=Pipeline.P_RLD,
+                p_instance=p.instance_id,
+                rld_instance=rld.instance_id,
+                predicted_hit={**hits, Tier.RLD: 0.0},
+                predicted_ttft_s=rld_ttft,
+                reason=(
+                    f"odd traffic: {request.input_length} input tokens, "
+                    f"max_tokens {request.max_tokens}"
+                ),
+            )
+
+        md = choose_decode(
+            request, cluster, Tier.MD, p, matches.get(Tier.MD, {}),
+            reuse_cache=True, load_weight_s=prm.load_weight_s,
+        )  # fmt: skip
+        if md is None:
+            raise LookupError("no healthy main-decode instance")
+        hits[Tier.MD] = hit_tokens(request, md.hit_blocks) / n
+        common = {
+            "policy": self.name,
+            "p_instance": p.instance_id,
+            "md_instance": md.instance.instance_id,
+            "predicted_wan_bytes": md.transfer_bytes,
+            "predicted_wan_s": md.transfer_s,
+        }
+        if md.transfer_s <= prm.wan_budget_s or rld is None or not rld_room:
+            why = (
+                f"WAN delta {md.transfer_s:.2f}s within budget {prm.wan_budget_s:.2f}s"
+                if md.transfer_s <= prm.wan_budget_s
+                else f"WAN delta {md.transfer_s:.2f}s over budget but RLD saturated"
+            )
+            return Decision(
+                pipeline=Pipeline.P_MD,
+                predicted_hit=hits,
+                predicted_ttft_s=p_delay + md.transfer_s + cluster.decode_step_s,
+                reason=why,
+                **common,
+            )
+        mode = HandoffMode.CATCH_UP if rld.occupancy < prm.catch_up_below else HandoffMode.ONE_SHOT
+        return Decision(
+            pipeline=Pipeline.P_RLD_MD,
+            rld_instance=rld.instance_id,
+            handoff=mode,
+            chunk_tokens=prm.chunk_tokens if mode is HandoffMode.CATCH_UP else None,
+            predicted_hit={**hits, Tier.RLD: 0.0},
+            predicted_ttft_s=rld_ttft,
+            reason=(
+                f"WAN delta {md.transfer_s:.2f}s over budget {prm.wan_budget_s:.2f}s: "
+                f"RLD masks it ({mode.value}, RLD occupancy {rld.occupancy:.2f})"
+            ),
+            **common,
+        )

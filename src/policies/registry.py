@@ -1,0 +1,53 @@
+"""Policies by name: parse typed parameters, build the policy object."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from pydantic import TypeAdapter, ValidationError
+
+from policies.base import Policy
+from policies.config import IdcPdParams, PddParams, PolicyConfig, XdcPdParams
+from policies.idc_pd import IdcPdPolicy
+from policies.pdd import PddPolicy
+from policies.xdc_pd import XdcPdPolicy
+
+__all__ = ["UnknownPolicyError", "build_policy", "parse_policy", "policy_names"]
+
+_BUILDERS: dict[str, Callable[[Any], Policy]] = {
+    "idc-pd": IdcPdPolicy,
+    "xdc-pd": XdcPdPolicy,
+    "pdd": PddPolicy,
+}
+_ADAPTER: TypeAdapter[IdcPdParams | XdcPdParams | PddParams] = TypeAdapter(PolicyConfig)
+
+
+class UnknownPolicyError(ValueError):
+    """A policy name or parameter that does not exist; the message lists what does."""
+
+
+def policy_names() -> list[str]:
+    return sorted(_BUILDERS)
+
+
+def parse_policy(
+    name: str, params: Mapping[str, Any] | None = None
+) -> IdcPdParams | XdcPdParams | PddParams:
+    """Typed parameters of the named policy (defaults where ``params`` is silent)."""
+    if name not in _BUILDERS:
+        raise UnknownPolicyError(
+            f"unknown policy {name!r}; valid policies: {', '.join(policy_names())}"
+        )
+    try:
+        return _ADAPTER.validate_python({**(params or {}), "kind": name})
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'][1:]) or e['loc'][0]}: {e['msg']}"
+            for e in exc.errors()
+        )
+        raise UnknownPolicyError(f"bad parameters for policy {name!r}: {problems}") from exc
+
+
+def build_policy(config: IdcPdParams | XdcPdParams | PddParams) -> Policy:
+    return _BUILDERS[config.kind](config)
