@@ -31,6 +31,8 @@ _POS = np.uint64(0xD6E8FEB86659FD93)
 _LEN = np.uint64(0xA0761D6478BD642F)
 _M1 = np.uint64(0xFF51AFD7ED558CCD)
 _M2 = np.uint64(0xC4CEB9FE1A85EC53)
+_M1_INV = pow(0xFF51AFD7ED558CCD, -1, 1 << 64)
+_M2_INV = pow(0xC4CEB9FE1A85EC53, -1, 1 << 64)
 _S33 = np.uint64(33)
 
 U64Array = npt.NDArray[np.uint64]
@@ -43,6 +45,15 @@ def _fmix64(x: U64Array) -> U64Array:
     x = x ^ (x >> _S33)
     x = x * _M2
     return x ^ (x >> _S33)
+
+
+def _unmix64(h: int) -> int:
+    """Inverse of the finalizer: the chain state behind a published block hash."""
+    h ^= h >> 33  # x ^ (x >> 33) is its own inverse because 33 >= 64 / 2
+    h = (h * _M2_INV) & _MASK
+    h ^= h >> 33
+    h = (h * _M1_INV) & _MASK
+    return h ^ (h >> 33)
 
 
 class _Powers:
@@ -103,9 +114,18 @@ class BlockChain:
 
 
 def chain_hashes(
-    token_ids: Sequence[int] | npt.NDArray[np.integer], block_size: int, seed: int = 0
+    token_ids: Sequence[int] | npt.NDArray[np.integer],
+    block_size: int,
+    seed: int = 0,
+    *,
+    parent: int | None = None,
 ) -> BlockChain:
-    """Hash a token-ID sequence into chained block hashes (the last block may be partial)."""
+    """Hash a token-ID sequence into chained block hashes (the last block may be partial).
+
+    With ``parent`` (the hash of the block before ``token_ids[0]``), the chain continues
+    from it: hashing a prompt in two pieces gives the same hashes as hashing it whole,
+    which is how KV events naming only their parent block are re-hashed.
+    """
     if block_size <= 0:
         raise ValueError(f"block_size must be positive, got {block_size}")
     tokens = np.asarray(token_ids)
@@ -134,7 +154,10 @@ def chain_hashes(
     content = mixed.sum(axis=1, dtype=np.uint64) + _fmix64(lengths * _LEN)
 
     _POWERS.ensure(num_blocks)
-    seed_state = int(_fmix64(np.array([seed & _MASK], dtype=np.uint64))[0])
+    if parent is None:
+        seed_state = int(_fmix64(np.array([seed & _MASK], dtype=np.uint64))[0])
+    else:
+        seed_state = _unmix64(parent & _MASK)
     start = np.uint64((_A * seed_state) & _MASK)
     acc = np.cumsum(content * _POWERS.inv[:num_blocks], dtype=np.uint64) + start
     state = acc * _POWERS.fwd[:num_blocks]

@@ -13,7 +13,14 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
-__all__ = ["IndexSettings", "RedisSettings", "Settings"]
+__all__ = [
+    "ClusterSettings",
+    "IndexSettings",
+    "PolicySettings",
+    "RedisSettings",
+    "ServiceSettings",
+    "Settings",
+]
 
 CONFIG_FILE_ENV = "PDD_ROUTER_CONFIG"
 
@@ -37,6 +44,40 @@ class IndexSettings(BaseModel):
     ttl_s: float | None = Field(None, gt=0, description="Forget blocks not touched for this long")
 
 
+class ServiceSettings(BaseModel):
+    """The HTTP service."""
+
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=0, le=65535)
+    api_key: str | None = Field(None, description="Required on admin endpoints when set")
+    max_body_bytes: int = Field(8 * 1024 * 1024, gt=0, description="Larger bodies get 413")
+    max_prompt_tokens: int = Field(131_072, gt=0, description="Longer prompts get 400")
+    vocab_size: int | None = Field(None, gt=0, description="Token IDs at or above it get 400")
+    max_tokens_default: int = Field(256, gt=0, description="max_tokens when a request omits it")
+    engine_timeout_s: float = Field(30.0, gt=0, description="Per upstream call")
+    load_poll_s: float = Field(1.0, gt=0, description="How often engines' load is read")
+    instances_file: str | None = Field(None, description="YAML or JSON list of instances")
+
+
+class ClusterSettings(BaseModel):
+    """What the router assumes about the deployment when it predicts."""
+
+    wan_gbps: float = Field(20.0, gt=0)
+    wan_rtt_s: float = Field(0.03, ge=0)
+    rdma_gbps: float = Field(400.0, gt=0)
+    rdma_rtt_s: float = Field(1e-5, ge=0)
+    kv_bytes_per_token: float = Field(70_000.0, gt=0)
+    prefill_tokens_per_s: float = Field(20_000.0, gt=0, description="One P instance")
+    decode_step_s: float = Field(0.03, gt=0, description="A typical MD decode step")
+
+
+class PolicySettings(BaseModel):
+    """The policy the service decides with: a registered name and its parameters."""
+
+    name: str = "pdd"
+    params: dict[str, object] = Field(default_factory=dict)
+
+
 class Settings(BaseSettings):
     """Every setting of pdd-router, from (highest first) arguments, env, YAML file, defaults."""
 
@@ -48,6 +89,9 @@ class Settings(BaseSettings):
     hash_seed: int = Field(0, ge=0, description="Seed of the chained block hash")
     index: IndexSettings = IndexSettings()
     redis: RedisSettings = RedisSettings()
+    service: ServiceSettings = ServiceSettings()
+    cluster: ClusterSettings = ClusterSettings()
+    policy: PolicySettings = PolicySettings()
 
     @classmethod
     def settings_customise_sources(

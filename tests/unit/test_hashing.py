@@ -111,3 +111,16 @@ def test_trace_block_ids_as_chain() -> None:
     assert chain.tokens_in(3) == 1100
     with pytest.raises(ValueError, match="cannot hold"):
         BlockChain.from_block_ids([0, 1], 512, num_tokens=2000)
+
+
+@given(st.lists(st.integers(0, 50_000), min_size=1, max_size=120), st.integers(1, 6))
+def test_a_chain_continued_from_its_parent_equals_the_whole_chain(
+    tokens: list[int], blocks_first: int
+) -> None:
+    whole = chain_hashes(tokens, 8, seed=7)
+    split = blocks_first * 8
+    if split >= len(tokens):
+        return
+    head = chain_hashes(tokens[:split], 8, seed=7)
+    tail = chain_hashes(tokens[split:], 8, seed=7, parent=head.hashes[-1])
+    assert head.hashes + tail.hashes == whole.hashes

@@ -1,0 +1,144 @@
+"""What the router needs from any engine: the adapter contract and its messages."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "EngineAdapter",
+    "EngineError",
+    "EngineLoad",
+    "GenerateRequest",
+    "KVEvent",
+    "KVEventBatch",
+    "PrefillResult",
+    "TokenDelta",
+]
+
+
+class EngineError(Exception):
+    """An engine refused, failed or timed out; the router may fail over to another instance."""
+
+    def __init__(self, instance_id: str, message: str, *, retryable: bool = True) -> None:
+        super().__init__(f"{instance_id}: {message}")
+        self.instance_id = instance_id
+        self.retryable = retryable
+
+
+class GenerateRequest(BaseModel):
+    """A generation on one engine: decode, or extend-decode (prompt + eager token IDs)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    request_id: str
+    prompt_token_ids: list[int]
+    max_tokens: int = Field(gt=0)
+    temperature: float = 0.0
+    ignore_eos: bool = False
+    kv_transfer_params: dict[str, Any] | None = None  # from a prefill, for disaggregation
+
+
+class PrefillResult(BaseModel):
+    """A prefill's outcome: the first token and what decode targets need to fetch the KV.
+
+    ``first_token_id`` is None only when the engine hands the first token to the
+    decode target instead of returning it (SGLang PD: the prefill finishes only once
+    the decode side has joined its bootstrap room, and the decode stream starts with
+    that token). ``target_kv_params`` holds one entry per decode target when each
+    target needs its own (SGLang: one bootstrap room each); use ``params_for``.
+    """
+
+    request_id: str
+    first_token_id: int | None
+    cached_tokens: int | None = None  # prompt tokens the engine served from its prefix cache
+    kv_transfer_params: dict[str, Any] | None = None
+    target_kv_params: list[dict[str, Any]] = Field(default_factory=list)
+
+    def params_for(self, target: int) -> dict[str, Any] | None:
+        """The kv_transfer_params to send with the decode request of target ``target``."""
+        if self.target_kv_params:
+            return self.target_kv_params[target]
+        return self.kv_transfer_params
+
+
+class TokenDelta(BaseModel):
+    """Tokens a streaming generation produced since the previous delta."""
+
+    token_ids: list[int]
+    finished: bool = False
+    finish_reason: str | None = None
+    cached_tokens: int | None = None  # reported once, when the engine says it (usage)
+
+
+class EngineLoad(BaseModel):
+    """Load and cache figures an engine reports (vLLM: /metrics)."""
+
+    running: int = 0
+    waiting: int = 0
+    kv_usage: float = 0.0  # 0..1
+    prefix_cache_queries: float = 0.0  # cumulative tokens
+    prefix_cache_hits: float = 0.0  # cumulative tokens
+    block_size: int | None = None
+    num_blocks: int | None = None
+
+
+class KVEvent(BaseModel):
+    """One KV-cache event in the engine's own hashes, with token IDs when stored."""
+
+    type: str  # "BlockStored" | "BlockRemoved" | "AllBlocksCleared"
+    block_hashes: list[int | str] = Field(default_factory=list)
+    parent_block_hash: int | str | None = None
+    token_ids: list[int] = Field(default_factory=list)
+    block_size: int | None = None
+
+
+class KVEventBatch(BaseModel):
+    """A batch of events as an engine publishes it (timestamp, events, sequence number)."""
+
+    instance_id: str
+    timestamp: float
+    sequence: int | None = None
+    events: list[KVEvent]
+    # Set by a subscriber that saw a sequence gap (or a publisher restart) before this
+    # batch: events were lost, so the view of this instance is stale. The subscriber
+    # then also puts an AllBlocksCleared first in ``events``, so that a consumer that
+    # simply applies events in order resyncs (under-counting rather than over-counting).
+    gap: bool = False
+    missed: int = 0  # batches lost, when known (0 after a publisher restart)
+
+
+class EngineAdapter(Protocol):
+    """One engine instance as the orchestrator drives it."""
+
+    instance_id: str
+
+    async def prefill(self, request: GenerateRequest, *, targets: int = 1) -> PrefillResult:
+        """Compute the prompt's KV and make it available to ``targets`` decode instances."""
+        ...
+
+    def generate(self, request: GenerateRequest) -> AsyncIterator[TokenDelta]:
+        """Stream tokens (decode; extend-decode when the prompt ends with eager tokens)."""
+        ...
+
+    async def abort(self, request_id: str) -> None:
+        """Stop a running generation; unknown ids are ignored."""
+        ...
+
+    async def load(self) -> EngineLoad:
+        """Current load and cumulative prefix-cache figures."""
+        ...
+
+    async def health(self) -> bool:
+        """True when the engine answers and can serve."""
+        ...
+
+    def kv_events(self) -> AsyncIterator[KVEventBatch]:
+        """KV-cache events as they are published (never ends while the engine runs)."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release connections and sockets."""
+        ...

@@ -1,0 +1,66 @@
+"""`pdd-router serve`: run the control plane's HTTP service."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+__all__ = ["serve"]
+
+
+def serve(
+    host: str | None = typer.Option(None, help="Interface to listen on [default: 127.0.0.1]"),
+    port: int | None = typer.Option(None, help="Port to listen on [default: 8000]"),
+    instances: Path | None = typer.Option(
+        None, "--instances", help="YAML or JSON list of engine instances to drive"
+    ),
+    redis_url: str | None = typer.Option(
+        None, "--redis-url", help="Share the prefix index through this Redis (default: in memory)"
+    ),
+    policy: str | None = typer.Option(None, help="Policy name: idc-pd, xdc-pd or pdd"),
+    config: Path | None = typer.Option(
+        None, "--config", help="YAML settings file (also PDD_ROUTER_CONFIG)"
+    ),
+    log_level: str = typer.Option("info", help="uvicorn log level"),
+) -> None:
+    """Serve the REST API (route, completions, kv-events, instances, metrics)."""
+    import os
+
+    import uvicorn
+
+    from policies.registry import UnknownPolicyError, parse_policy
+    from router.errors import UserError
+    from router.service.app import create_app
+    from router.settings import CONFIG_FILE_ENV, Settings
+
+    if config is not None:
+        if not config.is_file():
+            raise UserError(f"settings file {config} does not exist")
+        os.environ[CONFIG_FILE_ENV] = str(config)
+    settings = Settings()
+    updates: dict[str, object] = {}
+    service = settings.service.model_copy(
+        update={k: v for k, v in {"host": host, "port": port}.items() if v is not None}
+    )
+    if instances is not None:
+        if not instances.is_file():
+            raise UserError(f"instances file {instances} does not exist")
+        service = service.model_copy(update={"instances_file": str(instances)})
+    updates["service"] = service
+    if redis_url is not None:
+        updates["redis"] = settings.redis.model_copy(update={"url": redis_url})
+        updates["index"] = settings.index.model_copy(update={"backend": "redis"})
+    if policy is not None:
+        try:
+            parse_policy(policy, settings.policy.params)
+        except UnknownPolicyError as exc:
+            raise UserError(str(exc)) from exc
+        updates["policy"] = settings.policy.model_copy(update={"name": policy})
+    settings = settings.model_copy(update=updates)
+    if settings.index.backend == "redis":
+        from router.index.factory import build_index
+
+        build_index(settings.index, settings.redis)  # fail fast, one line, if unreachable
+    app = create_app(settings)
+    uvicorn.run(app, host=settings.service.host, port=settings.service.port, log_level=log_level)

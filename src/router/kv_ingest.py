@@ -1,0 +1,109 @@
+"""Apply engines' KV events to the prefix index under the router's own chain hashes.
+
+Engines' block hashes are not reproducible (vLLM seeds them randomly), so each
+stored block is re-hashed from its token IDs with the router's chain hash, and a
+"dual key" maps the engine's hash to the router's hashes so that later removals,
+which name only the engine's hash, can be applied.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from engines_adapter.contract import KVEvent, KVEventBatch
+from router.hashing import chain_hashes
+from router.index.base import PrefixIndex
+
+__all__ = ["IngestStats", "KVEventIngestor"]
+
+EngineHash = int | str
+
+
+@dataclass(slots=True)
+class IngestStats:
+    """Counts of what the ingestor did, cumulative."""
+
+    batches: int = 0
+    stored_blocks: int = 0
+    removed_blocks: int = 0
+    clears: int = 0
+    orphans: int = 0  # stored blocks whose parent the router never saw
+    unaligned: int = 0  # engine blocks that are not a whole number of router blocks
+
+
+class KVEventIngestor:
+    """Turns KVEventBatches into index updates; keeps the engine-hash -> router-hash map."""
+
+    def __init__(
+        self,
+        index: PrefixIndex,
+        *,
+        block_size: int,
+        seed: int = 0,
+        max_mapped_per_instance: int = 2_000_000,
+    ) -> None:
+        self.index = index
+        self.block_size = block_size
+        self.seed = seed
+        self.max_mapped = max_mapped_per_instance
+        self.stats = IngestStats()
+        self._dual: dict[str, OrderedDict[EngineHash, tuple[int, ...]]] = {}
+
+    def forget(self, instance_id: str) -> None:
+        """Drop the dual-key map of an instance (it was removed or restarted)."""
+        self._dual.pop(instance_id, None)
+
+    def apply(self, batch: KVEventBatch) -> None:
+        self.stats.batches += 1
+        for event in batch.events:
+            if event.type == "BlockStored":
+                self._stored(batch.instance_id, event)
+            elif event.type == "BlockRemoved":
+                self._removed(batch.instance_id, event)
+            elif event.type == "AllBlocksCleared":
+                self.index.clear(batch.instance_id)
+                self._dual.pop(batch.instance_id, None)
+                self.stats.clears += 1
+
+    def _stored(self, instance_id: str, event: KVEvent) -> None:
+        dual = self._dual.setdefault(instance_id, OrderedDict())
+        n = len(event.block_hashes)
+        if n == 0:
+            return
+        engine_bs = event.block_size or len(event.token_ids) // n
+        if engine_bs <= 0 or engine_bs % self.block_size or len(event.token_ids) < n * engine_bs:
+            self.stats.unaligned += n
+            return
+        parent: int | None = None
+        if event.parent_block_hash is not None:
+            known = dual.get(event.parent_block_hash)
+            if known is None:
+                self.stats.orphans += n
+                return
+            parent = known[-1]
+        new: list[int] = []
+        for j, engine_hash in enumerate(event.block_hashes):
+            tokens = event.token_ids[j * engine_bs : (j + 1) * engine_bs]
+            ours = chain_hashes(tokens, self.block_size, self.seed, parent=parent).hashes
+            dual[engine_hash] = ours
+            dual.move_to_end(engine_hash)
+            new.extend(ours)
+            parent = ours[-1]
+        while len(dual) > self.max_mapped:
+            dual.popitem(last=False)
+        self.index.store(instance_id, new)
+        self.stats.stored_blocks += len(new)
+
+    def _removed(self, instance_id: str, event: KVEvent) -> None:
+        dual = self._dual.get(instance_id)
+        if not dual:
+            return
+        gone: list[int] = []
+        for engine_hash in event.block_hashes:
+            ours = dual.pop(engine_hash, None)
+            if ours is not None:
+                gone.extend(ours)
+        if gone:
+            self.index.remove(instance_id, gone)
+            self.stats.removed_blocks += len(gone)

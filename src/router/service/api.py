@@ -1,0 +1,204 @@
+"""The request path: POST /v1/route (decide) and POST /v1/completions (decide and execute)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator
+
+from fastapi import APIRouter, Request
+from fastapi.responses import StreamingResponse
+
+from engines_adapter.contract import EngineError
+from policies.tiers import Tier
+from policies.types import Decision, RequestView
+from router.hashing import chain_hashes
+from router.service.errors import ApiError, error_body
+from router.service.orchestrator import Outcome, execute
+from router.service.schemas import (
+    CompletionChoice,
+    CompletionRequest,
+    CompletionResponse,
+    RouteRequest,
+    Usage,
+)
+from router.service.state import ServiceState
+
+__all__ = ["api_router"]
+
+api_router = APIRouter()
+MAX_ATTEMPTS = 3
+
+
+def _state(request: Request) -> ServiceState:
+    state: ServiceState = request.state.svc
+    return state
+
+
+def _check_prompt(svc: ServiceState, tokens: list[int], field: str) -> None:
+    limit = svc.settings.service.max_prompt_tokens
+    if len(tokens) > limit:
+        raise ApiError(400, f"{field} has {len(tokens)} tokens, over the limit of {limit}",
+                       param=field)  # fmt: skip
+    vocab = svc.settings.service.vocab_size
+    bad = next((t for t in tokens if t < 0 or (vocab is not None and t >= vocab)), None)
+    if bad is not None:
+        bound = f"[0, {vocab})" if vocab is not None else "non-negative"
+        raise ApiError(400, f"{field} holds token id {bad}, outside {bound}", param=field)
+
+
+def _decide(svc: ServiceState, view: RequestView) -> Decision:
+    start = time.perf_counter()
+    with svc.tracer.start_as_current_span("pdd.decide") as span:
+        try:
+            decision = svc.scheduler.decide(view, svc.pool.view)
+        except LookupError as exc:
+            raise ApiError(503, f"cannot route: {exc}", type_="service_unavailable",
+                           headers={"Retry-After": "1"}) from exc  # fmt: skip
+        span.set_attribute("pdd.pipeline", decision.pipeline.value)
+        span.set_attribute("pdd.p_instance", decision.p_instance)
+        span.set_attribute("pdd.md_instance", decision.md_instance or "")
+        span.set_attribute("pdd.rld_instance", decision.rld_instance or "")
+    svc.metrics.decision_latency.observe(time.perf_counter() - start)
+    svc.metrics.decisions.labels(
+        decision.pipeline.value, decision.handoff.value if decision.handoff else "none", "default"
+    ).inc()
+    return decision
+
+
+@api_router.post("/v1/route", response_model=Decision, tags=["routing"])
+async def route(body: RouteRequest, request: Request) -> Decision:
+    """Decide a request without executing it."""
+    svc = _state(request)
+    if body.token_ids is not None:
+        _check_prompt(svc, body.token_ids, "token_ids")
+        chain = chain_hashes(body.token_ids, svc.settings.block_size, svc.settings.hash_seed)
+        view = RequestView(chain.hashes, chain.block_size, chain.num_tokens, body.max_tokens,
+                           body.session_id)  # fmt: skip
+    else:
+        assert body.hash_ids is not None
+        assert body.block_size is not None
+        length = body.input_length or len(body.hash_ids) * body.block_size
+        view = RequestView(tuple(body.hash_ids), body.block_size, length, body.max_tokens,
+                           body.session_id)  # fmt: skip
+    return _decide(svc, view)
+
+
+def _mark_unhealthy(svc: ServiceState, instance_id: str) -> None:
+    load = svc.pool.loads.get(instance_id)
+    if load is not None:
+        load.healthy = False  # the health poller restores it when the engine answers
+
+
+@api_router.post("/v1/completions", tags=["openai"], response_model=CompletionResponse)
+async def completions(body: CompletionRequest, request: Request) -> object:
+    """OpenAI-compatible completion with token IDs: decides, then executes the decision."""
+    svc = _state(request)
+    _check_prompt(svc, body.prompt, "prompt")
+    max_tokens = body.max_tokens or svc.settings.service.max_tokens_default
+    chain = chain_hashes(body.prompt, svc.settings.block_size, svc.settings.hash_seed)
+    view = RequestView(chain.hashes, chain.block_size, chain.num_tokens, body.max_tokens,
+                       body.session_id or body.user)  # fmt: skip
+    request_id = svc.next_request_id()
+
+    # Fail over until the first token: a refused or timed-out engine is marked
+    # unhealthy and the request is decided again without it.
+    for attempt in range(MAX_ATTEMPTS):
+        decision = _decide(svc, view)
+        outcome = Outcome(decision.pipeline)
+        stream = execute(svc.pool, svc.metrics, decision, request_id, body.prompt, max_tokens,
+                         outcome)  # fmt: skip
+        try:
+            first = await anext(stream, None)
+            break
+        except EngineError as exc:
+            _mark_unhealthy(svc, exc.instance_id)
+            if not exc.retryable:
+                raise ApiError(400, str(exc)) from exc
+            if attempt == MAX_ATTEMPTS - 1:
+                raise ApiError(503, f"no engine could serve the request: {exc}",
+                               type_="service_unavailable",
+                               headers={"Retry-After": "1"}) from exc  # fmt: skip
+
+    created = int(time.time())
+    model = body.model or "pdd-router"
+    if not body.stream:
+        tokens = list(first or [])
+        try:
+            async for ids in stream:
+                tokens.extend(ids)
+        except EngineError as exc:
+            _mark_unhealthy(svc, exc.instance_id)
+            raise ApiError(
+                502, f"engine failed mid-request: {exc}", type_="upstream_error"
+            ) from exc
+        _record_outcome(svc, decision, outcome, len(body.prompt))
+        return CompletionResponse(
+            id=request_id, created=created, model=model,
+            choices=[CompletionChoice(token_ids=tokens, finish_reason=outcome.finish_reason)],
+            usage=_usage(len(body.prompt), len(tokens), outcome),
+            pdd=_served(decision, outcome),
+        )  # fmt: skip
+
+    include_usage = bool(body.stream_options and body.stream_options.include_usage)
+
+    async def sse() -> AsyncIterator[str]:
+        sent = 0
+        chunk = {"id": request_id, "object": "text_completion", "created": created,
+                 "model": model}  # fmt: skip
+        try:
+            pending = first
+            while pending is not None:
+                sent += len(pending)
+                choice = {"index": 0, "text": "", "token_ids": pending, "finish_reason": None}
+                yield _data({**chunk, "choices": [choice]})
+                pending = await anext(stream, None)
+        except EngineError as exc:
+            _mark_unhealthy(svc, exc.instance_id)
+            yield _data(error_body(f"engine failed mid-stream: {exc}", "upstream_error", None, 502))
+            yield "data: [DONE]\n\n"
+            return
+        _record_outcome(svc, decision, outcome, len(body.prompt))
+        final = {"index": 0, "text": "", "token_ids": [],
+                 "finish_reason": outcome.finish_reason or "length"}  # fmt: skip
+        yield _data({**chunk, "choices": [final], "pdd": _served(decision, outcome)})
+        if include_usage:
+            usage = _usage(len(body.prompt), sent, outcome).model_dump()
+            yield _data({**chunk, "choices": [], "usage": usage})
+        yield "data: [DONE]\n\n"
+
+    headers = {"x-pdd-pipeline": decision.pipeline.value, "x-pdd-decision": decision.reason}
+    return StreamingResponse(sse(), media_type="text/event-stream", headers=headers)
+
+
+def _data(obj: object) -> str:
+    return f"data: {json.dumps(obj, separators=(',', ':'))}\n\n"
+
+
+def _usage(prompt: int, completion: int, outcome: Outcome) -> Usage:
+    details = None if outcome.cached_tokens is None else {"cached_tokens": outcome.cached_tokens}
+    return Usage(prompt_tokens=prompt, completion_tokens=completion,
+                 total_tokens=prompt + completion, prompt_tokens_details=details)  # fmt: skip
+
+
+def _served(decision: Decision, outcome: Outcome) -> dict[str, object]:
+    return {
+        "pipeline": outcome.pipeline.value,
+        "decided_pipeline": decision.pipeline.value,
+        "instances": outcome.instances,
+        "handoff": outcome.handoff,
+        "eager_tokens": outcome.eager_tokens,
+        "predicted_hit": {t.value: h for t, h in decision.predicted_hit.items()},
+        "reason": decision.reason,
+    }
+
+
+def _record_outcome(svc: ServiceState, decision: Decision, outcome: Outcome, prompt: int) -> None:
+    """Prediction error on the tier whose engine reported its cached tokens."""
+    if outcome.cached_tokens is None or prompt == 0:
+        return
+    tier = Tier.MD if "md" in outcome.instances else Tier.RLD
+    predicted = decision.predicted_hit.get(tier)
+    if predicted is not None:
+        svc.metrics.prediction_error.observe(abs(predicted - outcome.cached_tokens / prompt))
+        svc.metrics.predicted_hit.observe(predicted)

@@ -1,0 +1,55 @@
+"""Prometheus metrics of the service, on a registry owned by the app (no globals)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+__all__ = ["ServiceMetrics"]
+
+_LATENCY_BUCKETS = (1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 0.1)
+_SHARE_BUCKETS = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 1.0)
+
+
+class ServiceMetrics:
+    """Every metric the router exports."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.decisions = Counter(
+            "pdd_router_decisions", "Decisions by pipeline and handoff mode",
+            ["pipeline", "handoff", "arm"], registry=r,
+        )  # fmt: skip
+        self.decision_latency = Histogram(
+            "pdd_router_decision_seconds", "Time to decide one request",
+            buckets=_LATENCY_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.predicted_hit = Histogram(
+            "pdd_router_predicted_hit_rate", "Predicted hit rate on the serving decode tier",
+            buckets=_SHARE_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.prediction_error = Histogram(
+            "pdd_router_hit_prediction_abs_error",
+            "Absolute error of the predicted hit rate against the engine's cached tokens",
+            buckets=(0.0, 0.01, 0.05, 0.1, 0.2, 0.5, 1.0), registry=r,
+        )  # fmt: skip
+        self.requests = Counter(
+            "pdd_router_upstream_requests", "Upstream calls by instance", ["instance"], registry=r
+        )
+        self.errors = Counter(
+            "pdd_router_upstream_errors", "Failed upstream calls by instance", ["instance"],
+            registry=r,
+        )  # fmt: skip
+        self.handoffs = Counter(
+            "pdd_router_handoffs", "Handoffs from RLD to MD by mode", ["mode"], registry=r
+        )
+        self.index_blocks = Gauge(
+            "pdd_router_index_blocks", "Blocks the index records per instance", ["instance"],
+            registry=r,
+        )  # fmt: skip
+        self.kv_events = Counter(
+            "pdd_router_kv_event_batches", "KV event batches ingested", ["instance"], registry=r
+        )
+        self.index_degraded = Gauge(
+            "pdd_router_index_degraded", "1 while the shared index is unreachable", registry=r
+        )

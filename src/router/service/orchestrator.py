@@ -1,0 +1,186 @@
+"""Execute a Decision through the engine adapters: P-MD, P-RLD-MD with handoff, P-RLD.
+
+The handoff is extend-decode by token IDs: MD receives the prompt plus the eager
+tokens RLD already streamed and continues from there, so the client's token
+sequence has no gap and no repeat. One-shot switches as soon as MD is ready;
+catch-up first warms MD with chunks of eager tokens while RLD keeps decoding and
+switches once fewer than a chunk remain.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable
+from dataclasses import dataclass, field
+from typing import Any
+
+from engines_adapter.contract import (
+    EngineAdapter,
+    EngineError,
+    GenerateRequest,
+    PrefillResult,
+    TokenDelta,
+)
+from policies.types import Decision, HandoffMode, Pipeline
+from router.service.metrics import ServiceMetrics
+from router.service.pool import InstancePool
+
+__all__ = ["Outcome", "execute"]
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What actually happened, filled in while the stream runs."""
+
+    pipeline: Pipeline
+    instances: dict[str, str] = field(default_factory=dict)
+    tokens: int = 0
+    eager_tokens: int = 0
+    cached_tokens: int | None = None
+    finish_reason: str | None = None
+    handoff: str | None = None
+
+
+async def execute(
+    pool: InstancePool,
+    metrics: ServiceMetrics,
+    decision: Decision,
+    request_id: str,
+    prompt: list[int],
+    max_tokens: int,
+    outcome: Outcome,
+) -> AsyncIterator[list[int]]:
+    """Yield token-ID lists as the request decodes; raise EngineError on an engine fault."""
+    p = _adapter(pool, metrics, decision.p_instance)
+    outcome.instances["p"] = decision.p_instance
+    pre = GenerateRequest(request_id=f"{request_id}-p", prompt_token_ids=prompt, max_tokens=1)
+    targets = 2 if decision.pipeline is Pipeline.P_RLD_MD else 1
+    prefill = await _call(metrics, decision.p_instance, p.prefill(pre, targets=targets))
+    kv = prefill.kv_transfer_params
+
+    if decision.pipeline is Pipeline.P_MD:
+        assert decision.md_instance is not None
+        outcome.instances["md"] = decision.md_instance
+        md = _adapter(pool, metrics, decision.md_instance)
+        req = GenerateRequest(
+            request_id=request_id, prompt_token_ids=prompt, max_tokens=max_tokens,
+            kv_transfer_params=kv,
+        )  # fmt: skip
+        async for ids in _relay(md.generate(req), metrics, decision.md_instance, outcome):
+            yield ids
+        return
+
+    assert decision.rld_instance is not None
+    outcome.instances["rld"] = decision.rld_instance
+    rld = _adapter(pool, metrics, decision.rld_instance)
+    rld_req = GenerateRequest(
+        request_id=f"{request_id}-rld", prompt_token_ids=prompt, max_tokens=max_tokens,
+        kv_transfer_params=kv,
+    )  # fmt: skip
+    if decision.pipeline is Pipeline.P_RLD:
+        async for ids in _relay(rld.generate(rld_req), metrics, decision.rld_instance, outcome):
+            outcome.eager_tokens += len(ids)
+            yield ids
+        return
+
+    assert decision.md_instance is not None
+    assert decision.handoff is not None
+    md_id = decision.md_instance
+    md = _adapter(pool, metrics, md_id)
+    eager: list[int] = []
+    rld_stream = rld.generate(rld_req)
+    md_ready = asyncio.create_task(_warm(md, f"{request_id}-md0", prompt, kv))
+    chunk = decision.chunk_tokens or 64
+    warming: asyncio.Task[None] | None = None
+    handed = 0
+    try:
+        async for delta in rld_stream:
+            if delta.token_ids:
+                eager.extend(delta.token_ids)
+                outcome.tokens += len(delta.token_ids)
+                yield delta.token_ids
+            if delta.finished:
+                # RLD finished before the handoff: the request ends on RLD (odd traffic)
+                outcome.pipeline = Pipeline.P_RLD
+                outcome.finish_reason = delta.finish_reason
+                outcome.eager_tokens = len(eager)
+                return
+            if not md_ready.done():
+                continue
+            md_ready.result()  # raises the MD fault, if any
+            if decision.handoff is HandoffMode.CATCH_UP and len(eager) - handed >= chunk:
+                if warming is None or warming.done():
+                    if warming is not None:
+                        warming.result()
+                    handed = len(eager)
+                    warming = asyncio.create_task(
+                        _warm(md, f"{request_id}-md{handed}", prompt + eager[:handed], None)
+                    )
+                continue
+            if warming is not None and not warming.done():
+                continue
+            break  # switch to MD now
+    finally:
+        aclose = getattr(rld_stream, "aclose", None)
+        if aclose is not None:
+            await aclose()
+        with contextlib.suppress(EngineError):
+            await rld.abort(rld_req.request_id)
+        for task in (md_ready, warming):
+            if task is not None and not task.done():
+                task.cancel()
+    # RLD's stream ended without finishing and MD never got ready: wait for MD
+    if not md_ready.done() or md_ready.cancelled():
+        await _warm(md, f"{request_id}-md0", prompt, kv)
+    outcome.eager_tokens = len(eager)
+    outcome.handoff = decision.handoff.value
+    metrics.handoffs.labels(decision.handoff.value).inc()
+    outcome.instances["md"] = md_id
+    rest = max_tokens - len(eager)
+    if rest <= 0:
+        outcome.finish_reason = "length"
+        return
+    ext = GenerateRequest(request_id=request_id, prompt_token_ids=prompt + eager, max_tokens=rest)
+    async for ids in _relay(md.generate(ext), metrics, md_id, outcome):
+        yield ids
+
+
+def _adapter(pool: InstancePool, metrics: ServiceMetrics, instance_id: str) -> EngineAdapter:
+    metrics.requests.labels(instance_id).inc()
+    return pool.get(instance_id)[1]
+
+
+async def _call(
+    metrics: ServiceMetrics, instance_id: str, coro: Awaitable[PrefillResult]
+) -> PrefillResult:
+    try:
+        return await coro
+    except EngineError:
+        metrics.errors.labels(instance_id).inc()
+        raise
+
+
+async def _warm(md: EngineAdapter, rid: str, prompt: list[int], kv: dict[str, Any] | None) -> None:
+    """Make MD hold the prompt's KV (its copy arriving; on CPU engines, computing it)."""
+    await md.prefill(
+        GenerateRequest(request_id=rid, prompt_token_ids=prompt, max_tokens=1,
+                        kv_transfer_params=kv)
+    )  # fmt: skip
+
+
+async def _relay(
+    stream: AsyncIterator[TokenDelta], metrics: ServiceMetrics, instance_id: str, outcome: Outcome
+) -> AsyncIterator[list[int]]:
+    try:
+        async for delta in stream:
+            if delta.cached_tokens is not None and outcome.cached_tokens is None:
+                outcome.cached_tokens = delta.cached_tokens
+            if delta.token_ids:
+                outcome.tokens += len(delta.token_ids)
+                yield delta.token_ids
+            if delta.finished:
+                outcome.finish_reason = delta.finish_reason
+    except EngineError:
+        metrics.errors.labels(instance_id).inc()
+        raise
