@@ -1,0 +1,117 @@
+"""Typed fields out of one decoded trace line, or a UserError naming file, line and field.
+
+Every reader goes through these helpers so that a malformed line always stops the
+read with the same one-line message shape::
+
+    traces/x.jsonl:17: field 'input_length' must be a non-negative integer, got -3
+
+Nothing is skipped silently: a line is either a request or an error.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from router.errors import UserError
+
+__all__ = ["Line", "describe"]
+
+
+def describe(value: object) -> str:
+    """A short rendering of a bad value for an error message."""
+    text = json.dumps(value) if isinstance(value, (str, int, float, bool, type(None))) else None
+    if text is None:
+        text = type(value).__name__
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+@dataclass(frozen=True, slots=True)
+class Line:
+    """Where a record comes from (file and 1-based line number) and how to complain about it."""
+
+    source: str
+    number: int
+
+    def error(self, message: str) -> UserError:
+        """A UserError prefixed with ``file:line:``."""
+        return UserError(f"{self.source}:{self.number}: {message}")
+
+    def field_error(self, name: str, expected: str, value: object) -> UserError:
+        """A UserError for a field holding the wrong kind of value."""
+        return self.error(f"field '{name}' must be {expected}, got {describe(value)}")
+
+    def decode_json(self, raw: bytes | str) -> Mapping[str, Any]:
+        """Decode one JSON object (a line of a JSONL trace)."""
+        try:
+            obj = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise self.error(f"invalid JSON ({exc.msg} at column {exc.colno})") from None
+        except ValueError as exc:  # undecodable bytes
+            raise self.error(f"invalid JSON ({exc})") from None
+        if not isinstance(obj, dict):
+            raise self.error(f"expected a JSON object, got {type(obj).__name__}")
+        return obj
+
+    def require(self, record: Mapping[str, Any], name: str) -> Any:
+        """The raw value of a field that must be present."""
+        try:
+            return record[name]
+        except KeyError:
+            raise self.error(f"missing field '{name}'") from None
+
+    def count(self, record: Mapping[str, Any], name: str) -> int:
+        """A non-negative integer field (token counts)."""
+        value = self.require(record, name)
+        if type(value) is not int or value < 0:
+            raise self.field_error(name, "a non-negative integer", value)
+        return value
+
+    def integer(self, record: Mapping[str, Any], name: str) -> int:
+        """An integer field of any sign (identifiers)."""
+        value = self.require(record, name)
+        if type(value) is not int:
+            raise self.field_error(name, "an integer", value)
+        return value
+
+    def seconds(self, record: Mapping[str, Any], name: str, scale: float = 1.0) -> float:
+        """A finite non-negative number, multiplied by ``scale`` (e.g. 1e-3 for milliseconds)."""
+        value = self.require(record, name)
+        if type(value) not in (int, float) or not math.isfinite(value) or value < 0:
+            raise self.field_error(name, "a non-negative number", value)
+        return float(value) * scale
+
+    def text(self, record: Mapping[str, Any], name: str) -> str:
+        """A string field."""
+        value = self.require(record, name)
+        if not isinstance(value, str):
+            raise self.field_error(name, "a string", value)
+        return value
+
+    def block_ids(self, record: Mapping[str, Any], name: str) -> tuple[int, ...]:
+        """A list of integer block IDs (its consistency with input_length is not checked)."""
+        value = self.require(record, name)
+        if not isinstance(value, list):
+            raise self.field_error(name, "a list of integers", value)
+        if not all(type(x) is int for x in value):
+            bad = next(x for x in value if type(x) is not int)
+            raise self.field_error(name, "a list of integers", bad)
+        return tuple(value)
+
+    def optional_label(self, record: Mapping[str, Any], name: str) -> str | None:
+        """An optional string or integer label (a session ID), as a string."""
+        value = record.get(name)
+        if value is None:
+            return None
+        if isinstance(value, str) or type(value) is int:
+            return str(value)
+        raise self.field_error(name, "a string or an integer", value)
+
+    def optional_count(self, record: Mapping[str, Any], name: str) -> int | None:
+        """An optional non-negative integer (a turn number)."""
+        if record.get(name) is None:
+            return None
+        return self.count(record, name)

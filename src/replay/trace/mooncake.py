@@ -1,0 +1,83 @@
+"""Mooncake JSONL traces (kvcache-ai/Mooncake FAST'25 release): read and write.
+
+One JSON object per line: ``timestamp`` (arrival in milliseconds from the start of
+the trace), ``input_length``, ``output_length`` and ``hash_ids`` (prefix-chained IDs
+of 512-token blocks). Two optional fields that this project's synthetic traces add
+are read when present: ``session_id`` (string or integer) and ``turn``. Other extra
+fields are ignored.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from typing import Any, TextIO
+
+from replay.trace.fields import Line
+from replay.trace.record import TraceRequest
+
+__all__ = [
+    "MOONCAKE_BLOCK_SIZE",
+    "mooncake_record",
+    "parse_mooncake",
+    "write_mooncake",
+]
+
+MOONCAKE_BLOCK_SIZE = 512
+"""Tokens per ``hash_ids`` block in Mooncake traces."""
+
+
+def parse_mooncake(lines: Iterable[bytes | str], source: str) -> Iterator[TraceRequest]:
+    """Yield one request per non-empty line; a malformed line raises a UserError."""
+    request_id = 0
+    for number, raw in enumerate(lines, start=1):
+        if not raw.strip():
+            continue
+        line = Line(source, number)
+        record = line.decode_json(raw)
+        yield TraceRequest(
+            request_id=request_id,
+            arrival_s=line.seconds(record, "timestamp", scale=1e-3),
+            input_length=line.count(record, "input_length"),
+            output_length=line.count(record, "output_length"),
+            hash_ids=line.block_ids(record, "hash_ids"),
+            block_size=MOONCAKE_BLOCK_SIZE,
+            session_id=line.optional_label(record, "session_id"),
+            turn=line.optional_count(record, "turn"),
+        )
+        request_id += 1
+
+
+def mooncake_record(request: TraceRequest) -> dict[str, Any]:
+    """The Mooncake JSON object of a request (timestamp rounded to whole milliseconds).
+
+    ``session_id`` (an integer when the request's session ID is one) and ``turn`` are
+    added when the request has them.
+    """
+    record: dict[str, Any] = {
+        "timestamp": round(request.arrival_s * 1000),
+        "input_length": request.input_length,
+        "output_length": request.output_length,
+        "hash_ids": list(request.hash_ids),
+    }
+    if request.session_id is not None:
+        sid = request.session_id
+        numeric = sid.isascii() and sid.isdigit() and str(int(sid)) == sid
+        record["session_id"] = int(sid) if numeric else sid
+    if request.turn is not None:
+        record["turn"] = request.turn
+    return record
+
+
+def write_mooncake(requests: Iterable[TraceRequest], out: TextIO) -> int:
+    """Write requests as Mooncake JSONL (one object per line); return how many were written.
+
+    The block size of the requests is not recorded: Mooncake traces are read back with
+    512-token blocks, so callers write requests of that block size.
+    """
+    count = 0
+    for request in requests:
+        out.write(json.dumps(mooncake_record(request)))
+        out.write("\n")
+        count += 1
+    return count
