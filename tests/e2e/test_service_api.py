@@ -1,0 +1,257 @@
+"""The HTTP API driven as a client would, against in-process simulated engines."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+
+from engines_adapter.contract import EngineAdapter
+from engines_adapter.sim_engine import SimEngine, SimEngineConfig
+from router.service.app import create_app
+from router.service.schemas import InstanceConfig
+from router.settings import Settings
+
+VOCAB = 512
+PROMPT = [(7 * i + 3) % VOCAB for i in range(640)]  # 40 blocks of 16
+
+
+class Engines:
+    """Builds one SimEngine per registered instance and keeps them for inspection."""
+
+    def __init__(self, **overrides: Any) -> None:
+        self.by_id: dict[str, SimEngine] = {}
+        self.overrides = overrides
+
+    def __call__(self, config: InstanceConfig, _: httpx.AsyncClient) -> EngineAdapter:
+        fields: dict[str, Any] = {"vocab_size": VOCAB, "cache_blocks": 4096}
+        fields.update(self.overrides.get(config.tier.value, {}))
+        engine = SimEngine(config.instance_id, SimEngineConfig(**fields))
+        self.by_id[config.instance_id] = engine
+        return engine
+
+
+def reference(prompt: list[int], n: int) -> list[int]:
+    """What one engine alone produces for the prompt (greedy)."""
+    import asyncio
+
+    from engines_adapter.contract import GenerateRequest
+
+    async def run() -> list[int]:
+        engine = SimEngine("ref", SimEngineConfig(vocab_size=VOCAB))
+        out: list[int] = []
+        req = GenerateRequest(request_id="r", prompt_token_ids=prompt, max_tokens=n)
+        async for delta in engine.generate(req):
+            out.extend(delta.token_ids)
+        return out
+
+    return asyncio.run(run())
+
+
+def make_client(
+    engines: Engines, *, policy: dict[str, Any] | None = None, **service: Any
+) -> TestClient:
+    settings = Settings(
+        service={"vocab_size": VOCAB, "load_poll_s": 0.05, **service},
+        policy={"name": "pdd", "params": policy or {}},
+    )
+    return TestClient(create_app(settings, adapter_factory=engines))
+
+
+def register(client: TestClient, *specs: tuple[str, str, str], key: str | None = None) -> None:
+    headers = {"authorization": f"Bearer {key}"} if key else {}
+    for iid, tier, dc in specs:
+        body = {"instance_id": iid, "tier": tier, "datacenter": dc, "adapter": "sim"}
+        response = client.post("/v1/instances", json=body, headers=headers)
+        assert response.status_code == 201, response.text
+
+
+TOPOLOGY = (("p0", "p", "A"), ("rld0", "rld", "A"), ("md0", "md", "B"))
+
+
+@pytest.fixture
+def client() -> Iterator[TestClient]:
+    with make_client(Engines()) as c:
+        register(c, *TOPOLOGY)
+        yield c
+
+
+def sse_events(client: TestClient, body: dict[str, Any]) -> list[dict[str, Any]]:
+    events = []
+    with client.stream("POST", "/v1/completions", json={**body, "stream": True}) as response:
+        assert response.status_code == 200
+        for line in response.iter_lines():
+            if line.startswith("data: ") and line != "data: [DONE]":
+                events.append(json.loads(line[6:]))
+    return events
+
+
+def test_readyz_waits_for_every_tier() -> None:
+    with make_client(Engines()) as c:
+        assert c.get("/readyz").status_code == 503
+        register(c, ("p0", "p", "A"))
+        assert c.get("/readyz").json()["tiers"]["md"] is False
+        register(c, ("md0", "md", "B"))
+        ready = c.get("/readyz")
+        assert ready.status_code == 200
+        assert ready.json()["ready"] is True
+        assert c.get("/healthz").json() == {"status": "ok"}
+        assert c.get("/version").status_code == 200
+
+
+def test_route_returns_the_decision(client: TestClient) -> None:
+    decision = client.post("/v1/route", json={"token_ids": PROMPT, "max_tokens": 64}).json()
+    assert decision["pipeline"] == "P-MD"  # 640 tokens: a tiny WAN transfer
+    assert decision["p_instance"] == "p0"
+    assert decision["md_instance"] == "md0"
+    assert decision["predicted_wan_bytes"] == pytest.approx(640 * 70_000)
+    by_blocks = client.post("/v1/route", json={"hash_ids": [1, 2, 3], "block_size": 512}).json()
+    assert by_blocks["pipeline"] == "P-MD"
+
+
+def test_p_md_completion_equals_a_single_instance(client: TestClient) -> None:
+    body = client.post("/v1/completions", json={"prompt": PROMPT, "max_tokens": 24}).json()
+    assert body["choices"][0]["token_ids"] == reference(PROMPT, 24)
+    assert body["usage"]["completion_tokens"] == 24
+    assert body["pdd"]["pipeline"] == "P-MD"
+    assert body["pdd"]["instances"] == {"p": "p0", "md": "md0"}
+
+
+@pytest.mark.parametrize("mode", ["one-shot", "catch-up"])
+def test_p_rld_md_streams_from_rld_and_hands_off_exactly(mode: str) -> None:
+    # MD needs ~0.13 s to hold the prompt's KV while RLD decodes a token every 2 ms
+    engines = Engines(
+        md={"prefill_s_per_token": 0.0002, "decode_s_per_token": 0.001},
+        rld={"decode_s_per_token": 0.002},
+    )
+    params = {"wan_budget_s": 1e-6, "chunk_tokens": 8}
+    params["catch_up_below" if mode == "catch-up" else "rld_saturation"] = 1.0
+    if mode == "one-shot":
+        params["catch_up_below"] = 0.0
+    with make_client(engines, policy=params) as c:
+        register(c, *TOPOLOGY)
+        events = sse_events(c, {"prompt": PROMPT, "max_tokens": 200})
+    tokens = [t for e in events for c_ in e["choices"] for t in c_["token_ids"]]
+    assert tokens == reference(PROMPT, 200)
+    served = events[-1]["pdd"]
+    assert served["decided_pipeline"] == "P-RLD-MD"
+    assert served["pipeline"] == "P-RLD-MD"
+    assert served["handoff"] == mode
+    assert 0 < served["eager_tokens"] < 200
+    assert served["instances"] == {"p": "p0", "rld": "rld0", "md": "md0"}
+
+
+def test_odd_traffic_ends_on_rld(client: TestClient) -> None:
+    with make_client(Engines(), policy={"odd_min_input": 512, "odd_max_output": 32}) as c:
+        register(c, *TOPOLOGY)
+        body = c.post("/v1/completions", json={"prompt": PROMPT, "max_tokens": 16}).json()
+    assert body["pdd"]["pipeline"] == "P-RLD"
+    assert body["choices"][0]["token_ids"] == reference(PROMPT, 16)
+
+
+def test_kv_events_from_engines_steer_later_decisions(client: TestClient) -> None:
+    import time
+
+    first = client.post("/v1/route", json={"token_ids": PROMPT}).json()
+    assert first["predicted_hit"]["md"] == 0.0
+    client.post("/v1/completions", json={"prompt": PROMPT, "max_tokens": 4})
+    deadline = time.time() + 5
+    while time.time() < deadline:
+        again = client.post("/v1/route", json={"token_ids": PROMPT}).json()
+        if again["predicted_hit"]["md"] > 0:
+            break
+        time.sleep(0.02)
+    assert again["predicted_hit"]["md"] == pytest.approx(1.0)  # all 40 full blocks held
+    md = next(i for i in client.get("/v1/instances").json() if i["instance_id"] == "md0")
+    assert md["indexed_blocks"] >= 40
+
+
+def test_posted_kv_events_in_map_and_array_form(client: TestClient) -> None:
+    tokens = PROMPT[:32]
+    events = [
+        {"type": "BlockStored", "block_hashes": [11], "parent_block_hash": None,
+         "token_ids": tokens[:16], "block_size": 16},
+        ["BlockStored", [12], 11, tokens[16:32], 16],
+    ]  # fmt: skip
+    r = client.post("/v1/kv-events", json={"instance_id": "md0", "events": events})
+    assert r.status_code == 202
+    route = client.post("/v1/route", json={"token_ids": tokens}).json()
+    assert route["predicted_hit"]["md"] == pytest.approx(1.0)
+    r = client.post("/v1/kv-events", json={"instance_id": "nope", "events": []})
+    assert r.status_code == 404
+
+
+def test_failover_to_another_instance_then_503() -> None:
+    engines = Engines()
+    with make_client(engines) as c:
+        register(c, *TOPOLOGY, ("p1", "p", "A"))
+        engines.by_id["p0"].faults.refuse = True
+        engines.by_id["p1"].faults.refuse = False
+        ok = c.post("/v1/completions", json={"prompt": PROMPT, "max_tokens": 4})
+        assert ok.status_code == 200
+        assert ok.json()["pdd"]["instances"]["p"] == "p1"
+        engines.by_id["p1"].faults.refuse = True
+        down = c.post("/v1/completions", json={"prompt": PROMPT, "max_tokens": 4})
+        assert down.status_code == 503
+        assert down.headers["retry-after"] == "1"
+        assert down.json()["error"]["type"] == "service_unavailable"
+
+
+def test_a_stream_that_breaks_ends_with_an_error_event() -> None:
+    engines = Engines()
+    with make_client(engines) as c:
+        register(c, *TOPOLOGY)
+        engines.by_id["md0"].faults.fail_after_tokens = 5
+        with c.stream("POST", "/v1/completions",
+                      json={"prompt": PROMPT, "max_tokens": 50, "stream": True}) as r:  # fmt: skip
+            lines = [line for line in r.iter_lines() if line.startswith("data: ")]
+    assert lines[-1] == "data: [DONE]"
+    error = json.loads(lines[-2][6:])
+    assert "engine failed mid-stream" in error["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "field"),
+    [
+        ({"prompt": "hello", "max_tokens": 4}, 422, "prompt"),
+        ({"prompt": [1, 2], "max_tokens": "many"}, 422, "max_tokens"),
+        ({"prompt": [1, VOCAB], "max_tokens": 4}, 400, "prompt"),
+        ({"prompt": [1] * 5000, "max_tokens": 4}, 400, "prompt"),
+    ],
+)
+def test_bad_requests_name_the_field(body: dict[str, Any], status: int, field: str) -> None:
+    with make_client(Engines(), max_prompt_tokens=4096) as c:
+        register(c, *TOPOLOGY)
+        r = c.post("/v1/completions", json=body)
+    assert r.status_code == status
+    assert r.json()["error"]["param"] == field
+
+
+def test_unknown_instance_and_oversized_body() -> None:
+    with make_client(Engines(), max_body_bytes=10_000) as c:
+        assert c.get("/v1/instances/ghost").status_code == 404
+        assert c.delete("/v1/instances/ghost").status_code == 404
+        r = c.post("/v1/completions", json={"prompt": list(range(5000))})
+        assert r.status_code == 413
+        assert r.json()["error"]["code"] == 413
+
+
+def test_admin_endpoints_require_the_api_key() -> None:
+    with make_client(Engines(), api_key="s3cret") as c:
+        body = {"instance_id": "p0", "tier": "p", "adapter": "sim"}
+        assert c.post("/v1/instances", json=body).status_code == 401
+        assert c.get("/v1/instances").status_code == 401
+        register(c, ("p0", "p", "A"), key="s3cret")
+        listed = c.get("/v1/instances", headers={"authorization": "Bearer s3cret"})
+        assert [i["instance_id"] for i in listed.json()] == ["p0"]
+
+
+def test_metrics_count_decisions_by_pipeline(client: TestClient) -> None:
+    client.post("/v1/completions", json={"prompt": PROMPT, "max_tokens": 4})
+    text = client.get("/metrics").text
+    assert 'pdd_router_decisions_total{arm="default",handoff="none",pipeline="P-MD"} 1.0' in text
+    assert "pdd_router_decision_seconds_count 1.0" in text
