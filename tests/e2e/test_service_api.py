@@ -255,3 +255,25 @@ def test_metrics_count_decisions_by_pipeline(client: TestClient) -> None:
     text = client.get("/metrics").text
     assert 'pdd_router_decisions_total{arm="default",handoff="none",pipeline="P-MD"} 1.0' in text
     assert "pdd_router_decision_seconds_count 1.0" in text
+
+
+def test_a_span_per_decision_and_per_upstream_call() -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    settings = Settings(service={"vocab_size": VOCAB})
+    app = create_app(settings, adapter_factory=Engines(), tracer_provider=provider)
+    with TestClient(app) as c:
+        register(c, *TOPOLOGY)
+        assert (
+            c.post("/v1/completions", json={"prompt": PROMPT, "max_tokens": 8}).status_code == 200
+        )
+    spans = {(s.name, s.attributes.get("pdd.instance")): s for s in exporter.get_finished_spans()}
+    decide = spans[("pdd.decide", None)]
+    assert decide.attributes["pdd.pipeline"] == "P-MD"
+    assert spans[("pdd.upstream.prefill", "p0")].attributes["pdd.prompt_tokens"] == len(PROMPT)
+    assert spans[("pdd.upstream.generate", "md0")].attributes["pdd.tokens"] == 8

@@ -14,7 +14,7 @@ from policies.tiers import Tier
 from policies.types import Decision, RequestView
 from router.hashing import chain_hashes
 from router.service.errors import ApiError, error_body
-from router.service.orchestrator import Outcome, execute
+from router.service.orchestrator import Outcome, Upstream, execute
 from router.service.schemas import (
     CompletionChoice,
     CompletionRequest,
@@ -106,8 +106,8 @@ async def completions(body: CompletionRequest, request: Request) -> object:
     for attempt in range(MAX_ATTEMPTS):
         decision = _decide(svc, view)
         outcome = Outcome(decision.pipeline)
-        stream = execute(svc.pool, svc.metrics, decision, request_id, body.prompt, max_tokens,
-                         outcome)  # fmt: skip
+        up = Upstream(svc.pool, svc.metrics, svc.tracer)
+        stream = execute(up, decision, request_id, body.prompt, max_tokens, outcome)
         try:
             first = await anext(stream, None)
             break

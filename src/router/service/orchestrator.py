@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
+
+from opentelemetry.trace import Tracer
 
 from engines_adapter.contract import (
     EngineAdapter,
@@ -26,7 +28,7 @@ from policies.types import Decision, HandoffMode, Pipeline
 from router.service.metrics import ServiceMetrics
 from router.service.pool import InstancePool
 
-__all__ = ["Outcome", "execute"]
+__all__ = ["Outcome", "Upstream", "execute"]
 
 
 @dataclass(slots=True)
@@ -42,9 +44,61 @@ class Outcome:
     handoff: str | None = None
 
 
+@dataclass(slots=True)
+class Upstream:
+    """How the orchestrator reaches engines: adapters, with metrics and a span per call."""
+
+    pool: InstancePool
+    metrics: ServiceMetrics
+    tracer: Tracer
+
+    def adapter(self, instance_id: str) -> EngineAdapter:
+        self.metrics.requests.labels(instance_id).inc()
+        return self.pool.get(instance_id)[1]
+
+    async def prefill(
+        self, instance_id: str, request: GenerateRequest, targets: int = 1
+    ) -> PrefillResult:
+        with self.tracer.start_as_current_span("pdd.upstream.prefill") as span:
+            span.set_attribute("pdd.instance", instance_id)
+            span.set_attribute("pdd.prompt_tokens", len(request.prompt_token_ids))
+            try:
+                return await self.adapter(instance_id).prefill(request, targets=targets)
+            except EngineError as exc:
+                self.metrics.errors.labels(instance_id).inc()
+                span.record_exception(exc)
+                raise
+
+    async def generate(
+        self, instance_id: str, request: GenerateRequest, outcome: Outcome | None
+    ) -> AsyncIterator[TokenDelta]:
+        """The engine's deltas; with ``outcome``, cached tokens and finish reason recorded."""
+        span = self.tracer.start_span("pdd.upstream.generate")
+        span.set_attribute("pdd.instance", instance_id)
+        span.set_attribute("pdd.prompt_tokens", len(request.prompt_token_ids))
+        stream = self.adapter(instance_id).generate(request)
+        produced = 0
+        try:
+            async for delta in stream:
+                produced += len(delta.token_ids)
+                if outcome is not None:
+                    if delta.cached_tokens is not None and outcome.cached_tokens is None:
+                        outcome.cached_tokens = delta.cached_tokens
+                    if delta.finished:
+                        outcome.finish_reason = delta.finish_reason
+                yield delta
+        except EngineError as exc:
+            self.metrics.errors.labels(instance_id).inc()
+            span.record_exception(exc)
+            raise
+        finally:
+            await stream.aclose()
+            span.set_attribute("pdd.tokens", produced)
+            span.end()
+
+
 async def execute(
-    pool: InstancePool,
-    metrics: ServiceMetrics,
+    up: Upstream,
     decision: Decision,
     request_id: str,
     prompt: list[int],
@@ -52,45 +106,43 @@ async def execute(
     outcome: Outcome,
 ) -> AsyncIterator[list[int]]:
     """Yield token-ID lists as the request decodes; raise EngineError on an engine fault."""
-    p = _adapter(pool, metrics, decision.p_instance)
     outcome.instances["p"] = decision.p_instance
     pre = GenerateRequest(request_id=f"{request_id}-p", prompt_token_ids=prompt, max_tokens=1)
     targets = 2 if decision.pipeline is Pipeline.P_RLD_MD else 1
-    prefill = await _call(metrics, decision.p_instance, p.prefill(pre, targets=targets))
-    kv = prefill.kv_transfer_params
+    kv = (await up.prefill(decision.p_instance, pre, targets)).kv_transfer_params
 
     if decision.pipeline is Pipeline.P_MD:
         assert decision.md_instance is not None
         outcome.instances["md"] = decision.md_instance
-        md = _adapter(pool, metrics, decision.md_instance)
         req = GenerateRequest(
             request_id=request_id, prompt_token_ids=prompt, max_tokens=max_tokens,
             kv_transfer_params=kv,
         )  # fmt: skip
-        async for ids in _relay(md.generate(req), metrics, decision.md_instance, outcome):
-            yield ids
+        async for delta in up.generate(decision.md_instance, req, outcome):
+            outcome.tokens += len(delta.token_ids)
+            yield delta.token_ids
         return
 
     assert decision.rld_instance is not None
     outcome.instances["rld"] = decision.rld_instance
-    rld = _adapter(pool, metrics, decision.rld_instance)
+    rld_id = decision.rld_instance
     rld_req = GenerateRequest(
         request_id=f"{request_id}-rld", prompt_token_ids=prompt, max_tokens=max_tokens,
         kv_transfer_params=kv,
     )  # fmt: skip
     if decision.pipeline is Pipeline.P_RLD:
-        async for ids in _relay(rld.generate(rld_req), metrics, decision.rld_instance, outcome):
-            outcome.eager_tokens += len(ids)
-            yield ids
+        async for delta in up.generate(rld_id, rld_req, outcome):
+            outcome.tokens += len(delta.token_ids)
+            outcome.eager_tokens += len(delta.token_ids)
+            yield delta.token_ids
         return
 
     assert decision.md_instance is not None
     assert decision.handoff is not None
     md_id = decision.md_instance
-    md = _adapter(pool, metrics, md_id)
     eager: list[int] = []
-    rld_stream = rld.generate(rld_req)
-    md_ready = asyncio.create_task(_warm(md, f"{request_id}-md0", prompt, kv))
+    rld_stream = up.generate(rld_id, rld_req, None)
+    md_ready = asyncio.create_task(_warm(up, md_id, f"{request_id}-md0", prompt, kv))
     chunk = decision.chunk_tokens or 64
     warming: asyncio.Task[None] | None = None
     handed = 0
@@ -115,7 +167,7 @@ async def execute(
                         warming.result()
                     handed = len(eager)
                     warming = asyncio.create_task(
-                        _warm(md, f"{request_id}-md{handed}", prompt + eager[:handed], None)
+                        _warm(up, md_id, f"{request_id}-md{handed}", prompt + eager[:handed])
                     )
                 continue
             if warming is not None and not warming.done():
@@ -126,61 +178,32 @@ async def execute(
         if aclose is not None:
             await aclose()
         with contextlib.suppress(EngineError):
-            await rld.abort(rld_req.request_id)
+            await up.pool.get(rld_id)[1].abort(rld_req.request_id)
         for task in (md_ready, warming):
             if task is not None and not task.done():
                 task.cancel()
     # RLD's stream ended without finishing and MD never got ready: wait for MD
     if not md_ready.done() or md_ready.cancelled():
-        await _warm(md, f"{request_id}-md0", prompt, kv)
+        await _warm(up, md_id, f"{request_id}-md0", prompt, kv)
     outcome.eager_tokens = len(eager)
     outcome.handoff = decision.handoff.value
-    metrics.handoffs.labels(decision.handoff.value).inc()
+    up.metrics.handoffs.labels(decision.handoff.value).inc()
     outcome.instances["md"] = md_id
     rest = max_tokens - len(eager)
     if rest <= 0:
         outcome.finish_reason = "length"
         return
     ext = GenerateRequest(request_id=request_id, prompt_token_ids=prompt + eager, max_tokens=rest)
-    async for ids in _relay(md.generate(ext), metrics, md_id, outcome):
-        yield ids
+    async for delta in up.generate(md_id, ext, outcome):
+        outcome.tokens += len(delta.token_ids)
+        yield delta.token_ids
 
 
-def _adapter(pool: InstancePool, metrics: ServiceMetrics, instance_id: str) -> EngineAdapter:
-    metrics.requests.labels(instance_id).inc()
-    return pool.get(instance_id)[1]
-
-
-async def _call(
-    metrics: ServiceMetrics, instance_id: str, coro: Awaitable[PrefillResult]
-) -> PrefillResult:
-    try:
-        return await coro
-    except EngineError:
-        metrics.errors.labels(instance_id).inc()
-        raise
-
-
-async def _warm(md: EngineAdapter, rid: str, prompt: list[int], kv: dict[str, Any] | None) -> None:
+async def _warm(
+    up: Upstream, md_id: str, rid: str, prompt: list[int], kv: dict[str, Any] | None = None
+) -> None:
     """Make MD hold the prompt's KV (its copy arriving; on CPU engines, computing it)."""
-    await md.prefill(
-        GenerateRequest(request_id=rid, prompt_token_ids=prompt, max_tokens=1,
-                        kv_transfer_params=kv)
-    )  # fmt: skip
-
-
-async def _relay(
-    stream: AsyncIterator[TokenDelta], metrics: ServiceMetrics, instance_id: str, outcome: Outcome
-) -> AsyncIterator[list[int]]:
-    try:
-        async for delta in stream:
-            if delta.cached_tokens is not None and outcome.cached_tokens is None:
-                outcome.cached_tokens = delta.cached_tokens
-            if delta.token_ids:
-                outcome.tokens += len(delta.token_ids)
-                yield delta.token_ids
-            if delta.finished:
-                outcome.finish_reason = delta.finish_reason
-    except EngineError:
-        metrics.errors.labels(instance_id).inc()
-        raise
+    request = GenerateRequest(
+        request_id=rid, prompt_token_ids=prompt, max_tokens=1, kv_transfer_params=kv
+    )
+    await up.prefill(md_id, request)
