@@ -10,6 +10,7 @@ from rich.console import Console
 from router import __version__
 from router.cli.bench_cmd import bench_app
 from router.cli.demo_cmd import demo
+from router.cli.engine_cmd import engine_app
 from router.cli.replay_cmd import replay_app
 from router.cli.serve_cmd import serve
 from router.cli.trace_cmd import trace_app
@@ -30,6 +31,7 @@ app = typer.Typer(
 app.add_typer(trace_app, name="trace")
 app.add_typer(replay_app, name="replay")
 app.add_typer(bench_app, name="bench")
+app.add_typer(engine_app, name="engine-sim")
 app.command("demo")(demo)
 app.command("serve")(serve)
 
