@@ -54,6 +54,7 @@ class ServiceSettings(BaseModel):
     max_prompt_tokens: int = Field(131_072, gt=0, description="Longer prompts get 400")
     vocab_size: int | None = Field(None, gt=0, description="Token IDs at or above it get 400")
     max_tokens_default: int = Field(256, gt=0, description="max_tokens when a request omits it")
+    max_tokens_limit: int = Field(32_768, gt=0, description="Larger max_tokens get 400")
     engine_timeout_s: float = Field(30.0, gt=0, description="Per upstream call")
     load_poll_s: float = Field(1.0, gt=0, description="How often engines' load is read")
     instances_file: str | None = Field(None, description="YAML or JSON list of instances")

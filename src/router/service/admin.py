@@ -9,7 +9,12 @@ from fastapi import APIRouter, Depends, Request, Response
 from engines_adapter.contract import KVEvent, KVEventBatch
 from router.service.errors import ApiError
 from router.service.pool import UnknownInstance
-from router.service.schemas import InstanceConfig, InstanceStatus, KVEventsBody
+from router.service.schemas import (
+    ERROR_RESPONSES,
+    InstanceConfig,
+    InstanceStatus,
+    KVEventsBody,
+)
 from router.service.state import ServiceState
 
 __all__ = ["admin_router", "event_from_wire"]
@@ -31,7 +36,11 @@ def require_api_key(request: Request) -> None:
                        headers={"WWW-Authenticate": "Bearer"})  # fmt: skip
 
 
-admin_router = APIRouter(dependencies=[Depends(require_api_key)], tags=["admin"])
+admin_router = APIRouter(
+    dependencies=[Depends(require_api_key)],
+    tags=["admin"],
+    responses=ERROR_RESPONSES(400, 401, 422),
+)
 
 
 def _status(svc: ServiceState, instance_id: str) -> InstanceStatus:
@@ -57,7 +66,9 @@ async def register_instance(config: InstanceConfig, request: Request) -> Instanc
     return _status(svc, config.instance_id)
 
 
-@admin_router.get("/v1/instances/{instance_id}", response_model=InstanceStatus)
+@admin_router.get(
+    "/v1/instances/{instance_id}", response_model=InstanceStatus, responses=ERROR_RESPONSES(404)
+)
 async def get_instance(instance_id: str, request: Request) -> InstanceStatus:
     try:
         return _status(_state(request), instance_id)
@@ -65,7 +76,7 @@ async def get_instance(instance_id: str, request: Request) -> InstanceStatus:
         raise ApiError(404, f"unknown instance {instance_id!r}", param="instance_id") from exc
 
 
-@admin_router.delete("/v1/instances/{instance_id}", status_code=204)
+@admin_router.delete("/v1/instances/{instance_id}", status_code=204, responses=ERROR_RESPONSES(404))
 async def remove_instance(instance_id: str, request: Request) -> Response:
     svc = _state(request)
     from router.service.lifecycle import detach_instance
@@ -94,7 +105,7 @@ def event_from_wire(raw: dict[str, object] | list[object]) -> KVEvent:
     return KVEvent.model_validate({"type": raw[0], **dict(zip(names, raw[1:], strict=False))})
 
 
-@admin_router.post("/v1/kv-events", status_code=202)
+@admin_router.post("/v1/kv-events", status_code=202, responses=ERROR_RESPONSES(404))
 async def kv_events(body: KVEventsBody, request: Request) -> dict[str, int]:
     """Apply a batch of KV events (vLLM's schema) to the index."""
     svc = _state(request)

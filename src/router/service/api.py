@@ -16,6 +16,7 @@ from router.hashing import chain_hashes
 from router.service.errors import ApiError, error_body
 from router.service.orchestrator import Outcome, Upstream, execute
 from router.service.schemas import (
+    ERROR_RESPONSES,
     CompletionChoice,
     CompletionRequest,
     CompletionResponse,
@@ -26,7 +27,7 @@ from router.service.state import ServiceState
 
 __all__ = ["api_router"]
 
-api_router = APIRouter()
+api_router = APIRouter(responses=ERROR_RESPONSES(400, 413, 422, 503))
 MAX_ATTEMPTS = 3
 
 
@@ -90,12 +91,24 @@ def _mark_unhealthy(svc: ServiceState, instance_id: str) -> None:
         load.healthy = False  # the health poller restores it when the engine answers
 
 
-@api_router.post("/v1/completions", tags=["openai"], response_model=CompletionResponse)
+@api_router.post(
+    "/v1/completions",
+    tags=["openai"],
+    response_model=CompletionResponse,
+    responses={
+        **ERROR_RESPONSES(502),
+        200: {"content": {"text/event-stream": {}}, "description": "JSON, or SSE when streaming"},
+    },
+)
 async def completions(body: CompletionRequest, request: Request) -> object:
     """OpenAI-compatible completion with token IDs: decides, then executes the decision."""
     svc = _state(request)
     _check_prompt(svc, body.prompt, "prompt")
     max_tokens = body.max_tokens or svc.settings.service.max_tokens_default
+    if max_tokens > svc.settings.service.max_tokens_limit:
+        limit = svc.settings.service.max_tokens_limit
+        raise ApiError(400, f"max_tokens {max_tokens} is over the limit of {limit}",
+                       param="max_tokens")  # fmt: skip
     chain = chain_hashes(body.prompt, svc.settings.block_size, svc.settings.hash_seed)
     view = RequestView(chain.hashes, chain.block_size, chain.num_tokens, body.max_tokens,
                        body.session_id or body.user)  # fmt: skip

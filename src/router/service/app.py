@@ -154,7 +154,11 @@ def create_app(
         """The router process answers."""
         return {"status": "ok"}
 
-    @app.get("/readyz", tags=["ops"])
+    @app.get(
+        "/readyz",
+        tags=["ops"],
+        responses={503: {"description": "A tier has no healthy instance"}},
+    )
     async def readyz(request: Request) -> JSONResponse:
         """200 when each tier has a healthy instance, 503 otherwise."""
         svc: ServiceState = request.state.svc
@@ -174,7 +178,12 @@ def create_app(
     async def version() -> dict[str, str]:
         return {"version": __version__}
 
-    @app.get("/metrics", tags=["ops"])
+    @app.get(
+        "/metrics",
+        tags=["ops"],
+        response_class=PlainTextResponse,
+        responses={200: {"content": {"text/plain": {}}, "description": "Prometheus text"}},
+    )
     async def metrics_endpoint(request: Request) -> PlainTextResponse:
         svc: ServiceState = request.state.svc
         return PlainTextResponse(

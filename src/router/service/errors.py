@@ -6,6 +6,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 __all__ = ["ApiError", "error_body", "install_error_handlers"]
 
@@ -55,9 +56,22 @@ def install_error_handlers(app: FastAPI) -> None:
         )
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        headers = dict(getattr(exc, "headers", None) or {})
+        if exc.status_code == 405:
+            headers["Allow"] = ", ".join(_allowed_methods(app, request))
         return JSONResponse(
             error_body(str(exc.detail), "invalid_request_error", None, exc.status_code),
             status_code=exc.status_code,
-            headers=getattr(exc, "headers", None),
+            headers=headers,
         )
+
+
+def _allowed_methods(app: FastAPI, request: Request) -> list[str]:
+    """Every method some route serves at this path (starlette names only the first route's)."""
+    methods: set[str] = set()
+    for route in app.router.routes:
+        match, _ = route.matches({**request.scope, "method": "GET"})
+        if match is not Match.NONE:
+            methods |= set(getattr(route, "methods", None) or ())
+    return sorted(methods)

@@ -46,7 +46,12 @@ async def attach_instance(svc: ServiceState, config: InstanceConfig) -> None:
     """Register an instance and start consuming its KV events."""
     if config.instance_id in svc.pool.configs:
         await detach_instance(svc, config.instance_id)
-    svc.pool.register(config, svc.settings.block_size)
+    try:
+        svc.pool.register(config, svc.settings.block_size)
+    except ValueError as exc:  # the adapter refused the config (e.g. a missing URL)
+        from router.service.errors import ApiError
+
+        raise ApiError(400, f"instance {config.instance_id}: {exc}", param="url") from exc
     svc.scheduler.refresh_instances()
     adapter = svc.pool.adapters[config.instance_id]
     task = asyncio.create_task(_consume_events(svc, config.instance_id, adapter.kv_events()))

@@ -47,6 +47,7 @@ class InstancePool:
 
     def register(self, config: InstanceConfig, block_size: int) -> None:
         """Add or replace an instance (its adapter is rebuilt)."""
+        adapter = self._factory(config)  # first: a refused config changes nothing
         if config.instance_id in self.configs:
             self.remove(config.instance_id)
         self.index.register(
@@ -65,7 +66,7 @@ class InstancePool:
             max_batch=config.max_batch,
         )
         self.configs[config.instance_id] = config
-        self.adapters[config.instance_id] = self._factory(config)
+        self.adapters[config.instance_id] = adapter
         self.loads[config.instance_id] = load
         self.view.instances[config.tier].append(load)
         self.view.instances[config.tier].sort(key=lambda i: i.instance_id)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, model_validator
 
 from policies.tiers import Tier
 
 __all__ = [
+    "ERROR_RESPONSES",
     "CompletionChoice",
     "CompletionRequest",
     "CompletionResponse",
@@ -21,12 +22,44 @@ __all__ = [
 ]
 
 
+TokenId = Annotated[StrictInt, Field(ge=0)]
+
+
+class ErrorDetail(BaseModel):
+    message: str
+    type: str
+    param: str | None = None
+    code: int
+
+
+class ErrorResponse(BaseModel):
+    """Every error, in OpenAI's shape."""
+
+    error: ErrorDetail
+
+
+def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
+    text = {
+        400: "Bad input: malformed JSON, token IDs out of range, prompt over the limit",
+        401: "Missing or wrong API key (admin endpoints, when a key is configured)",
+        404: "Unknown instance",
+        413: "Request body over the size limit",
+        422: "Wrong field types or values; the message names the field",
+        502: "An engine failed after the response started",
+        503: "No healthy engine can serve the request; retry after Retry-After seconds",
+    }
+    return {code: {"model": ErrorResponse, "description": text[code]} for code in codes}
+
+
+ERROR_RESPONSES = _errors
+
+
 class RouteRequest(BaseModel):
     """A decision without execution: token IDs, or a trace's block IDs with their block size."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
-    token_ids: list[int] | None = Field(None, description="Prompt token IDs")
+    token_ids: list[TokenId] | None = Field(None, description="Prompt token IDs")
     hash_ids: list[int] | None = Field(None, description="Prefix-chained block IDs (traces)")
     block_size: int | None = Field(None, gt=0, description="Tokens per block of hash_ids")
     input_length: int | None = Field(None, gt=0, description="Prompt tokens, with hash_ids")
@@ -45,21 +78,23 @@ class RouteRequest(BaseModel):
 
 
 class StreamOptions(BaseModel):
-    include_usage: bool = False
+    model_config = ConfigDict(strict=True)
+
+    include_usage: StrictBool = False
 
 
 class CompletionRequest(BaseModel):
     """OpenAI's completion request, with the prompt as a list of token IDs."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True)
 
     model: str | None = None
-    prompt: list[int] = Field(min_length=1, description="Prompt token IDs")
+    prompt: list[TokenId] = Field(min_length=1, description="Prompt token IDs")
     max_tokens: int | None = Field(None, gt=0)
-    temperature: float = Field(0.0, ge=0)
-    stream: bool = False
+    temperature: StrictFloat = Field(0.0, ge=0)
+    stream: StrictBool = False
     stream_options: StreamOptions | None = None
-    ignore_eos: bool = False
+    ignore_eos: StrictBool = False
     user: str | None = Field(None, description="Used as the session id when no session_id")
     session_id: str | None = Field(None, max_length=256)
 
@@ -101,8 +136,8 @@ class InstanceConfig(BaseModel):
     datacenter: str = Field("A", min_length=1, max_length=64)
     url: str = Field("inproc://", description="Engine base URL; inproc:// for a built-in sim")
     adapter: Literal["sim", "vllm", "sglang"] = "vllm"
-    capacity_tokens: int = Field(1_000_000, gt=0, description="KV capacity in tokens")
-    max_batch: int = Field(256, gt=0)
+    capacity_tokens: StrictInt = Field(1_000_000, gt=0, description="KV capacity in tokens")
+    max_batch: StrictInt = Field(256, gt=0)
     kv_events_endpoint: str | None = Field(None, description="ZMQ endpoint of KV events")
 
 
@@ -116,6 +151,8 @@ class InstanceStatus(InstanceConfig):
 class KVEventsBody(BaseModel):
     """A batch of KV events in vLLM's schema (events as maps or positional arrays)."""
 
+    model_config = ConfigDict(strict=True)
+
     instance_id: str
-    timestamp: float = 0.0
+    timestamp: StrictFloat = 0.0
     events: list[dict[str, Any] | list[Any]]
