@@ -1,0 +1,118 @@
+"""One line of requests.jsonl: what happened to a request, and what the router predicted."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from policies.tiers import Tier
+from replay.sim.request_state import Leg, SimRequest
+
+__all__ = ["RequestRecord", "record_of"]
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRecord:
+    """Per-request outcome. Times in seconds from the trace start; None when not reached."""
+
+    request_id: int
+    session_id: str | None
+    arrival_s: float
+    input_length: int
+    output_length: int
+    decided_pipeline: str
+    pipeline: str  # realized: a P-RLD-MD request that ended on RLD early is P-RLD
+    reactive: bool  # P-RLD because RLD finished before MD's copy landed (odd traffic)
+    handoff: str | None
+    handoff_rounds: int
+    eager_tokens: int
+    p_instance: str
+    rld_instance: str | None
+    md_instance: str | None
+    finished_on: str | None
+    ttft_s: float | None
+    tpot_s: float | None
+    max_gap_s: float | None
+    handoff_gap_s: float | None
+    e2e_s: float | None
+    prefill_queue_s: float
+    prefill_s: float
+    hit_p: float
+    hit_rld: float | None
+    hit_md: float | None
+    predicted_hit_p: float | None
+    predicted_hit_md: float | None
+    predicted_wan_s: float
+    wan_bytes: float
+    transfer_s: float | None
+    tokens_rld: int
+    tokens_md: int
+    rld_busy_s: float | None
+    reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _r(x: float | None) -> float | None:
+    return None if x is None else round(x, 6)
+
+
+def _hit(leg: Leg | None, input_length: int) -> float | None:
+    if leg is None:
+        return None
+    return round(leg.hit_tokens / input_length, 6) if input_length else 0.0
+
+
+def record_of(request: SimRequest) -> RequestRecord:
+    """The record of a simulated request (finished or not)."""
+    decision = request.decision
+    arrival = request.arrival_s
+    first, last = request.first_token_s, request.last_token_s
+    finished = request.finished_s is not None and first is not None and last is not None
+    ttft = first - arrival if finished and first is not None else None
+    e2e = last - arrival if finished and last is not None else None
+    tpot: float | None = None
+    if finished and first is not None and last is not None and request.emitted > 1:
+        tpot = (last - first) / (request.emitted - 1)
+    predicted = decision.predicted_hit if decision is not None else {}
+    rld_busy = None
+    if request.rld_start_s is not None and request.rld_end_s is not None:
+        rld_busy = request.rld_end_s - request.rld_start_s
+    n = request.input_length
+    return RequestRecord(
+        request_id=request.trace.request_id,
+        session_id=request.trace.session_id,
+        arrival_s=round(arrival, 6),
+        input_length=n,
+        output_length=request.output_length,
+        decided_pipeline=str(decision.pipeline) if decision is not None else "",
+        pipeline=str(request.pipeline),
+        reactive=request.reactive,
+        handoff=str(request.handoff) if request.handoff is not None else None,
+        handoff_rounds=request.handoff_rounds,
+        eager_tokens=request.eager_tokens,
+        p_instance=request.p.id if request.p is not None else "",
+        rld_instance=request.rld.id if request.rld is not None else None,
+        md_instance=request.md.id if request.md is not None else None,
+        finished_on=request.finished_on,
+        ttft_s=_r(ttft),
+        tpot_s=_r(tpot),
+        max_gap_s=_r(request.max_gap_s) if finished else None,
+        handoff_gap_s=_r(request.handoff_gap_s) if request.handoff is not None else None,
+        e2e_s=_r(e2e),
+        prefill_queue_s=round(request.prefill_start_s - arrival, 6),
+        prefill_s=round(request.prefill_end_s - request.prefill_start_s, 6),
+        hit_p=round(request.p_hit_tokens / n, 6) if n else 0.0,
+        hit_rld=_hit(request.rld_leg, n),
+        hit_md=_hit(request.md_leg, n),
+        predicted_hit_p=_r(predicted.get(Tier.P)),
+        predicted_hit_md=_r(predicted.get(Tier.MD)),
+        predicted_wan_s=round(decision.predicted_wan_s, 6) if decision is not None else 0.0,
+        wan_bytes=request.wan_bytes,
+        transfer_s=_r(request.transfer_s),
+        tokens_rld=request.tokens_rld,
+        tokens_md=request.tokens_md,
+        rld_busy_s=_r(rld_busy),
+        reason=decision.reason if decision is not None else "",
+    )

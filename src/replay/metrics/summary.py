@@ -1,0 +1,197 @@
+"""The run's summary: latency percentiles, SLA goodput, WAN use, cost and BCR (numpy)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+from pydantic import BaseModel, ConfigDict, Field
+
+from replay.metrics.record import RequestRecord
+
+__all__ = ["Percentiles", "SlaThresholds", "Summary", "TransferStats", "summarize", "wan_gbps"]
+
+FloatArray = npt.NDArray[np.float64]
+
+
+class SlaThresholds(BaseModel):
+    """A request meets the SLA when its TTFT and its TPOT are both within these."""
+
+    model_config = ConfigDict(frozen=True)
+
+    ttft_s: float = Field(10.0, gt=0)
+    tpot_s: float = Field(0.1, gt=0)
+
+
+class Percentiles(BaseModel):
+    p50: float | None
+    p90: float | None
+    p99: float | None
+    mean: float | None
+
+
+class TransferStats(BaseModel):
+    p50: float | None
+    p99: float | None
+    mean: float | None
+
+
+class Summary(BaseModel):
+    """summary.json: everything but ``wall_s`` is a function of the run's inputs."""
+
+    policy: str
+    preset: str
+    trace: str
+    requests: int
+    completed: int
+    seed: int
+    rate_scale: float
+    kv_event_delay_s: float
+    sla: SlaThresholds
+    ttft_s: Percentiles
+    tpot_s: Percentiles
+    e2e_s: Percentiles
+    max_gap_s: Percentiles
+    sla_attainment: float
+    goodput_rps: float
+    throughput_rps: float
+    wan_bytes: float
+    wan_gbps_mean: float
+    wan_gbps_peak: float
+    transfer_s: TransferStats
+    rld_token_share: float
+    pipelines: dict[str, int]
+    handoffs: dict[str, int]
+    reactive_p_rld: int
+    hit_rate: dict[str, float]
+    cost_per_hour: float
+    bcr: float
+    trace_duration_s: float
+    simulated_s: float
+    wall_s: float
+
+
+def _array(values: Sequence[float | None]) -> FloatArray:
+    return np.array([np.nan if v is None else v for v in values], dtype=np.float64)
+
+
+def _pct(values: FloatArray, qs: tuple[int, ...]) -> list[float | None]:
+    finite = values[np.isfinite(values)]
+    if finite.size == 0:
+        return [None] * (len(qs) + 1)
+    points = np.percentile(finite, qs)
+    out: list[float | None] = [round(float(x), 6) for x in points]
+    return [*out, round(float(finite.mean()), 6)]
+
+
+def _percentiles(values: FloatArray) -> Percentiles:
+    p50, p90, p99, mean = _pct(values, (50, 90, 99))
+    return Percentiles(p50=p50, p90=p90, p99=p99, mean=mean)
+
+
+def wan_gbps(throughput: Sequence[tuple[float, float]], start: float, end: float) -> float:
+    """Peak Gbps over 1 s windows from ``start``, given the link's (time, bytes/s) steps."""
+    if len(throughput) < 2 or end <= start:
+        return 0.0
+    times = np.array([t for t, _ in throughput], dtype=np.float64)
+    rates = np.array([r for _, r in throughput], dtype=np.float64)
+    cumulative = np.concatenate(([0.0], np.cumsum(rates[:-1] * np.diff(times))))
+    edges = np.arange(start, end + 1.0, 1.0)
+    k = np.clip(np.searchsorted(times, edges, side="right") - 1, 0, len(times) - 1)
+    at_edges = cumulative[k] + rates[k] * np.maximum(edges - times[k], 0.0)
+    per_window = np.diff(at_edges)
+    return round(float(per_window.max()) * 8 / 1e9, 6) if per_window.size else 0.0
+
+
+def summarize(
+    records: Sequence[RequestRecord],
+    *,
+    policy: str,
+    preset: str,
+    trace: str,
+    seed: int,
+    rate_scale: float,
+    kv_event_delay_s: float,
+    sla: SlaThresholds,
+    cost_per_hour: float,
+    wan_throughput: Sequence[tuple[float, float]] | None,
+    wall_s: float,
+) -> Summary:
+    """Aggregate per-request records into the run's summary."""
+    n = len(records)
+    arrival = _array([r.arrival_s for r in records])
+    ttft = _array([r.ttft_s for r in records])
+    tpot = _array([r.tpot_s for r in records])
+    e2e = _array([r.e2e_s for r in records])
+    gap = _array([r.max_gap_s for r in records])
+    transfer = _array([r.transfer_s for r in records])
+    done = np.isfinite(e2e)
+    start = float(arrival.min()) if n else 0.0
+    end = float(np.nanmax(arrival + e2e)) if done.any() else start
+    simulated = max(end - start, 0.0)
+    duration = float(arrival.max() - arrival.min()) if n else 0.0
+    if duration <= 0.0:
+        duration = simulated if simulated > 0.0 else 1.0
+    meets = done & (ttft <= sla.ttft_s) & (~np.isfinite(tpot) | (tpot <= sla.tpot_s))
+    met = int(meets.sum())
+    wan_bytes = float(sum(r.wan_bytes for r in records))
+    tokens_rld = float(sum(r.tokens_rld for r in records))
+    tokens_all = tokens_rld + float(sum(r.tokens_md for r in records))
+    goodput = met / duration
+    p50, p99, mean = _pct(transfer, (50, 99))
+    return Summary(
+        policy=policy,
+        preset=preset,
+        trace=trace,
+        requests=n,
+        completed=int(done.sum()),
+        seed=seed,
+        rate_scale=rate_scale,
+        kv_event_delay_s=kv_event_delay_s,
+        sla=sla,
+        ttft_s=_percentiles(ttft),
+        tpot_s=_percentiles(tpot),
+        e2e_s=_percentiles(e2e),
+        max_gap_s=_percentiles(gap),
+        sla_attainment=round(met / n, 6) if n else 0.0,
+        goodput_rps=round(goodput, 6),
+        throughput_rps=round(int(done.sum()) / duration, 6),
+        wan_bytes=wan_bytes,
+        wan_gbps_mean=round(wan_bytes * 8 / simulated / 1e9, 6) if simulated > 0 else 0.0,
+        wan_gbps_peak=wan_gbps(wan_throughput, start, end) if wan_throughput else 0.0,
+        transfer_s=TransferStats(p50=p50, p99=p99, mean=mean),
+        rld_token_share=round(tokens_rld / tokens_all, 6) if tokens_all else 0.0,
+        pipelines=_counts([r.pipeline for r in records]),
+        handoffs=_counts([r.handoff for r in records if r.handoff is not None]),
+        reactive_p_rld=sum(1 for r in records if r.reactive),
+        hit_rate=_hit_rates(records),
+        cost_per_hour=round(cost_per_hour, 6),
+        bcr=round(goodput / cost_per_hour, 9) if cost_per_hour > 0 else 0.0,
+        trace_duration_s=round(duration, 6),
+        simulated_s=round(simulated, 6),
+        wall_s=round(wall_s, 3),
+    )
+
+
+def _counts(values: list[str]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for value in sorted(values):
+        out[value] = out.get(value, 0) + 1
+    return out
+
+
+def _hit_rates(records: Sequence[RequestRecord]) -> dict[str, float]:
+    """Token-weighted realized hit rate per tier (over the requests that used the tier)."""
+    out: dict[str, float] = {}
+    for tier, values in (
+        ("p", [(r.hit_p, r.input_length) for r in records]),
+        ("rld", [(r.hit_rld, r.input_length) for r in records if r.hit_rld is not None]),
+        ("md", [(r.hit_md, r.input_length) for r in records if r.hit_md is not None]),
+    ):
+        if values:
+            hits = np.array([h for h, _ in values], dtype=np.float64)
+            weights = np.array([w for _, w in values], dtype=np.float64)
+            total = weights.sum()
+            out[tier] = round(float((hits * weights).sum() / total), 6) if total else 0.0
+    return out

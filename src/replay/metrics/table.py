@@ -1,0 +1,54 @@
+"""The short summary table printed after a replay (rich)."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from replay.metrics.summary import Percentiles, Summary
+
+__all__ = ["summary_table"]
+
+
+def _p(p: Percentiles, scale: float = 1.0, unit: str = "s") -> str:
+    if p.p50 is None or p.p90 is None or p.p99 is None:
+        return "-"
+    return f"{p.p50 * scale:.3g} / {p.p90 * scale:.3g} / {p.p99 * scale:.3g} {unit}"
+
+
+def summary_table(summary: Summary) -> Table:
+    """Key figures of one run, one row each."""
+    table = Table(title=f"replay: {summary.policy} on {summary.preset}", show_header=False)
+    table.add_column("metric", style="bold")
+    table.add_column("value")
+    t = summary.transfer_s
+    rows = [
+        ("requests (completed)", f"{summary.requests} ({summary.completed})"),
+        ("TTFT P50 / P90 / P99", _p(summary.ttft_s)),
+        ("TPOT P50 / P90 / P99", _p(summary.tpot_s, 1000, "ms")),
+        ("E2E P50 / P90 / P99", _p(summary.e2e_s)),
+        ("largest gap P50 / P90 / P99", _p(summary.max_gap_s, 1000, "ms")),
+        (
+            f"SLA (TTFT {summary.sla.ttft_s:g} s, TPOT {summary.sla.tpot_s * 1000:g} ms)",
+            f"{summary.sla_attainment:.1%}",
+        ),
+        ("goodput", f"{summary.goodput_rps:.3f} req/s"),
+        (
+            "WAN",
+            f"{summary.wan_bytes / 1e9:.1f} GB, mean {summary.wan_gbps_mean:.2f} Gbps, "
+            f"peak {summary.wan_gbps_peak:.2f} Gbps",
+        ),
+        (
+            "KV transfer P50 / P99",
+            "-" if t.p50 is None or t.p99 is None else f"{t.p50:.3g} / {t.p99:.3g} s",
+        ),
+        ("pipelines", ", ".join(f"{k} {v}" for k, v in summary.pipelines.items()) or "-"),
+        ("handoffs", ", ".join(f"{k} {v}" for k, v in summary.handoffs.items()) or "-"),
+        ("RLD token share", f"{summary.rld_token_share:.2%}"),
+        ("hit rate", ", ".join(f"{k} {v:.1%}" for k, v in summary.hit_rate.items())),
+        ("cost", f"{summary.cost_per_hour:.2f} USD/h"),
+        ("BCR", f"{summary.bcr * 1000:.3f} req/s per 1000 USD/h"),
+        ("simulated / wall", f"{summary.simulated_s:.0f} s / {summary.wall_s:.2f} s"),
+    ]
+    for name, value in rows:
+        table.add_row(name, value)
+    return table

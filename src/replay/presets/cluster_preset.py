@@ -1,0 +1,58 @@
+"""A cluster preset resolved against its hardware and model tables, with derived figures."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from policies.tiers import Tier
+from replay.presets.schema import ClusterSpec, HardwareSpec, ModelSpec, PoolSpec
+
+__all__ = ["ClusterPreset"]
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterPreset:
+    """Everything the simulator needs to build a cluster, by name."""
+
+    name: str
+    spec: ClusterSpec
+    model: ModelSpec
+    hardware: dict[str, HardwareSpec]
+
+    def pools(self) -> dict[str, PoolSpec]:
+        """Pools with at least one instance, in the preset's order."""
+        return {name: pool for name, pool in self.spec.pools.items() if pool.instances > 0}
+
+    def tiers(self) -> set[Tier]:
+        return {pool.tier for pool in self.pools().values()}
+
+    def kv_capacity_tokens(self, pool: PoolSpec) -> int:
+        """KV tokens one instance of the pool holds: HBM share minus weights, or explicit."""
+        if pool.kv_capacity_tokens is not None:
+            return pool.kv_capacity_tokens
+        hw = self.hardware[pool.hardware]
+        usable = pool.gpus_per_instance * hw.hbm_bytes * self.spec.timing.memory_utilization
+        free = usable - self.model.weight_bytes
+        return max(int(free // self.model.kv_bytes_per_token), 0)
+
+    def gpu_counts(self) -> dict[str, int]:
+        """GPUs per hardware name over all pools."""
+        counts: dict[str, int] = {}
+        for pool in self.pools().values():
+            counts[pool.hardware] = counts.get(pool.hardware, 0) + (
+                pool.instances * pool.gpus_per_instance
+            )
+        return counts
+
+    def cost_per_hour(self) -> float:
+        """GPUs times their price plus the WAN line (when there is one)."""
+        gpus = sum(n * self.hardware[hw].price_per_hour for hw, n in self.gpu_counts().items())
+        wan = self.spec.links.wan
+        line = wan.price_per_hour if wan is not None and self.spans_datacenters() else 0.0
+        return gpus + line
+
+    def datacenters(self) -> list[str]:
+        return sorted({pool.datacenter for pool in self.pools().values()})
+
+    def spans_datacenters(self) -> bool:
+        return len(self.datacenters()) > 1

@@ -1,0 +1,105 @@
+"""Load cluster presets from the packaged YAML files and apply command-line overrides."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from importlib import resources
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from replay.presets.cluster_preset import ClusterPreset
+from replay.presets.schema import ClusterSpec, HardwareSpec, ModelSpec
+from router.errors import UserError
+
+__all__ = ["load_preset", "parse_overrides", "preset_names"]
+
+_PACKAGE = "replay.presets"
+
+
+def _read_yaml(*parts: str) -> Any:
+    node = resources.files(_PACKAGE)
+    for part in parts:
+        node = node.joinpath(part)
+    return yaml.safe_load(node.read_text(encoding="utf-8"))
+
+
+def preset_names() -> list[str]:
+    """Names of the packaged cluster presets, sorted."""
+    folder = resources.files(_PACKAGE).joinpath("clusters")
+    return sorted(
+        entry.name.removesuffix(".yaml")
+        for entry in folder.iterdir()
+        if entry.name.endswith(".yaml")
+    )
+
+
+def parse_overrides(items: list[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` strings (dotted keys, YAML values) into a mapping."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise UserError(f"override {item!r} is not KEY=VALUE (e.g. pools.md.instances=8)")
+        out[key.strip()] = yaml.safe_load(raw)
+    return out
+
+
+def _set_dotted(tree: dict[str, Any], key: str, value: Any, what: str) -> None:
+    parts = key.split(".")
+    node: Any = tree
+    for depth, part in enumerate(parts[:-1]):
+        child = node.get(part) if isinstance(node, dict) else None
+        if child is None and isinstance(node, dict):
+            child = node[part] = {}
+        if not isinstance(child, dict):
+            where = ".".join(parts[: depth + 1])
+            raise UserError(f"override {key!r}: {what} has no section {where!r}")
+        node = child
+    node[parts[-1]] = value
+
+
+def _table(name: str, raw: Any) -> dict[str, Any]:
+    if not isinstance(raw, dict):
+        raise UserError(f"preset table {name} is not a mapping")
+    return raw
+
+
+def load_preset(name: str, overrides: Mapping[str, Any] | None = None) -> ClusterPreset:
+    """The named preset with overrides applied (``pools.md.instances``, ``links.wan.rtt_s``,
+    ``hardware.h200.price_per_hour``, ``models.kimi-k2-like.kv_bytes_per_token``, ...)."""
+    names = preset_names()
+    if name not in names:
+        raise UserError(f"unknown preset {name!r}; valid presets: {', '.join(names)}")
+    cluster_raw = _read_yaml("clusters", f"{name}.yaml")
+    hardware_raw = _table("hardware", _read_yaml("hardware.yaml"))
+    models_raw = _table("models", _read_yaml("models.yaml"))
+    for key, value in (overrides or {}).items():
+        head, _, rest = key.partition(".")
+        if head == "hardware" and rest:
+            _set_dotted(hardware_raw, rest, value, "the hardware table")
+        elif head == "models" and rest:
+            _set_dotted(models_raw, rest, value, "the model table")
+        else:
+            _set_dotted(cluster_raw, key, value, f"preset {name}")
+    try:
+        spec = ClusterSpec.model_validate(cluster_raw)
+        hardware = {k: HardwareSpec.model_validate(v) for k, v in hardware_raw.items()}
+        models = {k: ModelSpec.model_validate(v) for k, v in models_raw.items()}
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise UserError(f"preset {name}: {where}: {first['msg']}") from None
+    if spec.model not in models:
+        raise UserError(
+            f"preset {name}: unknown model {spec.model!r}; "
+            f"valid models: {', '.join(sorted(models))}"
+        )
+    for pool_name, pool in spec.pools.items():
+        if pool.hardware not in hardware:
+            raise UserError(
+                f"preset {name}: pool {pool_name} names unknown hardware {pool.hardware!r}; "
+                f"valid hardware: {', '.join(sorted(hardware))}"
+            )
+    return ClusterPreset(name=name, spec=spec, model=models[spec.model], hardware=hardware)

@@ -1,0 +1,149 @@
+"""Typed presets of the simulated cluster: hardware, model, pools, links, timing, handoff."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from policies.tiers import Tier
+
+__all__ = [
+    "ClusterSpec",
+    "FluctuationSpec",
+    "HandoffSpec",
+    "HardwareSpec",
+    "LinkSpec",
+    "LinksSpec",
+    "ModelSpec",
+    "PoolSpec",
+    "TimingSpec",
+]
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class HardwareSpec(_Spec):
+    """One GPU model: peak dense compute, HBM size and bandwidth, rental price."""
+
+    peak_flops: float = Field(gt=0, description="Dense BF16 FLOP/s of one GPU")
+    hbm_bytes: float = Field(gt=0, description="HBM of one GPU in bytes")
+    hbm_bandwidth_bytes_s: float = Field(gt=0, description="HBM bandwidth of one GPU, bytes/s")
+    price_per_hour: float = Field(ge=0, description="USD per GPU-hour")
+    source: str = ""
+
+
+class ModelSpec(_Spec):
+    """A (MoE) transformer as the roofline needs it."""
+
+    layers: int = Field(gt=0)
+    hidden_size: int = Field(gt=0)
+    total_params: float = Field(gt=0)
+    active_params: float = Field(gt=0, description="Parameters used per token")
+    num_experts: int = Field(0, ge=0, description="Routed experts per MoE layer (0: dense)")
+    experts_per_token: int = Field(0, ge=0)
+    weight_bytes_per_param: float = Field(gt=0)
+    kv_bytes_per_token: float = Field(gt=0)
+    attention_flops_per_token_pair: float = Field(
+        gt=0, description="FLOPs of one query token attending to one context token, all layers"
+    )
+    source: str = ""
+
+    @property
+    def expert_params(self) -> float:
+        """Parameters of one routed expert summed over layers (0 for a dense model)."""
+        if self.num_experts <= self.experts_per_token:
+            return 0.0
+        routed = self.num_experts - self.experts_per_token
+        return (self.total_params - self.active_params) / routed
+
+    @property
+    def dense_params(self) -> float:
+        """Parameters every token uses (attention, shared experts, embeddings)."""
+        return self.active_params - self.experts_per_token * self.expert_params
+
+    @property
+    def weight_bytes(self) -> float:
+        return self.total_params * self.weight_bytes_per_param
+
+
+class TimingSpec(_Spec):
+    """Efficiency factors and fixed overheads of the roofline, and engine limits."""
+
+    prefill_compute_efficiency: float = Field(0.4, gt=0, le=1)
+    prefill_bandwidth_efficiency: float = Field(0.7, gt=0, le=1)
+    decode_compute_efficiency: float = Field(0.3, gt=0, le=1)
+    decode_bandwidth_efficiency: float = Field(0.6, gt=0, le=1)
+    prefill_overhead_s: float = Field(0.01, ge=0, description="Fixed cost of one prefill pass")
+    decode_overhead_s: float = Field(0.01, ge=0, description="Fixed cost of one decode step")
+    memory_utilization: float = Field(
+        0.92, gt=0, le=1, description="Share of HBM for weights + KV (the rest: activations)"
+    )
+    prefill_batch_tokens: int = Field(
+        16384,
+        ge=0,
+        description="Batch queued prefills up to this many new tokens (0: one at a time)",
+    )
+
+
+class HandoffSpec(_Spec):
+    """Extend-decode handoff costs, calibrated on the paper's 100-token microbenchmark."""
+
+    extend_overhead_s: float = Field(0.05, ge=0, description="Fixed cost of one extend on MD")
+    extend_per_token_s: float = Field(0.0025, ge=0, description="Extra cost per eager token")
+    token_id_bytes: float = Field(15.0, ge=0, description="Bytes per shipped token ID")
+    catchup_final_tokens: int = Field(
+        4, ge=0, description="Catch-up switches RLD off once MD lacks at most this many tokens"
+    )
+    catchup_max_rounds: int = Field(256, ge=1)
+    default_chunk_tokens: int = Field(64, ge=1, description="Catch-up chunk when undecided")
+
+
+class PoolSpec(_Spec):
+    """A pool of identical instances of one tier in one datacenter."""
+
+    tier: Tier
+    datacenter: str
+    hardware: str
+    instances: int = Field(ge=0)
+    gpus_per_instance: int = Field(ge=1)
+    kv_capacity_tokens: int | None = Field(
+        None, ge=0, description="Explicit KV pool per instance (default: from HBM minus weights)"
+    )
+    max_batch: int = Field(256, ge=1, description="Most requests decoding at once")
+
+
+class FluctuationSpec(_Spec):
+    """Piecewise-constant bandwidth multiplier drawn uniformly every period (seeded)."""
+
+    period_s: float = Field(gt=0)
+    low: float = Field(gt=0, le=1)
+    high: float = Field(gt=0, le=1)
+
+
+class LinkSpec(_Spec):
+    """A network link: bandwidth shared by its transfers, round-trip time, line price."""
+
+    bandwidth_gbps: float = Field(ge=0)
+    rtt_s: float = Field(ge=0)
+    price_per_hour: float = Field(0.0, ge=0)
+    fluctuation: FluctuationSpec | None = None
+
+
+class LinksSpec(_Spec):
+    """RDMA inside each datacenter; the WAN between A and B (absent for one datacenter)."""
+
+    rdma: LinkSpec
+    wan: LinkSpec | None = None
+
+
+class ClusterSpec(_Spec):
+    """A whole simulated deployment (one YAML file under presets/clusters/)."""
+
+    description: str = ""
+    default_policy: str
+    model: str
+    pools: dict[str, PoolSpec]
+    links: LinksSpec
+    timing: TimingSpec = TimingSpec()
+    handoff: HandoffSpec = HandoffSpec()

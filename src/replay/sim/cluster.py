@@ -1,0 +1,157 @@
+"""Build the simulated cluster from a preset: instances, links, and the router's view."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from policies.tiers import Tier
+from policies.types import ClusterView, InstanceLoad
+from replay.presets.cluster_preset import ClusterPreset
+from replay.sim.decode_instance import DecodeInstance
+from replay.sim.event_loop import EventLoop
+from replay.sim.fluctuation import Fluctuation
+from replay.sim.kv_events import KvEventFeed
+from replay.sim.link import Link
+from replay.sim.prefill_instance import PrefillInstance
+from replay.sim.prefix_cache import PrefixCache
+from replay.sim.request_state import Leg, SimRequest
+from replay.sim.roofline import Roofline
+
+__all__ = ["SimCluster", "build_cluster", "gbps_to_bytes_s"]
+
+
+def gbps_to_bytes_s(gbps: float) -> float:
+    return gbps * 1e9 / 8.0
+
+
+@dataclass(slots=True)
+class SimCluster:
+    """The instances and links of one run, and the one ClusterView handed to the router."""
+
+    prefill: dict[str, PrefillInstance]
+    decode: dict[str, DecodeInstance]
+    rdma: dict[str, Link]  # one fabric per datacenter
+    wan: Link | None
+    view: ClusterView
+    kv_bytes_per_token: float
+    block_size: int
+    home: str  # the datacenter of the P pool ("A")
+    links: list[Link] = field(default_factory=list)
+
+    def link_between(self, src: str, dst: str) -> Link:
+        if src == dst:
+            return self.rdma[src]
+        if self.wan is None:
+            raise RuntimeError(f"no link between datacenters {src} and {dst}")
+        return self.wan
+
+    def sync_links(self) -> None:
+        for link in self.links:
+            link.sync_state()
+
+
+def build_cluster(
+    loop: EventLoop,
+    preset: ClusterPreset,
+    block_size: int,
+    feed: KvEventFeed,
+    seed: int,
+    on_prefilled: Callable[[SimRequest], None],
+    on_reserved: Callable[[Leg], None],
+    on_finish: Callable[[SimRequest, DecodeInstance], None],
+) -> SimCluster:
+    """Instances named ``<pool>-<i>``, an RDMA fabric per datacenter, the WAN if any."""
+    spec, model = preset.spec, preset.model
+    prefill: dict[str, PrefillInstance] = {}
+    decode: dict[str, DecodeInstance] = {}
+    loads: dict[Tier, list[InstanceLoad]] = {}
+    for pool_name, pool in preset.pools().items():
+        capacity = preset.kv_capacity_tokens(pool)
+        roofline = Roofline(
+            model, preset.hardware[pool.hardware], pool.gpus_per_instance, spec.timing, spec.handoff
+        )
+        for i in range(pool.instances):
+            iid = f"{pool_name}-{i}"
+            load = InstanceLoad(
+                instance_id=iid,
+                tier=pool.tier,
+                datacenter=pool.datacenter,
+                kv_capacity_tokens=capacity,
+                max_batch=pool.max_batch,
+            )
+            loads.setdefault(pool.tier, []).append(load)
+            cache = PrefixCache(capacity, block_size, _evict_to(feed, iid))
+            if pool.tier == Tier.P:
+                prefill[iid] = PrefillInstance(
+                    loop,
+                    iid,
+                    pool.datacenter,
+                    load,
+                    cache,
+                    roofline,
+                    spec.timing.prefill_batch_tokens,
+                    on_prefilled,
+                )
+            else:
+                decode[iid] = DecodeInstance(
+                    loop,
+                    iid,
+                    pool.tier,
+                    pool.datacenter,
+                    load,
+                    cache,
+                    roofline,
+                    pool.max_batch,
+                    on_reserved,
+                    on_finish,
+                )
+    rdma_spec = spec.links.rdma
+    rdma = {
+        dc: Link(loop, f"rdma-{dc}", gbps_to_bytes_s(rdma_spec.bandwidth_gbps), rdma_spec.rtt_s)
+        for dc in preset.datacenters()
+    }
+    wan: Link | None = None
+    wan_spec = spec.links.wan
+    if wan_spec is not None and preset.spans_datacenters():
+        fluct = Fluctuation(wan_spec.fluctuation, seed) if wan_spec.fluctuation else None
+        wan = Link(loop, "wan", gbps_to_bytes_s(wan_spec.bandwidth_gbps), wan_spec.rtt_s, fluct)
+    home = next(iter(prefill.values())).datacenter
+    view = ClusterView(
+        instances=loads,
+        wan=wan.state if wan is not None else None,
+        rdma=rdma[home].state,
+        kv_bytes_per_token=model.kv_bytes_per_token,
+        prefill_tokens_per_s=_prefill_rate(prefill),
+        decode_step_s=_typical_step(decode),
+        datacenter_of_tier={
+            tier: next(p.datacenter for p in preset.pools().values() if p.tier == tier)
+            for tier in loads
+        },
+    )
+    links = [*rdma.values(), *([wan] if wan is not None else [])]
+    return SimCluster(
+        prefill, decode, rdma, wan, view, model.kv_bytes_per_token, block_size, home, links
+    )
+
+
+def _evict_to(feed: KvEventFeed, instance_id: str) -> Callable[[list[int]], None]:
+    def evicted(blocks: list[int]) -> None:
+        feed.removed(instance_id, blocks)
+
+    return evicted
+
+
+def _prefill_rate(prefill: dict[str, PrefillInstance]) -> float:
+    """New tokens per second of one P instance on an 8K-token prompt with no cache hit."""
+    roofline = next(iter(prefill.values())).roofline
+    return 8192 / roofline.prefill_s([(8192, 0)])
+
+
+def _typical_step(decode: dict[str, DecodeInstance]) -> float:
+    """A decode step of an MD instance with 32 requests of 8K context each."""
+    mds = [d for d in decode.values() if d.tier == Tier.MD] or list(decode.values())
+    if not mds:
+        return 0.0
+    batch = min(32, mds[0].max_batch)
+    return mds[0].roofline.decode_step_s(batch, batch * 8192.0)

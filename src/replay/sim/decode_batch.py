@@ -1,0 +1,102 @@
+"""An instance's decode batch as a fluid: every running request gains a token per step.
+
+Instead of one event per decode step, the batch is a processor-sharing process
+whose members all advance at ``1 / step_time(batch size, total context)`` tokens
+per second. The step time is re-evaluated whenever membership changes (with the
+context generated so far), and only the next completion has an event. The largest
+step time a request lived through (its largest inter-token gap inside this batch)
+comes from a monotonic stack of step times: O(log n) per query.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Callable
+
+from replay.sim.event_loop import EventLoop
+from replay.sim.events import Priority
+from replay.sim.roofline import Roofline
+from replay.sim.shared_progress import SharedProgress
+
+__all__ = ["DecodeBatch"]
+
+
+class DecodeBatch(SharedProgress):
+    """Continuous batching of decode on one instance, in fluid form."""
+
+    __slots__ = (
+        "_ctx0",
+        "_gap_steps",
+        "_gap_times",
+        "_joined",
+        "_on_finish",
+        "_roofline",
+        "_sum_ctx0",
+        "gap_at_exit",
+    )
+
+    def __init__(
+        self, loop: EventLoop, roofline: Roofline, on_finish: Callable[[int], None]
+    ) -> None:
+        super().__init__(loop, Priority.DECODE)
+        self._roofline = roofline
+        self._on_finish = on_finish
+        self._ctx0: dict[int, float] = {}
+        self._sum_ctx0 = 0.0
+        # step times since the start, decreasing from bottom to top (monotonic stack)
+        self._gap_times: list[float] = []
+        self._gap_steps: list[float] = []
+        self._joined: dict[int, float] = {}
+        self.gap_at_exit: dict[int, float] = {}  # key -> largest step it lived through
+
+    def join(self, key: int, tokens: float, context_tokens: float) -> None:
+        """A request starts decoding ``tokens`` tokens on top of ``context_tokens`` of KV."""
+        self._ctx0[key] = context_tokens
+        self._sum_ctx0 += context_tokens
+        self._joined[key] = self._loop.now
+        self.add(key, tokens)
+
+    def leave(self, key: int) -> float:
+        """A request stops before its end (handoff); returns the tokens it generated.
+
+        The largest step it lived through is left in ``gap_at_exit[key]`` (pop it)."""
+        return self.remove(key)
+
+    def context_tokens(self) -> float:
+        return self._sum_ctx0 + self.total_progress()
+
+    def step_s(self) -> float:
+        """The current step time (0 when idle)."""
+        return 1.0 / self.rate if self.rate > 0.0 else 0.0
+
+    def max_step_since(self, time: float) -> float:
+        """Largest step time in force at any moment from ``time`` until now."""
+        i = bisect_left(self._gap_times, time)
+        return self._gap_steps[i] if i < len(self._gap_steps) else self.step_s()
+
+    # -- hooks ------------------------------------------------------------------------
+
+    def _compute_rate(self) -> float:
+        n = len(self._members)
+        context = self._sum_ctx0 + n * self.v - self._sum_start
+        return 1.0 / self._roofline.decode_step_s(n, context)
+
+    def _rate_changed(self, rate: float) -> None:
+        if rate <= 0.0:
+            return
+        step = 1.0 / rate
+        times, steps = self._gap_times, self._gap_steps
+        while steps and steps[-1] <= step:
+            steps.pop()
+            times.pop()
+        times.append(self._loop.now)
+        steps.append(step)
+
+    def _detach(self, key: int) -> None:
+        self.gap_at_exit[key] = self.max_step_since(self._joined.pop(key))
+        self._sum_ctx0 -= self._ctx0.pop(key)
+        if not self._ctx0:
+            self._sum_ctx0 = 0.0
+
+    def _completed(self, key: int) -> None:
+        self._on_finish(key)

@@ -1,0 +1,234 @@
+"""A decode instance (RLD or MD): KV memory, admission queues, a fluid decode batch.
+
+A copy of a request's KV first reserves memory here (its chain's blocks pinned, the
+blocks already cached reused, its output reserved), waiting in FIFO order when the
+memory is full; then its bytes travel; once landed the request joins the batch, or
+waits for a slot when ``max_batch`` requests are running. Joining emits one token
+at once (the token the prefill, or the handoff's extend step, produced); the rest
+come from the fluid batch.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+
+from policies.tiers import Tier
+from policies.types import InstanceLoad
+from replay.sim.decode_batch import DecodeBatch
+from replay.sim.event_loop import EventLoop
+from replay.sim.events import Priority
+from replay.sim.prefix_cache import PrefixCache
+from replay.sim.request_state import Leg, LegState, SimRequest
+from replay.sim.roofline import Roofline
+
+__all__ = ["DecodeInstance"]
+
+
+class DecodeInstance:
+    """One RLD or MD instance."""
+
+    __slots__ = (
+        "_incoming",
+        "_loop",
+        "_on_finish",
+        "_on_reserved",
+        "_prealloc",
+        "_ready",
+        "_running",
+        "batch",
+        "cache",
+        "datacenter",
+        "id",
+        "load",
+        "max_batch",
+        "roofline",
+        "tier",
+    )
+
+    def __init__(
+        self,
+        loop: EventLoop,
+        instance_id: str,
+        tier: Tier,
+        datacenter: str,
+        load: InstanceLoad,
+        cache: PrefixCache,
+        roofline: Roofline,
+        max_batch: int,
+        on_reserved: Callable[[Leg], None],
+        on_finish: Callable[[SimRequest, DecodeInstance], None],
+    ) -> None:
+        self._loop = loop
+        self.id = instance_id
+        self.tier = tier
+        self.datacenter = datacenter
+        self.load = load
+        self.cache = cache
+        self.roofline = roofline
+        self.max_batch = max_batch
+        self.batch = DecodeBatch(loop, roofline, self._batch_finished)
+        self._on_reserved = on_reserved
+        self._on_finish = on_finish
+        self._prealloc: deque[Leg] = deque()
+        self._ready: deque[tuple[Leg, int]] = deque()
+        self._running: dict[int, SimRequest] = {}
+        self._incoming = 0
+
+    # -- memory -----------------------------------------------------------------------
+
+    def reserve(self, leg: Leg) -> None:
+        """Reserve memory for a copy of the KV; ``on_reserved(leg)`` once it is granted."""
+        if self._prealloc or not self._try_reserve(leg):
+            self._prealloc.append(leg)
+            self._sync_load()
+
+    def _try_reserve(self, leg: Leg) -> bool:
+        request = leg.request
+        hits = self.cache.acquire(request.chain, leg.extra_tokens)
+        if hits is None:
+            return False
+        leg.hit_tokens = min(hits * self.cache.block_size, request.input_length)
+        leg.state = LegState.SENDING
+        self._incoming += 1
+        self._sync_load()
+        self._on_reserved(leg)
+        return True
+
+    def _drain_prealloc(self) -> None:
+        prealloc = self._prealloc
+        while prealloc and self._try_reserve(prealloc[0]):
+            prealloc.popleft()
+        self._sync_load()
+
+    def landed(self, leg: Leg) -> None:
+        """The KV of ``leg`` has arrived."""
+        leg.state = LegState.LANDED
+        self._incoming -= 1
+        self._sync_load()
+
+    def close(self, leg: Leg) -> None:
+        """Release the copy: unpin its blocks (they stay cached), free its reservation."""
+        if leg.state == LegState.CLOSED:
+            return
+        if leg.running:
+            raise RuntimeError(f"request {leg.request.key} is still decoding on {self.id}")
+        if leg.state == LegState.RESERVING:
+            self._prealloc.remove(leg)
+            leg.state = LegState.CLOSED
+            self._sync_load()
+            return
+        if leg.state == LegState.SENDING:
+            self._incoming -= 1
+        if leg.queued:
+            self._ready = deque(item for item in self._ready if item[0] is not leg)
+            leg.queued = False
+        leg.state = LegState.CLOSED
+        self.cache.release(leg.request.chain, leg.extra_tokens)
+        self._drain_prealloc()
+
+    # -- decoding ---------------------------------------------------------------------
+
+    def join(self, leg: Leg, tokens_left: int) -> None:
+        """Start emitting the request's last ``tokens_left`` tokens (or wait for a slot)."""
+        if len(self._running) < self.max_batch:
+            self._start(leg, tokens_left)
+        else:
+            leg.queued = True
+            self._ready.append((leg, tokens_left))
+            self._sync_load()
+
+    def _start(self, leg: Leg, tokens_left: int) -> None:
+        request, now = leg.request, self._loop.now
+        leg.running = True
+        self._running[request.key] = request
+        self._emit(request, 1, now)
+        if self.tier == Tier.RLD:
+            request.rld_start_s = now
+        request.stint_join_s = now
+        request.stint_tokens = tokens_left - 1
+        if request.stint_tokens > 0:
+            context = request.input_length + request.emitted
+            self.batch.join(request.key, request.stint_tokens, context)
+        else:
+            self._loop.after(0.0, Priority.DECODE, self._finish_now, request)
+        self._sync_load()
+
+    def _emit(self, request: SimRequest, tokens: int, last_s: float) -> None:
+        if request.last_token_s is None:
+            request.first_token_s = last_s
+        else:
+            gap = last_s - request.last_token_s
+            if gap > request.max_gap_s:
+                request.max_gap_s = gap
+            if gap > request.handoff_gap_s:
+                request.handoff_gap_s = gap
+        request.last_token_s = last_s
+        request.emitted += tokens
+        if self.tier == Tier.RLD:
+            request.tokens_rld += tokens
+        else:
+            request.tokens_md += tokens
+
+    def emitted_now(self, request: SimRequest) -> int:
+        """Tokens the request has emitted by now, counting its progress here."""
+        if request.key not in self.batch:
+            return request.emitted
+        done = int(self.batch.progress_of(request.key) + 1e-9)
+        return request.emitted + min(done, request.stint_tokens)
+
+    def leave(self, leg: Leg) -> None:
+        """Stop decoding the request now (handoff); its tokens so far are accounted."""
+        request = leg.request
+        if request.key in self.batch:
+            step = self.batch.step_s()
+            progress = self.batch.leave(request.key)
+            gap = self.batch.gap_at_exit.pop(request.key)
+            tokens = min(int(progress + 1e-9), request.stint_tokens)
+            if tokens > 0:
+                last = self._loop.now - (progress - tokens) * step
+                self._account_stint(request, tokens, max(last, request.stint_join_s), gap)
+        self._running.pop(request.key, None)
+        leg.running = False
+        self._admit_ready()
+
+    def _account_stint(self, request: SimRequest, tokens: int, last_s: float, gap: float) -> None:
+        if gap > request.max_gap_s:
+            request.max_gap_s = gap
+        request.last_token_s = last_s
+        request.emitted += tokens
+        if self.tier == Tier.RLD:
+            request.tokens_rld += tokens
+        else:
+            request.tokens_md += tokens
+
+    def _batch_finished(self, key: int) -> None:
+        request = self._running.pop(key)
+        gap = self.batch.gap_at_exit.pop(key)
+        self._account_stint(request, request.stint_tokens, self._loop.now, gap)
+        self._finished(request)
+
+    def _finish_now(self, request: SimRequest) -> None:
+        if self._running.pop(request.key, None) is not None:
+            self._finished(request)
+
+    def _finished(self, request: SimRequest) -> None:
+        leg = request.rld_leg if self.tier == Tier.RLD else request.md_leg
+        if leg is not None:
+            leg.running = False
+        self._admit_ready()
+        self._on_finish(request, self)
+
+    def _admit_ready(self) -> None:
+        ready = self._ready
+        while ready and len(self._running) < self.max_batch:
+            leg, tokens_left = ready.popleft()
+            leg.queued = False
+            self._start(leg, tokens_left)
+        self._sync_load()
+
+    def _sync_load(self) -> None:
+        load = self.load
+        load.running = len(self._running)
+        load.queued = len(self._prealloc) + self._incoming + len(self._ready)
+        load.kv_used_tokens = self.cache.pinned_tokens

@@ -1,0 +1,83 @@
+"""A P instance: a prefill queue in front of a prefix cache, timed by the roofline."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from policies.tiers import Tier
+from policies.types import InstanceLoad
+from replay.sim.event_loop import EventLoop
+from replay.sim.prefill_queue import PrefillQueue
+from replay.sim.prefix_cache import PrefixCache
+from replay.sim.request_state import SimRequest
+from replay.sim.roofline import Roofline
+
+__all__ = ["PrefillInstance"]
+
+
+class PrefillInstance:
+    """Prefill in FIFO batches; only tokens missing from the prefix cache are computed.
+
+    The prompt's blocks stay pinned on P after the prefill until every copy of the
+    KV has left (``release``): P holds a request's KV until it is shipped.
+    """
+
+    __slots__ = ("_loop", "cache", "datacenter", "id", "load", "queue", "roofline", "tier")
+
+    def __init__(
+        self,
+        loop: EventLoop,
+        instance_id: str,
+        datacenter: str,
+        load: InstanceLoad,
+        cache: PrefixCache,
+        roofline: Roofline,
+        batch_tokens: int,
+        on_prefilled: Callable[[SimRequest], None],
+    ) -> None:
+        self._loop = loop
+        self.id = instance_id
+        self.tier = Tier.P
+        self.datacenter = datacenter
+        self.load = load
+        self.cache = cache
+        self.roofline = roofline
+        self.queue: PrefillQueue[SimRequest] = PrefillQueue(
+            loop,
+            self._cost,
+            on_prefilled,
+            admit=self._admit,
+            batch_tokens=batch_tokens,
+            on_change=self._sync_load,
+        )
+
+    def submit(self, request: SimRequest) -> None:
+        held = self.cache.leading_blocks(request.chain) * self.cache.block_size
+        estimate = max(request.input_length - held, 1)
+        self.queue.submit(request, estimate)
+
+    def release(self, request: SimRequest) -> None:
+        """Every copy of the KV has left P: unpin it (it stays cached) and go on."""
+        self.cache.release(request.chain, request.private_tokens)
+        self._sync_load()
+        self.queue.kick()
+
+    def _admit(self, request: SimRequest) -> bool:
+        hits = self.cache.acquire(request.chain, request.private_tokens)
+        if hits is None:
+            return False
+        hit_tokens = min(hits * self.cache.block_size, request.input_length)
+        request.p_hit_tokens = hit_tokens
+        request.new_tokens = max(request.input_length - hit_tokens, 1)
+        request.prefill_start_s = self._loop.now
+        return True
+
+    def _cost(self, batch: list[SimRequest]) -> float:
+        return self.roofline.prefill_s([(r.new_tokens, r.p_hit_tokens) for r in batch])
+
+    def _sync_load(self) -> None:
+        load, queue = self.load, self.queue
+        load.running = len(queue.running)
+        load.queued = len(queue)
+        load.queued_prefill_tokens = queue.queued_tokens
+        load.kv_used_tokens = self.cache.pinned_tokens

@@ -1,0 +1,127 @@
+"""Building blocks of the simulator: prefix cache, fluid decode, link sharing, roofline."""
+
+from __future__ import annotations
+
+from typing import cast
+
+import pytest
+
+from replay.presets import FluctuationSpec, load_preset
+from replay.sim import EventLoop, Link, PrefixCache, Priority, Roofline, Transfer
+from replay.sim.decode_batch import DecodeBatch
+from replay.sim.fluctuation import Fluctuation
+
+
+def test_cache_reports_leading_hits_and_pins_what_it_shares() -> None:
+    cache = PrefixCache(capacity_tokens=10 * 4, block_size=4)
+    assert cache.acquire([1, 2, 3], extra_tokens=0) == 0
+    assert cache.acquire([1, 2, 9], extra_tokens=0) == 2
+    assert cache.cached_blocks == 4
+    assert cache.pinned_tokens == 16
+    cache.release([1, 2, 3], 0)
+    cache.release([1, 2, 9], 0)
+    assert cache.pinned_tokens == 0
+    assert cache.used_tokens == 16  # still cached, evictable
+
+
+def test_cache_evicts_least_recent_leaves_first_and_reports_them() -> None:
+    evicted: list[list[int]] = []
+    cache = PrefixCache(capacity_tokens=4 * 4, block_size=4, on_evict=evicted.append)
+    cache.acquire([1, 2, 3], 0)
+    cache.release([1, 2, 3], 0)
+    cache.acquire([7, 8], 0)  # needs one block beyond capacity: the leaf 3 goes first
+    assert evicted == [[3]]
+    assert cache.leading_blocks([1, 2, 3]) == 2
+
+
+def test_cache_refuses_what_cannot_fit_even_after_eviction() -> None:
+    cache = PrefixCache(capacity_tokens=4 * 4, block_size=4)
+    assert cache.acquire([1, 2], extra_tokens=4) == 0
+    assert cache.acquire([5, 6], extra_tokens=0) is None  # 3 pinned blocks + 2 > 4
+    assert cache.cached_blocks == 2
+    cache.release([1, 2], 4)
+    assert cache.acquire([5, 6], extra_tokens=0) == 0
+
+
+class _LinearStep:
+    """A stand-in roofline whose decode step is 10 ms per running request."""
+
+    def decode_step_s(self, batch: int, context_tokens: float) -> float:
+        return 0.01 * batch
+
+
+def test_fluid_decode_recomputes_completions_when_membership_changes() -> None:
+    loop = EventLoop()
+    finished: dict[int, float] = {}
+    batch = DecodeBatch(
+        loop, cast(Roofline, _LinearStep()), lambda k: finished.update({k: loop.now})
+    )
+    loop.at(0.0, Priority.ARRIVAL, lambda _: batch.join(1, 100, 0))
+    loop.at(0.5, Priority.ARRIVAL, lambda _: batch.join(2, 10, 0))
+    loop.run()
+    # A alone at 100 tok/s for 0.5 s (50 tokens); both at 50 tok/s until B's 10 are
+    # done at 0.7 s (A at 60); A alone again: 40 tokens at 100 tok/s, done at 1.1 s.
+    assert finished[2] == pytest.approx(0.7)
+    assert finished[1] == pytest.approx(1.1)
+    assert batch.gap_at_exit == {1: pytest.approx(0.02), 2: pytest.approx(0.02)}
+
+
+def test_a_cancelled_transfer_gives_its_share_back() -> None:
+    loop = EventLoop()
+    link = Link(loop, "wan", 1e9, rtt_s=0.0)
+    done: list[Transfer] = []
+    first = link.start(1e9, done.append)
+    second = link.start(1e9, done.append)
+    loop.at(1.0, Priority.ARRIVAL, lambda _: link.cancel(second))
+    loop.run()
+    assert done == [first]
+    assert first.duration_s == pytest.approx(1.5)  # 0.5 GB shared, then 0.5 GB alone
+    assert second.sent_bytes == pytest.approx(0.5e9)
+    assert second.done_s is None
+
+
+def test_fluctuation_is_seeded_and_slows_or_speeds_transfers() -> None:
+    spec = FluctuationSpec(period_s=1.0, low=0.2, high=1.0)
+    a, b = Fluctuation(spec, seed=7), Fluctuation(spec, seed=7)
+    assert [a.multiplier(k) for k in range(5)] == [b.multiplier(k) for k in range(5)]
+    loop = EventLoop()
+    link = Link(loop, "wan", 1e9, rtt_s=0.0, fluctuation=Fluctuation(spec, seed=7))
+    done: list[Transfer] = []
+    link.start(2e9, done.append)
+    loop.run()
+    duration = done[0].duration_s
+    assert duration is not None
+    assert duration > 2.0
+    # bytes moved = sum over whole periods of the multiplier, plus the last partial one
+    whole = int(duration)
+    moved = sum(a.multiplier(k) for k in range(whole)) + a.multiplier(whole) * (duration - whole)
+    assert moved * 1e9 == pytest.approx(2e9)
+
+
+def _roofline(preset: str, pool: str) -> Roofline:
+    cluster = load_preset(preset)
+    spec = cluster.spec.pools[pool]
+    return Roofline(
+        cluster.model,
+        cluster.hardware[spec.hardware],
+        spec.gpus_per_instance,
+        cluster.spec.timing,
+        cluster.spec.handoff,
+    )
+
+
+def test_roofline_prefill_pays_only_for_missing_tokens_and_attention_grows_with_context() -> None:
+    p = _roofline("pdd", "p")
+    cold = p.prefill_s([(16_384, 0)])
+    warm = p.prefill_s([(1_024, 15_360)])
+    assert warm < cold / 5
+    assert p.prefill_s([(1_024, 60_000)]) > p.prefill_s([(1_024, 4_000)])
+    assert 0.1 < cold < 2.0
+
+
+def test_roofline_decode_is_memory_bound_and_faster_on_h200() -> None:
+    h100, h200 = _roofline("idc-pd", "md"), _roofline("pdd", "md")
+    assert h100.decode_step_s(32, 32 * 8192) > h200.decode_step_s(32, 32 * 8192)
+    assert h200.decode_step_s(64, 64 * 8192) > h200.decode_step_s(8, 8 * 8192)
+    assert h200.decode_step_s(8, 8 * 65_536) > h200.decode_step_s(8, 8 * 8192)
+    assert h200.extend_s(200, 30_000) > h200.extend_s(20, 30_000) > 0.0
