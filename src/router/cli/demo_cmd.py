@@ -1,7 +1,8 @@
 """`pdd-router demo`: the project's main job on embedded defaults.
 
-Generates the synthetic agentic trace (default profile, 5,000 requests, seed 0) and
-prints its statistics: the skewed prefix hit rate PDD is built for.
+Generates the synthetic agentic trace (5,000 requests, seed 0) and replays it on
+the simulated cluster under intra-datacenter PD, naive cross-datacenter PD and
+PDD, then prints the comparison.
 """
 
 from __future__ import annotations
@@ -10,42 +11,56 @@ import tempfile
 from pathlib import Path
 
 import typer
-from rich.console import Console
-
-from replay.trace.formats import read_trace
-from replay.trace.report import print_stats, stats_json
-from replay.trace.stats import compute_stats
-from replay.trace.synth import make_profile, write_synthetic_trace
 
 __all__ = ["demo"]
 
 
-def _run(path: Path, requests: int, seed: int, as_json: bool) -> None:
-    profile = make_profile("agentic")
-    written = write_synthetic_trace(path, profile, requests, seed)
-    stats = compute_stats(read_trace(path, "mooncake"))
-    if as_json:
-        header = {"trace": str(path), "format": "mooncake", "profile": "agentic", "seed": seed}
-        typer.echo(stats_json(stats, header))
-        return
-    title = (
-        f"Synthetic agentic trace: {written:,} requests, seed {seed}, "
-        f"{profile.rate:g} req/s target, written to {path}"
-    )
-    print_stats(Console(), stats, title=title)
-
-
 def demo(
     out: Path | None = typer.Option(
-        None, "--out", "-o", help="Keep the trace in this file (default: a temporary one)"
+        None, "--out", "-o", help="Keep the trace and one run directory per setup here"
     ),
-    requests: int = typer.Option(5000, "--requests", "-n", help="Number of requests"),
-    seed: int = typer.Option(0, "--seed", help="Seed of the random generator"),
-    as_json: bool = typer.Option(False, "--json", help="Print the statistics as JSON"),
+    requests: int = typer.Option(5000, "--requests", "-n", min=1, help="Number of requests"),
+    seed: int = typer.Option(0, "--seed", help="Seed of the trace and the replays"),
+    scale: str = typer.Option(
+        "small", "--scale", help="Cluster presets: small (the *-small presets) or paper"
+    ),
+    no_progress: bool = typer.Option(False, "--no-progress", help="No progress bars"),
 ) -> None:
-    """Generate the synthetic agentic trace and print its statistics."""
-    if out is not None:
-        _run(out, requests, seed, as_json)
-        return
+    """Replay a synthetic agentic trace under idc-pd, xdc-pd and pdd; print the comparison."""
+    from rich.console import Console
+
+    from replay.demo import DEMO_SETUPS, comparison_table, run_demo
+    from router.cli.progress import ReplayProgress, replay_progress
+    from router.errors import UserError
+
+    if scale not in DEMO_SETUPS:
+        raise UserError(f"unknown --scale {scale!r}; valid: {', '.join(DEMO_SETUPS)}")
+    console = Console()
     with tempfile.TemporaryDirectory(prefix="pdd-demo-") as tmp:
-        _run(Path(tmp) / "agentic.jsonl", requests, seed, as_json)
+        base = out if out is not None else Path(tmp)
+        base.mkdir(parents=True, exist_ok=True)
+        trace = base / "agentic.jsonl"
+        with replay_progress(not no_progress) as bar:
+
+            def observer(label: str) -> ReplayProgress | None:
+                if bar is not None:
+                    bar.describe(label)
+                return bar
+
+            results = run_demo(trace, scale=scale, requests=requests, seed=seed,
+                               out_dir=out, progress=observer)  # fmt: skip
+    title = (
+        f"Synthetic agentic trace ({requests:,} requests, seed {seed}) on the simulated "
+        f"two-datacenter cluster"
+    )
+    console.print(comparison_table(results, title))
+    pdd = results[-1][1]
+    xdc = results[1][1]
+    if xdc.wan_bytes and pdd.ttft_s.p99 and xdc.ttft_s.p99:
+        console.print(
+            f"PDD: TTFT P99 {1 - pdd.ttft_s.p99 / xdc.ttft_s.p99:.1%} below naive cross-DC PD, "
+            f"{xdc.wan_bytes / max(pdd.wan_bytes, 1):.1f}x fewer WAN bytes, "
+            f"RLD generated {pdd.rld_token_share:.1%} of output tokens."
+        )
+    if out is not None:
+        console.print(f"trace and run directories in {out}")

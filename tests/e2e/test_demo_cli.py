@@ -1,0 +1,35 @@
+"""`pdd-router demo`: the README's main job prints the three-way comparison."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from router.cli.app import main
+
+
+def test_demo_compares_the_three_deployments(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "200")
+    assert main(["demo", "-n", "400", "--no-progress", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    for label in ("intra-DC PD", "naive cross-DC PD", "PDD", "SLA goodput", "BCR"):
+        assert label in out
+    assert "fewer WAN bytes" in out
+    summaries = {
+        preset: json.loads((tmp_path / preset / "summary.json").read_text())
+        for preset in ("idc-pd-small", "xdc-pd-small", "pdd-small")
+    }
+    assert summaries["pdd-small"]["policy"] == "pdd"
+    assert summaries["pdd-small"]["requests"] == 400
+    # PDD ships a fraction of naive cross-DC PD's bytes; intra-DC PD ships none
+    assert summaries["pdd-small"]["wan_bytes"] * 5 < summaries["xdc-pd-small"]["wan_bytes"]
+    assert summaries["idc-pd-small"]["wan_bytes"] == 0
+
+
+def test_demo_refuses_an_unknown_scale(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "--scale", "huge", "--no-progress"]) == 2
+    assert "unknown --scale 'huge'; valid: small, paper" in capsys.readouterr().err
