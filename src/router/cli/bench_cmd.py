@@ -7,3 +7,54 @@ import typer
 __all__ = ["bench_app"]
 
 bench_app = typer.Typer(help="Benchmarks that print figures.", no_args_is_help=True)
+
+
+@bench_app.command("index")
+def index(
+    redis_url: str | None = typer.Option(
+        None, "--redis-url", help="Redis of the shared index [default: settings redis.url]"
+    ),
+    repeats: int = typer.Option(200, "--repeats", min=10, help="Matches timed per configuration"),
+    no_redis: bool = typer.Option(False, "--no-redis", help="Measure the in-memory index only"),
+    json_output: bool = typer.Option(False, "--json", help="Print JSON instead of a table"),
+) -> None:
+    """Match latency (memory vs Redis, in PING round trips), store throughput, hashing time."""
+    import json
+
+    from rich.console import Console
+
+    from router.bench.index_bench import render_index_bench, run_index_bench
+    from router.settings import Settings
+
+    url = None if no_redis else (redis_url or Settings().redis.url)
+    result = run_index_bench(url, repeats=repeats)
+    if json_output:
+        typer.echo(json.dumps(result.to_json(), indent=2))
+    else:
+        Console().print(render_index_bench(result))
+
+
+@bench_app.command("route")
+def route(
+    redis_url: str | None = typer.Option(
+        None, "--redis-url", help="Redis of the shared index [default: settings redis.url]"
+    ),
+    repeats: int = typer.Option(200, "--repeats", min=10, help="Decisions timed per row"),
+    no_redis: bool = typer.Option(False, "--no-redis", help="Measure the in-memory index only"),
+    no_http: bool = typer.Option(False, "--no-http", help="Skip the HTTP rows"),
+    json_output: bool = typer.Option(False, "--json", help="Print JSON instead of a table"),
+) -> None:
+    """Decision latency, 8K and 128K-token prompts: in-process and HTTP, memory and Redis."""
+    import json
+
+    from rich.console import Console
+
+    from router.bench.route_bench import render_route_bench, rows_json, run_route_bench
+    from router.settings import Settings
+
+    url = None if no_redis else (redis_url or Settings().redis.url)
+    rows = run_route_bench(url, repeats=repeats, http=not no_http)
+    if json_output:
+        typer.echo(json.dumps(rows_json(rows), indent=2))
+    else:
+        Console().print(render_route_bench(rows))

@@ -1,0 +1,1 @@
+"""Benchmarks behind `pdd-router bench ...` (figures, not tests)."""

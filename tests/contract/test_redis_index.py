@@ -1,0 +1,171 @@
+"""What only the Redis index promises: one round trip, no leaked keys, clear errors."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import fakeredis
+import pytest
+
+from policies.tiers import Tier
+from router.cli.app import main
+from router.errors import UserError
+from router.index.base import IndexedInstance
+from router.index.factory import build_index
+from router.index.memory_index import MemoryPrefixIndex
+from router.index.redis_index import RedisPrefixIndex, redact_url
+from router.settings import IndexSettings, RedisSettings
+
+if TYPE_CHECKING:
+    from conftest import RedisKeys
+
+UNREACHABLE = "redis://127.0.0.1:1/0"
+
+
+def test_unreachable_redis_is_a_one_line_user_error() -> None:
+    with pytest.raises(UserError) as info:
+        RedisPrefixIndex(UNREACHABLE, key_prefix="pdd-test:unreachable", retries=1)
+    message = str(info.value)
+    assert message == f"cannot reach Redis at {UNREACHABLE}: Connection refused"
+    assert "\n" not in message
+
+
+def test_a_malformed_url_is_a_user_error() -> None:
+    with pytest.raises(UserError, match=r"^invalid Redis URL http://nope:1: .*redis://"):
+        RedisPrefixIndex("http://nope:1")
+
+
+def test_the_password_of_a_url_is_not_shown() -> None:
+    url = "redis://user:s3cret@127.0.0.1:1/0"
+    assert redact_url(url) == "redis://user:***@127.0.0.1:1/0"
+    with pytest.raises(UserError) as info:
+        RedisPrefixIndex(url, retries=0)
+    assert "s3cret" not in str(info.value)
+    assert "redis://user:***@127.0.0.1:1/0" in str(info.value)
+
+
+def test_factory_builds_the_configured_backend() -> None:
+    index = build_index(IndexSettings(capacity_blocks=2), RedisSettings())
+    assert isinstance(index, MemoryPrefixIndex)
+    index.register(IndexedInstance("x", Tier.P, "dc-a"))
+    index.store("x", [1, 2, 3])
+    assert index.match([1, 2, 3]) == {"x": 2}  # the capacity was passed on
+    with pytest.raises(UserError, match=r"redis://127\.0\.0\.1:1/0"):
+        build_index(IndexSettings(backend="redis"), RedisSettings(url=UNREACHABLE, retries=0))
+
+
+@pytest.mark.redis
+def test_factory_builds_a_redis_index(redis_keys: RedisKeys) -> None:
+    index = build_index(
+        IndexSettings(backend="redis", capacity_blocks=3),
+        RedisSettings(url=redis_keys.url, key_prefix=redis_keys.prefix),
+    )
+    assert isinstance(index, RedisPrefixIndex)
+    index.register(IndexedInstance("x", Tier.MD, "dc-b"))
+    index.store("x", [7, 8, 9, 10])
+    assert index.match([7, 8, 9, 10], tier=Tier.MD) == {"x": 3}
+    assert redis_keys.keys("instances") == [f"{redis_keys.prefix}:instances"]
+    index.close()
+
+
+def test_cli_bench_index_with_unreachable_redis_fails_in_one_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code = main(["bench", "index", "--redis-url", "redis://127.0.0.1:1", "--repeats", "10"])
+    captured = capsys.readouterr()
+    assert code != 0
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1, captured.err
+    assert "cannot reach Redis at redis://127.0.0.1:1" in lines[0]
+    assert captured.out == ""
+
+
+@pytest.mark.redis
+def test_match_is_one_round_trip_whatever_the_chain_length(redis_keys: RedisKeys) -> None:
+    index = RedisPrefixIndex(redis_keys.url, key_prefix=redis_keys.prefix)
+    chain = list(range(1, 8193))
+    for i, depth in enumerate([0, 5, 300, 4096, 8191, 8192]):
+        index.register(IndexedInstance(f"i{i}", Tier.P, "dc-a"))
+        index.store(f"i{i}", chain[:depth])
+    calls: list[tuple[Any, ...]] = []
+    original = index.client.execute_command
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        calls.append(args)
+        return original(*args, **kwargs)
+
+    index.client.execute_command = counting  # type: ignore[method-assign]
+    assert index.match(chain) == {"i0": 0, "i1": 5, "i2": 300, "i3": 4096, "i4": 8191, "i5": 8192}
+    assert [c[0] for c in calls] == ["EVALSHA"]
+    index.close()
+
+
+def _store_some(index: RedisPrefixIndex) -> None:
+    for i in range(5):
+        index.register(IndexedInstance(f"i{i}", Tier.P, "dc-a", capacity_blocks=6))
+        index.store(f"i{i}", [10 * i + k for k in range(1, 9)])  # evicts 2 of 8
+        index.store(f"i{i}", [1, 2, 3])
+
+
+@pytest.mark.parametrize("ttl", [None, 60.0])
+@pytest.mark.redis
+def test_no_block_keys_are_left_behind(redis_keys: RedisKeys, ttl: float | None) -> None:
+    index = RedisPrefixIndex(redis_keys.url, key_prefix=redis_keys.prefix, ttl_s=ttl)
+    _store_some(index)
+    assert redis_keys.keys("b:*")
+    assert bool(redis_keys.keys("t:*")) == (ttl is not None)
+    index.remove("i0", [6, 5, 4])  # i0 keeps 1 2 3, shared with the others
+    for i in range(1, 5):
+        index.clear(f"i{i}")
+    assert redis_keys.keys("b:*") == [f"{redis_keys.prefix}:b:{block:016x}" for block in (1, 2, 3)]
+    assert index.num_blocks("i0") == 3
+    for i in range(5):
+        index.unregister(f"i{i}")
+    assert redis_keys.keys("b:*") == []
+    assert redis_keys.keys("t:*") == []
+    assert redis_keys.keys("lru:*") == []
+    assert index.instances() == []
+    index.close()
+
+
+@pytest.mark.redis
+def test_block_keys_are_hex_and_bitmaps(redis_keys: RedisKeys) -> None:
+    index = RedisPrefixIndex(redis_keys.url, key_prefix=redis_keys.prefix)
+    index.register(IndexedInstance("x", Tier.P, "dc-a"))
+    index.store("x", [255, 2**64 - 1])
+    assert redis_keys.keys("b:*") == [
+        f"{redis_keys.prefix}:b:00000000000000ff",
+        f"{redis_keys.prefix}:b:ffffffffffffffff",
+    ]
+    assert index.match([255, 2**64 - 1]) == {"x": 2}
+    index.close()
+
+
+def test_bad_block_ids_and_instance_ids_are_value_errors() -> None:
+    index = RedisPrefixIndex(
+        "redis://fake", key_prefix="pdd-test:bad", client=fakeredis.FakeRedis()
+    )
+    index.register(IndexedInstance("x", Tier.P, "dc-a"))
+    for bad in ([-1], [2**64], [1.5]):
+        with pytest.raises(ValueError, match=r"2\*\*64"):
+            index.store("x", bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="NUL"):
+        index.register(IndexedInstance("a\0b", Tier.P, "dc-a"))
+
+
+@pytest.mark.redis
+def test_two_clients_on_one_prefix_share_state(redis_keys: RedisKeys) -> None:
+    one = RedisPrefixIndex(redis_keys.url, key_prefix=redis_keys.prefix)
+    two = RedisPrefixIndex(redis_keys.url, key_prefix=redis_keys.prefix)
+    one.register(IndexedInstance("x", Tier.P, "dc-a"))
+    assert two.match([1, 2]) == {"x": 0}
+    two.store("x", [1, 2])
+    assert one.match([1, 2, 3]) == {"x": 2}
+    two.register(IndexedInstance("y", Tier.P, "dc-a"))  # slot names change hands
+    one.store("y", [1])
+    assert two.match([1, 2]) == one.match([1, 2]) == {"x": 2, "y": 1}
+    one.unregister("x")
+    two.register(IndexedInstance("z", Tier.MD, "dc-b"))  # reuses x's slot
+    assert two.match([1, 2]) == one.match([1, 2]) == {"y": 1, "z": 0}
+    one.close()
+    two.close()
