@@ -173,19 +173,3 @@ def test_synth_rejects_bad_values(capsys: pytest.CaptureFixture[str], tmp_path: 
     assert (code, "rate" in err) == (2, True)
     code, _, err = _run(capsys, "trace", "synth", "--out", out, "--requests", "0")
     assert (code, "positive" in err) == (2, True)
-
-
-def test_demo_prints_the_statistics(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    out = tmp_path / "demo.jsonl"
-    code, text, err = _run(capsys, "demo", "--out", str(out), "--requests", "1000")
-    assert code == 0, err
-    assert "Synthetic agentic trace" in text
-    assert "99-100%" in text
-    assert out.exists()
-
-
-def test_demo_json(capsys: pytest.CaptureFixture[str]) -> None:
-    data = _json(capsys, "demo", "--json", "--requests", "500")
-    assert set(data) >= REQUIRED_KEYS
-    assert data["requests"] == 500
-    assert data["profile"] == "agentic"

@@ -9,10 +9,23 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
+if TYPE_CHECKING:
+    from replay.trace.stats import TraceStats
+
 __all__ = ["demo"]
+
+
+def _stats_line(stats: TraceStats) -> str:
+    """The trace's shape in one line: what PDD is built for."""
+    return (
+        f"trace: {stats.requests:,} requests over {stats.duration_s:,.0f} s; per-request prefix "
+        f"hit rate mean {stats.hit_rate_mean or 0:.3f}, {stats.hit_share_above_95 or 0:.1%} of "
+        f"requests above 95%, {stats.odd_share:.1%} long-input short-output"
+    )
 
 
 def demo(
@@ -30,6 +43,8 @@ def demo(
     from rich.console import Console
 
     from replay.demo import DEMO_SETUPS, comparison_table, run_demo
+    from replay.trace.formats import read_trace
+    from replay.trace.stats import compute_stats
     from router.cli.progress import ReplayProgress, replay_progress
     from router.errors import UserError
 
@@ -38,6 +53,7 @@ def demo(
     console = Console()
     with tempfile.TemporaryDirectory(prefix="pdd-demo-") as tmp:
         base = out if out is not None else Path(tmp)
+        stats_line = ""
         base.mkdir(parents=True, exist_ok=True)
         trace = base / "agentic.jsonl"
         with replay_progress(not no_progress) as bar:
@@ -49,6 +65,8 @@ def demo(
 
             results = run_demo(trace, scale=scale, requests=requests, seed=seed,
                                out_dir=out, progress=observer)  # fmt: skip
+        stats_line = _stats_line(compute_stats(read_trace(trace)))
+    console.print(stats_line)
     title = (
         f"Synthetic agentic trace ({requests:,} requests, seed {seed}) on the simulated "
         f"two-datacenter cluster"
