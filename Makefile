@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit redis bench clean
+.PHONY: demo test test-fast test-vllm lint typecheck unit redis chromium vllm bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,12 +16,25 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/pdd-router demo
 
-## test: set everything up (Redis included) and run lint, types and the whole test suite
-test: $(STAMP) redis lint typecheck
-	$(BIN)/pytest
+## test: set everything up (Redis, Chromium, a CPU vLLM) and run lint, types and every test
+test: test-fast test-vllm
+
+## test-fast: lint, types and every test that needs no real vLLM
+test-fast: $(STAMP) redis chromium lint typecheck
+	$(BIN)/pytest -m "not vllm"
+
+## test-vllm: the tests that run real vLLM engines on the CPU (installed once, cached)
+test-vllm: $(STAMP) vllm
+	PDD_ROUTER_TEST_VLLM=1 $(BIN)/pytest -m vllm
 
 redis:
 	./scripts/ensure-redis.sh
+
+chromium:
+	./scripts/ensure-chromium.sh
+
+vllm:
+	./scripts/ensure-vllm.sh >/dev/null
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests
