@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -119,8 +119,14 @@ class EngineAdapter(Protocol):
         """Compute the prompt's KV and make it available to ``targets`` decode instances."""
         ...
 
-    def generate(self, request: GenerateRequest) -> AsyncIterator[TokenDelta]:
-        """Stream tokens (decode; extend-decode when the prompt ends with eager tokens)."""
+    def generate(self, request: GenerateRequest) -> AsyncGenerator[TokenDelta, None]:
+        """Stream tokens (decode; extend-decode when the prompt ends with eager tokens).
+
+        Errors (EngineError) are raised while iterating, refusals on the first step.
+        The last delta has ``finished`` set; after ``abort`` it is an empty delta with
+        ``finish_reason="abort"``. A consumer that stops early closes the generator
+        (``contextlib.aclosing``), which releases the request on the engine.
+        """
         ...
 
     async def abort(self, request_id: str) -> None:
@@ -135,8 +141,12 @@ class EngineAdapter(Protocol):
         """True when the engine answers and can serve."""
         ...
 
-    def kv_events(self) -> AsyncIterator[KVEventBatch]:
-        """KV-cache events as they are published (never ends while the engine runs)."""
+    def kv_events(self) -> AsyncGenerator[KVEventBatch, None]:
+        """KV-cache events as they are published (never ends while the engine runs).
+
+        A batch with ``gap`` set follows lost ones and starts with AllBlocksCleared.
+        Raises EngineError(retryable=False) when the adapter has no event source.
+        """
         ...
 
     async def aclose(self) -> None:

@@ -1,0 +1,185 @@
+"""What the HTTP adapters share: error mapping, SSE parsing, abortable streams.
+
+Errors become ``EngineError`` with ``retryable`` set by what a retry elsewhere could
+fix: connection failures, timeouts, 5xx, 408 and 429 are retryable; other 4xx (a
+request the engine will never accept) are not. A streamed generation runs in a task
+that feeds a queue, so ``abort`` can cancel it (closing the HTTP stream, which makes
+vLLM and SGLang abort the request) while the consumer sees a clean final delta.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import httpx
+
+from engines_adapter.contract import EngineError, TokenDelta
+
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "PROBE_TIMEOUT",
+    "AbortableStreams",
+    "check_prompt",
+    "engine_error",
+    "error_message",
+    "message_of",
+    "raise_for_status",
+    "sse_data",
+]
+
+DEFAULT_TIMEOUT = httpx.Timeout(connect=2.0, read=120.0, write=10.0, pool=5.0)
+"""Read covers a long prefill (and, when streaming, the gap between two chunks)."""
+PROBE_TIMEOUT = httpx.Timeout(2.0)
+"""/health and /metrics answer at once or the engine is in trouble."""
+
+_RETRYABLE_4XX = frozenset({408, 425, 429})
+
+
+def check_prompt(instance_id: str, token_ids: list[int], vocab_size: int | None) -> None:
+    """Refuse (not retryable) what no engine of this model accepts, before sending it.
+
+    A vLLM started with ``--skip-tokenizer-init`` does not check token IDs and its
+    engine process dies on one outside the vocabulary, so the check is done here.
+    """
+    if not token_ids:
+        raise EngineError(instance_id, "empty prompt", retryable=False)
+    if vocab_size is not None:
+        bad = next((t for t in token_ids if not 0 <= t < vocab_size), None)
+        if bad is not None:
+            raise EngineError(
+                instance_id,
+                f"token id {bad} out of vocabulary (vocab_size {vocab_size})",
+                retryable=False,
+            )
+
+
+def message_of(data: object) -> str | None:
+    """The message of a parsed OpenAI-style error (``{"error": {...}}`` or flat), if any."""
+    if not isinstance(data, dict):
+        return None
+    inner = data.get("error", data)
+    if isinstance(inner, dict) and "message" in inner:
+        return str(inner["message"])
+    if isinstance(inner, str):
+        return inner
+    if "detail" in data:
+        return str(data["detail"])
+    return None
+
+
+def error_message(body: str) -> str:
+    """The message of an error body, or the body itself (truncated)."""
+    try:
+        message = message_of(json.loads(body))
+    except ValueError:
+        message = None
+    return message if message is not None else body.strip()[:300]
+
+
+def engine_error(instance_id: str, exc: httpx.HTTPError, what: str) -> EngineError:
+    """An httpx transport error as an EngineError (always retryable: another engine may answer)."""
+    kind = "timed out" if isinstance(exc, httpx.TimeoutException) else "unreachable"
+    return EngineError(instance_id, f"{what}: engine {kind}: {exc!r}", retryable=True)
+
+
+async def raise_for_status(instance_id: str, response: httpx.Response, what: str) -> None:
+    """Raise EngineError for a non-2xx response (reading the body of a streamed one)."""
+    if response.is_success:
+        return
+    body = (await response.aread()).decode("utf-8", "replace")
+    status = response.status_code
+    retryable = status >= 500 or status in _RETRYABLE_4XX
+    raise EngineError(
+        instance_id, f"{what}: HTTP {status}: {error_message(body)}", retryable=retryable
+    )
+
+
+async def sse_data(response: httpx.Response) -> AsyncIterator[dict[str, Any] | None]:
+    """The JSON objects of ``data:`` lines of an SSE stream; None for ``[DONE]``."""
+    async for line in response.aiter_lines():
+        if not line.startswith("data:"):
+            continue
+        data = line[5:].strip()
+        if not data:
+            continue
+        if data == "[DONE]":
+            yield None
+            return
+        try:
+            obj = json.loads(data)
+        except ValueError as exc:
+            raise ValueError(f"malformed SSE data: {data[:120]!r}") from exc
+        if not isinstance(obj, dict):
+            raise ValueError(f"SSE data is not an object: {data[:120]!r}")
+        yield obj
+
+
+_Item = TokenDelta | Exception | None
+Producer = Callable[[Callable[[TokenDelta], Awaitable[None]]], Awaitable[None]]
+
+
+class AbortableStreams:
+    """Runs each streamed generation in a task that ``abort(request_id)`` can cancel."""
+
+    def __init__(self) -> None:
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._aborted: set[str] = set()
+
+    async def run(self, request_id: str, producer: Producer) -> AsyncGenerator[TokenDelta, None]:
+        """Yield what ``producer`` emits; after an abort, one final ``finish_reason="abort"``."""
+        queue: asyncio.Queue[_Item] = asyncio.Queue()
+
+        async def emit(delta: TokenDelta) -> None:
+            await queue.put(delta)
+
+        async def work() -> None:
+            try:
+                await producer(emit)
+            except Exception as exc:
+                await queue.put(exc)
+            else:
+                await queue.put(None)
+
+        task = asyncio.create_task(work(), name=f"stream-{request_id}")
+        self._tasks[request_id] = task
+        task.add_done_callback(lambda _: queue.put_nowait(None))
+        try:
+            while True:
+                item = await queue.get()
+                if request_id in self._aborted:
+                    yield TokenDelta(token_ids=[], finished=True, finish_reason="abort")
+                    return
+                if item is None:
+                    return
+                if isinstance(item, Exception):
+                    raise item
+                yield item
+                if item.finished:
+                    return
+        finally:
+            self._aborted.discard(request_id)
+            if self._tasks.get(request_id) is task:
+                del self._tasks[request_id]
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+    async def abort(self, request_id: str) -> None:
+        """Cancel the request's stream (closing its HTTP response); unknown ids are ignored."""
+        task = self._tasks.get(request_id)
+        if task is None or task.done():
+            return
+        self._aborted.add(request_id)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    async def aclose(self) -> None:
+        """Cancel every running stream."""
+        for request_id in list(self._tasks):
+            await self.abort(request_id)

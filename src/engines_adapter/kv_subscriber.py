@@ -1,0 +1,169 @@
+"""An async ZMQ subscriber to one engine's KV events, with reconnect and gap detection.
+
+It connects a SUB socket to the engine's publisher (vLLM ``--kv-events-config``
+endpoint, or the simulated server's) and yields ``KVEventBatch``. Sequence numbers
+are checked: when batches were lost (a gap, a malformed message, a publisher restart
+with its sequence going back) and the publisher's replay socket cannot fill the hole,
+the next batch is marked ``gap`` and led by an AllBlocksCleared, so the router's
+view of the instance is rebuilt rather than left with blocks the engine may have
+evicted. A socket that fails, or stays silent longer than ``idle_reconnect_s``, is
+closed and connected again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+import zmq
+import zmq.asyncio
+
+from engines_adapter.contract import KVEventBatch
+from engines_adapter.kv_events import KVEventDecoder, decode_sequence, encode_sequence, with_gap
+
+__all__ = ["KVEventSubscriber"]
+
+log = logging.getLogger(__name__)
+
+
+class KVEventSubscriber:
+    """Subscribes to one instance's KV-event publisher; iterate ``batches()``."""
+
+    def __init__(
+        self,
+        instance_id: str,
+        endpoint: str,
+        *,
+        replay_endpoint: str | None = None,
+        topic: bytes = b"",
+        context: zmq.asyncio.Context | None = None,
+        idle_reconnect_s: float | None = None,
+        retry_s: float = 0.5,
+        replay_timeout_s: float = 1.0,
+    ) -> None:
+        self.instance_id = instance_id
+        self.endpoint = _connectable(endpoint)
+        self.replay_endpoint = _connectable(replay_endpoint) if replay_endpoint else None
+        self.topic = topic
+        self.decoder = KVEventDecoder(instance_id)
+        self.idle_reconnect_s = idle_reconnect_s
+        self.retry_s = retry_s
+        self.replay_timeout_s = replay_timeout_s
+        self._own_context = context is None
+        self._context = context or zmq.asyncio.Context()
+        self._last_sequence: int | None = None
+        self._pending_missed: int | None = None  # None: no gap pending
+        self.gaps = 0
+        self.malformed = 0
+        self.reconnects = 0
+        self._closed = False
+
+    def _socket(self) -> zmq.asyncio.Socket:
+        sock = self._context.socket(zmq.SUB)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.RECONNECT_IVL, 100)
+        sock.setsockopt(zmq.RECONNECT_IVL_MAX, 2000)
+        sock.setsockopt(zmq.SUBSCRIBE, self.topic)
+        sock.connect(self.endpoint)
+        return sock
+
+    async def batches(self) -> AsyncIterator[KVEventBatch]:
+        """Batches as they arrive, forever (until ``close``); reconnects on failure."""
+        while not self._closed:
+            sock = self._socket()
+            try:
+                while not self._closed:
+                    if self.idle_reconnect_s is not None:
+                        ready = await sock.poll(int(self.idle_reconnect_s * 1000))
+                        if not ready:
+                            break  # silent for too long: reconnect
+                    frames = await sock.recv_multipart()
+                    for batch in await self._accept(frames):
+                        yield batch
+            except zmq.ZMQError as exc:
+                if self._closed:
+                    return
+                log.warning("KV events of %s: %s; reconnecting", self.instance_id, exc)
+                await asyncio.sleep(self.retry_s)
+            finally:
+                sock.close(linger=0)
+            self.reconnects += 1
+
+    async def _accept(self, frames: list[bytes]) -> list[KVEventBatch]:
+        """Check the sequence of one message; fill a gap by replay or mark it."""
+        try:
+            batch = self.decoder.decode_frames(frames)
+        except ValueError as exc:
+            self.malformed += 1
+            log.warning("KV events of %s: malformed message skipped: %s", self.instance_id, exc)
+            if len(frames) >= 2:
+                with contextlib.suppress(ValueError):
+                    self._last_sequence = decode_sequence(frames[-2])
+            self._note_gap(1)
+            return []
+        seq = batch.sequence
+        assert seq is not None
+        last = self._last_sequence
+        out: list[KVEventBatch] = []
+        if last is not None and seq != last + 1:
+            if seq > last + 1:
+                replayed = await self._replay(last + 1, seq)
+                if replayed is not None:
+                    out.extend(replayed)
+                else:
+                    self._note_gap(seq - last - 1)
+            else:  # the publisher restarted: its cache restarted empty too
+                self._note_gap(0)
+        self._last_sequence = seq
+        if self._pending_missed is not None:
+            batch, self._pending_missed = with_gap(batch, self._pending_missed), None
+            self.gaps += 1
+        out.append(batch)
+        return out
+
+    def _note_gap(self, missed: int) -> None:
+        self._pending_missed = (self._pending_missed or 0) + missed
+
+    async def _replay(self, start: int, stop: int) -> list[KVEventBatch] | None:
+        """Batches ``start <= seq < stop`` from the replay socket, or None if incomplete."""
+        if self.replay_endpoint is None:
+            return None
+        sock = self._context.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.connect(self.replay_endpoint)
+        got: dict[int, KVEventBatch] = {}
+        try:
+            await sock.send_multipart([b"", encode_sequence(start)])
+            while True:
+                if not await sock.poll(int(self.replay_timeout_s * 1000)):
+                    return None
+                frames = await sock.recv_multipart()
+                body = frames[1:] if frames and frames[0] == b"" else frames
+                if len(body) != 3:
+                    return None
+                seq = decode_sequence(body[1])
+                if seq < 0:
+                    break
+                if start <= seq < stop:
+                    got[seq] = self.decoder.decode_frames(body)
+        except (zmq.ZMQError, ValueError) as exc:
+            log.warning("KV-event replay from %s failed: %s", self.replay_endpoint, exc)
+            return None
+        finally:
+            sock.close(linger=0)
+        if len(got) != stop - start:
+            return None
+        return [got[s] for s in range(start, stop)]
+
+    def close(self) -> None:
+        """Stop iterating and release the ZMQ context if this subscriber made it."""
+        self._closed = True
+        if self._own_context:
+            self._context.destroy(linger=0)
+
+
+def _connectable(endpoint: str) -> str:
+    """A bind address such as ``tcp://*:5557`` as an address to connect to."""
+    return endpoint.replace("://*:", "://127.0.0.1:").replace("://0.0.0.0:", "://127.0.0.1:")

@@ -1,0 +1,304 @@
+"""The SGLang adapter: the contract over SGLang's native ``/generate`` API with input IDs.
+
+- generate: ``POST /generate`` with ``input_ids``, ``sampling_params``
+  (``max_new_tokens``, ``temperature``, ``ignore_eos``), ``rid`` and ``stream``;
+  SSE chunks carry ``output_ids`` (cumulative by default, only the new ones with
+  ``--incremental-streaming-output``: both are handled) and ``meta_info``
+  (``prompt_tokens``, ``completion_tokens``, ``cached_tokens``, ``finish_reason``
+  as ``{"type": "length", ...}``).
+- PD disaggregation: SGLang pairs a prefill and a decode server through a bootstrap
+  room. The prefill request and the decode request carry the same
+  ``bootstrap_host`` / ``bootstrap_port`` / ``bootstrap_room`` and run concurrently;
+  the prefill finishes once the decode side has fetched the KV, and the decode
+  stream starts with the first token. So on a prefill server (``bootstrap_port``
+  set) ``prefill`` sends one request per decode target in the background and
+  returns at once with ``first_token_id=None`` and one room per target in
+  ``target_kv_params``; ``generate`` with such params joins the room.
+  Without ``bootstrap_port`` ``prefill`` is a one-token generation, like vLLM's.
+- load: ``GET /metrics`` (``--enable-metrics``: sglang:num_running_reqs,
+  sglang:num_queue_reqs, sglang:token_usage, sglang:prompt_tokens_total,
+  sglang:cached_tokens_total); health: ``GET /health``; KV events over ZMQ
+  (``--kv-events-config``, the same wire format as vLLM's, events as arrays).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+
+from engines_adapter.contract import (
+    EngineError,
+    EngineLoad,
+    GenerateRequest,
+    KVEventBatch,
+    PrefillResult,
+    TokenDelta,
+)
+from engines_adapter.engine_metrics import SGLANG_METRICS, parse_load
+from engines_adapter.http_engine import (
+    DEFAULT_TIMEOUT,
+    PROBE_TIMEOUT,
+    AbortableStreams,
+    check_prompt,
+    engine_error,
+    message_of,
+    raise_for_status,
+    sse_data,
+)
+from engines_adapter.kv_subscriber import KVEventSubscriber
+
+__all__ = ["BOOTSTRAP_KEYS", "SGLangAdapter"]
+
+log = logging.getLogger(__name__)
+
+BOOTSTRAP_KEYS = ("bootstrap_host", "bootstrap_port", "bootstrap_room")
+
+
+def _finish_reason(meta: dict[str, Any]) -> str | None:
+    reason = meta.get("finish_reason")
+    if reason is None:
+        return None
+    if isinstance(reason, dict):
+        return str(reason.get("type", "stop"))
+    return str(reason)
+
+
+def _new_tokens(output_ids: list[int], meta: dict[str, Any], seen: int) -> list[int]:
+    """The tokens of a chunk not yet emitted, whether ``output_ids`` is cumulative or not."""
+    completion = meta.get("completion_tokens")
+    cumulative = isinstance(completion, int) and len(output_ids) == completion
+    return output_ids[seen:] if cumulative else output_ids
+
+
+class SGLangAdapter:
+    """One SGLang server (``python -m sglang.launch_server``), optionally a PD prefill server."""
+
+    def __init__(
+        self,
+        instance_id: str,
+        base_url: str,
+        *,
+        client: httpx.AsyncClient,
+        bootstrap_port: int | None = None,
+        bootstrap_host: str | None = None,
+        kv_events_endpoint: str | None = None,
+        vocab_size: int | None = None,
+        timeout: httpx.Timeout = DEFAULT_TIMEOUT,
+        probe_timeout: httpx.Timeout = PROBE_TIMEOUT,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.instance_id = instance_id
+        self.base_url = base_url.rstrip("/")
+        self.bootstrap_port = bootstrap_port
+        self.bootstrap_host = bootstrap_host or urlsplit(self.base_url).hostname or "127.0.0.1"
+        self.kv_events_endpoint = kv_events_endpoint
+        self.vocab_size = vocab_size
+        self._client = client
+        self._timeout = timeout
+        self._probe_timeout = probe_timeout
+        self._rng = rng or random.Random()
+        self._streams = AbortableStreams()
+        self._prefills: dict[str, asyncio.Task[None]] = {}
+        self._subscribers: set[KVEventSubscriber] = set()
+
+    def _url(self, path: str) -> str:
+        return f"{self.base_url}{path}"
+
+    def _body(
+        self, request: GenerateRequest, *, rid: str, max_new_tokens: int, stream: bool
+    ) -> dict[str, Any]:
+        check_prompt(self.instance_id, request.prompt_token_ids, self.vocab_size)
+        body: dict[str, Any] = {
+            "input_ids": request.prompt_token_ids,
+            "sampling_params": {
+                "max_new_tokens": max_new_tokens,
+                "temperature": request.temperature,
+                "ignore_eos": request.ignore_eos,
+            },
+            "rid": rid,
+            "stream": stream,
+        }
+        params = request.kv_transfer_params or {}
+        body.update({k: params[k] for k in BOOTSTRAP_KEYS if k in params})
+        return body
+
+    async def _post(self, body: dict[str, Any], what: str) -> dict[str, Any]:
+        try:
+            response = await self._client.post(
+                self._url("/generate"), json=body, timeout=self._timeout
+            )
+        except httpx.HTTPError as exc:
+            raise engine_error(self.instance_id, exc, what) from exc
+        await raise_for_status(self.instance_id, response, what)
+        data = response.json()
+        if not isinstance(data, dict):
+            raise EngineError(self.instance_id, f"{what}: unexpected response {data!r:.100}")
+        return data
+
+    async def prefill(self, request: GenerateRequest, *, targets: int = 1) -> PrefillResult:
+        """A one-token generation; on a PD prefill server, one bootstrap room per target."""
+        if self.bootstrap_port is None:
+            data = await self._post(
+                self._body(request, rid=request.request_id, max_new_tokens=1, stream=False),
+                "prefill",
+            )
+            output_ids = data.get("output_ids") or []
+            meta = data.get("meta_info") or {}
+            if not output_ids:
+                raise EngineError(
+                    self.instance_id, "prefill: no output_ids in the response", retryable=False
+                )
+            cached = meta.get("cached_tokens")
+            return PrefillResult(
+                request_id=request.request_id,
+                first_token_id=int(output_ids[0]),
+                cached_tokens=cached if isinstance(cached, int) else None,
+            )
+        rooms = [self._rng.randrange(2**63) for _ in range(targets)]
+        per_target = [
+            {
+                "bootstrap_host": self.bootstrap_host,
+                "bootstrap_port": self.bootstrap_port,
+                "bootstrap_room": room,
+            }
+            for room in rooms
+        ]
+        for i, params in enumerate(per_target):
+            rid = f"{request.request_id}-p{i}"
+            body = self._body(request, rid=rid, max_new_tokens=request.max_tokens, stream=False)
+            body.update(params)
+            task = asyncio.create_task(self._background_prefill(rid, body), name=f"prefill-{rid}")
+            self._prefills[rid] = task
+        return PrefillResult(
+            request_id=request.request_id,
+            first_token_id=None,
+            kv_transfer_params=per_target[0],
+            target_kv_params=per_target,
+        )
+
+    async def _background_prefill(self, rid: str, body: dict[str, Any]) -> None:
+        """A PD prefill request; it completes once its decode side has taken the KV."""
+        try:
+            await self._post(body, "prefill")
+        except EngineError as exc:
+            log.warning("SGLang prefill %s failed: %s", rid, exc)
+        finally:
+            self._prefills.pop(rid, None)
+
+    async def generate(self, request: GenerateRequest) -> AsyncGenerator[TokenDelta, None]:
+        """Stream ``/generate``; joins a bootstrap room when the params carry one."""
+        body = self._body(
+            request, rid=request.request_id, max_new_tokens=request.max_tokens, stream=True
+        )
+
+        async def produce(emit: Callable[[TokenDelta], Awaitable[None]]) -> None:
+            await self._stream(body, emit)
+
+        async with contextlib.aclosing(self._streams.run(request.request_id, produce)) as deltas:
+            async for delta in deltas:
+                yield delta
+
+    async def _stream(
+        self, body: dict[str, Any], emit: Callable[[TokenDelta], Awaitable[None]]
+    ) -> None:
+        seen = 0
+        cached: int | None = None
+        finished = False
+        try:
+            async with self._client.stream(
+                "POST", self._url("/generate"), json=body, timeout=self._timeout
+            ) as response:
+                await raise_for_status(self.instance_id, response, "generate")
+                async for chunk in sse_data(response):
+                    if chunk is None:
+                        break
+                    if "error" in chunk:
+                        raise EngineError(
+                            self.instance_id, f"generate: {message_of(chunk) or chunk}"
+                        )
+                    meta = chunk.get("meta_info") or {}
+                    tokens = _new_tokens(list(chunk.get("output_ids") or []), meta, seen)
+                    seen += len(tokens)
+                    reason = _finish_reason(meta)
+                    first_report = cached is None and isinstance(meta.get("cached_tokens"), int)
+                    if first_report:
+                        cached = int(meta["cached_tokens"])
+                    if tokens or reason is not None:
+                        await emit(
+                            TokenDelta(
+                                token_ids=tokens,
+                                finished=reason is not None,
+                                finish_reason=reason,
+                                cached_tokens=cached if first_report else None,
+                            )
+                        )
+                    if reason is not None:
+                        finished = True
+                        break
+        except httpx.HTTPError as exc:
+            raise engine_error(self.instance_id, exc, "generate") from exc
+        except ValueError as exc:
+            raise EngineError(self.instance_id, f"generate: {exc}") from exc
+        if not finished:
+            raise EngineError(self.instance_id, "generate: stream ended without a finish_reason")
+
+    async def abort(self, request_id: str) -> None:
+        """Close the request's stream (SGLang aborts it); cancel its PD prefills."""
+        await self._streams.abort(request_id)
+        for rid, task in list(self._prefills.items()):
+            if rid.startswith(f"{request_id}-p"):
+                task.cancel()
+
+    async def load(self) -> EngineLoad:
+        """Figures from ``/metrics`` (SGLang started with ``--enable-metrics``)."""
+        try:
+            response = await self._client.get(self._url("/metrics"), timeout=self._probe_timeout)
+        except httpx.HTTPError as exc:
+            raise engine_error(self.instance_id, exc, "load") from exc
+        if response.status_code == 404:
+            raise EngineError(
+                self.instance_id, "load: no /metrics (start SGLang with --enable-metrics)"
+            )
+        await raise_for_status(self.instance_id, response, "load")
+        try:
+            return parse_load(response.text, SGLANG_METRICS)
+        except ValueError as exc:
+            raise EngineError(self.instance_id, f"load: {exc}") from exc
+
+    async def health(self) -> bool:
+        """``GET /health`` answers 200."""
+        try:
+            response = await self._client.get(self._url("/health"), timeout=self._probe_timeout)
+        except httpx.HTTPError:
+            return False
+        return response.status_code == 200
+
+    async def kv_events(self) -> AsyncGenerator[KVEventBatch, None]:
+        """KV events from SGLang's ZMQ publisher (``--kv-events-config``)."""
+        if self.kv_events_endpoint is None:
+            raise EngineError(self.instance_id, "no KV-event endpoint configured", retryable=False)
+        subscriber = KVEventSubscriber(self.instance_id, self.kv_events_endpoint)
+        self._subscribers.add(subscriber)
+        try:
+            async for batch in subscriber.batches():
+                yield batch
+        finally:
+            self._subscribers.discard(subscriber)
+            subscriber.close()
+
+    async def aclose(self) -> None:
+        """Abort streams and PD prefills, close KV-event sockets (the client is the caller's)."""
+        await self._streams.aclose()
+        tasks = list(self._prefills.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for subscriber in list(self._subscribers):
+            subscriber.close()

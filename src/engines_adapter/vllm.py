@@ -1,0 +1,251 @@
+"""The vLLM adapter: the contract over vLLM's OpenAI-compatible HTTP API, token IDs in and out.
+
+- generate: ``POST /v1/completions`` with ``prompt`` as token IDs, ``stream``,
+  ``return_token_ids`` and ``stream_options.include_usage``; the SSE chunks'
+  ``choices[0].token_ids`` become TokenDelta, the cached prompt tokens come from
+  the final usage chunk (``usage.prompt_tokens_details.cached_tokens``, which vLLM
+  sends only when started with ``--enable-prompt-tokens-details``).
+- prefill: the same request with ``max_tokens=1`` and ``kv_transfer_params:
+  {"do_remote_decode": true, ...}`` as vLLM's P/D connectors expect; the response's
+  ``kv_transfer_params`` are handed to the decode targets. Without a connector (CPU)
+  vLLM ignores the field and the decode target recomputes from its prefix cache.
+- load: ``GET /metrics``; health: ``GET /health``; KV events: ZMQ (kv_subscriber).
+- abort: close the HTTP stream (vLLM aborts a request whose client went away).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from typing import Any
+
+import httpx
+
+from engines_adapter.contract import (
+    EngineError,
+    EngineLoad,
+    GenerateRequest,
+    KVEventBatch,
+    PrefillResult,
+    TokenDelta,
+)
+from engines_adapter.engine_metrics import VLLM_METRICS, parse_load
+from engines_adapter.http_engine import (
+    DEFAULT_TIMEOUT,
+    PROBE_TIMEOUT,
+    AbortableStreams,
+    check_prompt,
+    engine_error,
+    message_of,
+    raise_for_status,
+    sse_data,
+)
+from engines_adapter.kv_subscriber import KVEventSubscriber
+
+__all__ = ["PREFILL_KV_PARAMS", "VLLMAdapter"]
+
+PREFILL_KV_PARAMS: dict[str, Any] = {
+    "do_remote_decode": True,
+    "do_remote_prefill": False,
+    "remote_engine_id": None,
+    "remote_block_ids": None,
+    "remote_host": None,
+    "remote_port": None,
+}
+"""What vLLM's P/D proxies send a prefill instance (NixlConnector and friends)."""
+
+
+def _usage_cached(chunk: dict[str, Any]) -> int | None:
+    usage = chunk.get("usage")
+    if not isinstance(usage, dict):
+        return None
+    details = usage.get("prompt_tokens_details")
+    if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
+        return int(details["cached_tokens"])
+    return None
+
+
+class VLLMAdapter:
+    """One vLLM server (``vllm serve`` / ``vllm.entrypoints.openai.api_server``)."""
+
+    def __init__(
+        self,
+        instance_id: str,
+        base_url: str,
+        *,
+        client: httpx.AsyncClient,
+        kv_events_endpoint: str | None = None,
+        kv_replay_endpoint: str | None = None,
+        model: str | None = None,
+        vocab_size: int | None = None,
+        timeout: httpx.Timeout = DEFAULT_TIMEOUT,
+        probe_timeout: httpx.Timeout = PROBE_TIMEOUT,
+    ) -> None:
+        self.instance_id = instance_id
+        self.base_url = base_url.rstrip("/")
+        self.kv_events_endpoint = kv_events_endpoint
+        self.kv_replay_endpoint = kv_replay_endpoint
+        self.model = model
+        self.vocab_size = vocab_size
+        self._client = client
+        self._timeout = timeout
+        self._probe_timeout = probe_timeout
+        self._streams = AbortableStreams()
+        self._subscribers: set[KVEventSubscriber] = set()
+
+    def _body(self, request: GenerateRequest, *, max_tokens: int, stream: bool) -> dict[str, Any]:
+        check_prompt(self.instance_id, request.prompt_token_ids, self.vocab_size)
+        body: dict[str, Any] = {
+            "prompt": request.prompt_token_ids,
+            "max_tokens": max_tokens,
+            "temperature": request.temperature,
+            "ignore_eos": request.ignore_eos,
+            "return_token_ids": True,
+            "stream": stream,
+            "request_id": request.request_id,
+        }
+        if self.model is not None:
+            body["model"] = self.model
+        if stream:
+            body["stream_options"] = {"include_usage": True}
+        if request.kv_transfer_params is not None:
+            body["kv_transfer_params"] = request.kv_transfer_params
+        return body
+
+    def _url(self, path: str) -> str:
+        return f"{self.base_url}{path}"
+
+    async def prefill(self, request: GenerateRequest, *, targets: int = 1) -> PrefillResult:
+        """One-token completion that leaves the prompt's KV for ``targets`` decode instances."""
+        body = self._body(request, max_tokens=1, stream=False)
+        body["kv_transfer_params"] = {**PREFILL_KV_PARAMS, **(request.kv_transfer_params or {})}
+        headers = {"X-Request-Id": request.request_id}
+        try:
+            response = await self._client.post(
+                self._url("/v1/completions"), json=body, headers=headers, timeout=self._timeout
+            )
+        except httpx.HTTPError as exc:
+            raise engine_error(self.instance_id, exc, "prefill") from exc
+        await raise_for_status(self.instance_id, response, "prefill")
+        data = response.json()
+        try:
+            token_ids = data["choices"][0]["token_ids"]
+            first = int(token_ids[0])
+        except (KeyError, IndexError, TypeError, ValueError) as exc:
+            raise EngineError(
+                self.instance_id,
+                f"prefill: no choices[0].token_ids in the response (return_token_ids): {exc!r}",
+                retryable=False,
+            ) from exc
+        params = data.get("kv_transfer_params")
+        return PrefillResult(
+            request_id=request.request_id,
+            first_token_id=first,
+            cached_tokens=_usage_cached(data),
+            kv_transfer_params=params if isinstance(params, dict) else None,
+        )
+
+    async def generate(self, request: GenerateRequest) -> AsyncGenerator[TokenDelta, None]:
+        """Stream the completion's token IDs; the final delta carries cached_tokens."""
+        body = self._body(request, max_tokens=request.max_tokens, stream=True)
+
+        async def produce(emit: Callable[[TokenDelta], Awaitable[None]]) -> None:
+            await self._stream(request.request_id, body, emit)
+
+        async with contextlib.aclosing(self._streams.run(request.request_id, produce)) as deltas:
+            async for delta in deltas:
+                yield delta
+
+    async def _stream(
+        self,
+        request_id: str,
+        body: dict[str, Any],
+        emit: Callable[[TokenDelta], Awaitable[None]],
+    ) -> None:
+        final: TokenDelta | None = None
+        cached: int | None = None
+        headers = {"X-Request-Id": request_id, "Accept": "text/event-stream"}
+        try:
+            async with self._client.stream(
+                "POST", self._url("/v1/completions"), json=body, headers=headers,
+                timeout=self._timeout,
+            ) as response:  # fmt: skip
+                await raise_for_status(self.instance_id, response, "generate")
+                async for chunk in sse_data(response):
+                    if chunk is None:
+                        break
+                    if "error" in chunk:
+                        raise EngineError(
+                            self.instance_id,
+                            f"generate: {message_of(chunk) or chunk}",
+                            retryable=_error_code(chunk) >= 500,
+                        )
+                    cached = _usage_cached(chunk) if cached is None else cached
+                    for choice in chunk.get("choices") or []:
+                        delta = TokenDelta(
+                            token_ids=list(choice.get("token_ids") or []),
+                            finished=choice.get("finish_reason") is not None,
+                            finish_reason=choice.get("finish_reason"),
+                        )
+                        if delta.finished:
+                            final = delta  # held until the usage chunk that follows it
+                        elif delta.token_ids:
+                            await emit(delta)
+        except httpx.HTTPError as exc:
+            raise engine_error(self.instance_id, exc, "generate") from exc
+        except ValueError as exc:
+            raise EngineError(self.instance_id, f"generate: {exc}") from exc
+        if final is None:
+            raise EngineError(self.instance_id, "generate: stream ended without a finish_reason")
+        await emit(final.model_copy(update={"cached_tokens": cached}))
+
+    async def abort(self, request_id: str) -> None:
+        """Close the request's stream; vLLM aborts it. Unknown ids are ignored."""
+        await self._streams.abort(request_id)
+
+    async def load(self) -> EngineLoad:
+        """Figures from ``/metrics`` (vllm:num_requests_running, ...)."""
+        try:
+            response = await self._client.get(self._url("/metrics"), timeout=self._probe_timeout)
+        except httpx.HTTPError as exc:
+            raise engine_error(self.instance_id, exc, "load") from exc
+        await raise_for_status(self.instance_id, response, "load")
+        try:
+            return parse_load(response.text, VLLM_METRICS)
+        except ValueError as exc:
+            raise EngineError(self.instance_id, f"load: {exc}") from exc
+
+    async def health(self) -> bool:
+        """``GET /health`` answers 200."""
+        try:
+            response = await self._client.get(self._url("/health"), timeout=self._probe_timeout)
+        except httpx.HTTPError:
+            return False
+        return response.status_code == 200
+
+    async def kv_events(self) -> AsyncGenerator[KVEventBatch, None]:
+        """KV events from the engine's ZMQ publisher (``--kv-events-config``)."""
+        if self.kv_events_endpoint is None:
+            raise EngineError(self.instance_id, "no KV-event endpoint configured", retryable=False)
+        subscriber = KVEventSubscriber(
+            self.instance_id, self.kv_events_endpoint, replay_endpoint=self.kv_replay_endpoint
+        )
+        self._subscribers.add(subscriber)
+        try:
+            async for batch in subscriber.batches():
+                yield batch
+        finally:
+            self._subscribers.discard(subscriber)
+            subscriber.close()
+
+    async def aclose(self) -> None:
+        """Abort open streams and close KV-event sockets (the HTTP client belongs to the caller)."""
+        await self._streams.aclose()
+        for subscriber in list(self._subscribers):
+            subscriber.close()
+
+
+def _error_code(chunk: dict[str, Any]) -> int:
+    error = chunk.get("error")
+    code = error.get("code") if isinstance(error, dict) else None
+    return code if isinstance(code, int) else 500

@@ -1,0 +1,385 @@
+"""One contract suite for every engine adapter: what the orchestrator relies on.
+
+Implementations: the in-process simulated engine; the vLLM adapter against the
+simulated engine's HTTP server (uvicorn in a thread); the vLLM adapter against a
+real vLLM on CPU (marked ``vllm``; started only when ``PDD_ROUTER_TEST_VLLM=1``,
+from the venv of ``scripts/ensure-vllm.sh``, with the tiny random-weight model of
+tests/integration/vllm_model).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import random
+import signal
+import socket
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+import uvicorn
+
+from engines_adapter.contract import (
+    EngineAdapter,
+    EngineError,
+    GenerateRequest,
+    KVEventBatch,
+    TokenDelta,
+)
+from engines_adapter.kv_events import KVEventDecoder, encode_batch
+from engines_adapter.sim_engine import SimEngine, SimEngineConfig
+from engines_adapter.sim_server import SimServerConfig, create_app
+from engines_adapter.vllm import VLLMAdapter
+
+REPO = Path(__file__).resolve().parents[2]
+VLLM_MODEL = REPO / "tests" / "integration" / "vllm_model"
+VOCAB = 512  # the tiny model's vocabulary, and the simulated engines'
+
+IMPLEMENTATIONS = ["sim", "vllm-sim-http", pytest.param("vllm", marks=pytest.mark.vllm)]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Endpoint:
+    url: str
+    kv_events: str
+    kv_replay: str | None = None
+
+
+# -- servers (one per session) ------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def sim_http_server() -> Iterator[Endpoint]:
+    """The simulated engine behind uvicorn in a thread (2 ms per decoded token)."""
+    port, kv_port = _free_port(), _free_port()
+    config = SimServerConfig(
+        instance_id="sim-http",
+        engine=SimEngineConfig(block_size=16, vocab_size=VOCAB, decode_s_per_token=0.002),
+        kv_events_endpoint=f"tcp://127.0.0.1:{kv_port}",
+    )
+    server = uvicorn.Server(
+        uvicorn.Config(
+            create_app(config), host="127.0.0.1", port=port, log_level="warning", ws="none"
+        )
+    )
+    thread = threading.Thread(target=server.run, name="sim-http-server", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("the simulated engine server did not start")
+        time.sleep(0.02)
+    yield Endpoint(f"http://127.0.0.1:{port}", f"tcp://127.0.0.1:{kv_port}")
+    server.should_exit = True
+    thread.join(20)
+
+
+RANDOM_WEIGHTS = """
+import json, shutil, sys, torch
+from safetensors.torch import save_file
+src, out = sys.argv[1], sys.argv[2]
+shutil.copy(f"{src}/config.json", out)
+c = json.load(open(f"{out}/config.json"))
+H, I, V, L, hd = (c[k] for k in ("hidden_size", "intermediate_size", "vocab_size",
+                                 "num_hidden_layers", "head_dim"))
+nq, nkv = c["num_attention_heads"], c["num_key_value_heads"]
+g = torch.Generator().manual_seed(0)
+def r(*shape, std):
+    return (torch.randn(*shape, generator=g) * std).to(torch.bfloat16)
+def one(n):
+    return torch.ones(n, dtype=torch.bfloat16)
+t = {"model.embed_tokens.weight": r(V, H, std=1.0), "model.norm.weight": one(H),
+     "lm_head.weight": r(V, H, std=0.3)}
+for i in range(L):
+    p = f"model.layers.{i}."
+    t |= {p + "self_attn.q_proj.weight": r(nq * hd, H, std=2 * H**-0.5),
+          p + "self_attn.k_proj.weight": r(nkv * hd, H, std=2 * H**-0.5),
+          p + "self_attn.v_proj.weight": r(nkv * hd, H, std=H**-0.5),
+          p + "self_attn.o_proj.weight": r(H, nq * hd, std=(nq * hd) ** -0.5),
+          p + "mlp.gate_proj.weight": r(I, H, std=H**-0.5),
+          p + "mlp.up_proj.weight": r(I, H, std=H**-0.5),
+          p + "mlp.down_proj.weight": r(H, I, std=I**-0.5),
+          p + "input_layernorm.weight": one(H), p + "post_attention_layernorm.weight": one(H)}
+save_file(t, f"{out}/model.safetensors", metadata={"format": "pt"})
+"""
+"""Seeded random weights for the tiny model (vLLM's dummy weights decode a 2-cycle that
+depends on the last token only, which would make the handoff checks vacuous)."""
+
+
+@pytest.fixture(scope="session")
+def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoint]:
+    """A real vLLM on CPU (PDD_ROUTER_TEST_VLLM=1), stopped at the end of the session."""
+    if os.environ.get("PDD_ROUTER_TEST_VLLM") != "1":
+        pytest.skip("set PDD_ROUTER_TEST_VLLM=1 to run the contract against a real vLLM")
+    ensure = subprocess.run(
+        [str(REPO / "scripts" / "ensure-vllm.sh")], capture_output=True, text=True, check=False
+    )
+    if ensure.returncode != 0 or not ensure.stdout.strip():
+        pytest.fail(f"scripts/ensure-vllm.sh failed:\n{ensure.stderr[-2000:]}")
+    python = ensure.stdout.strip().splitlines()[-1]
+    model = tmp_path_factory.mktemp("vllm-random-model")
+    subprocess.run([python, "-c", RANDOM_WEIGHTS, str(VLLM_MODEL), str(model)], check=True)
+    port, kv_port, replay_port = _free_port(), _free_port(), _free_port()
+    kv_config = (
+        '{"enable_kv_cache_events": true, "publisher": "zmq", '
+        f'"endpoint": "tcp://*:{kv_port}", "replay_endpoint": "tcp://*:{replay_port}"}}'
+    )
+    args = [
+        python, "-m", "vllm.entrypoints.openai.api_server",
+        "--model", str(model), "--load-format", "safetensors", "--skip-tokenizer-init",
+        "--enable-prefix-caching", "--enable-prompt-tokens-details",
+        "--max-model-len", "4096", "--host", "127.0.0.1", "--port", str(port),
+        "--kv-events-config", kv_config,
+    ]  # fmt: skip
+    env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": "1"}
+    env.pop("PYTHONHASHSEED", None)
+    log = model / "vllm.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            args, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"vLLM exited with {proc.returncode}; log: {log}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                    break
+            if time.monotonic() > deadline:
+                pytest.fail(f"vLLM did not become healthy; log: {log}")
+            time.sleep(1)
+        yield Endpoint(
+            f"http://127.0.0.1:{port}",
+            f"tcp://127.0.0.1:{kv_port}",
+            f"tcp://127.0.0.1:{replay_port}",
+        )
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+
+
+# -- the harness ----------------------------------------------------------------------
+
+
+@dataclass
+class Harness:
+    name: str
+    adapter: EngineAdapter
+    block_size: int
+    timeout_s: float
+
+    def prompt(self, n: int) -> list[int]:
+        rng = random.Random(uuid.uuid4().int)
+        return [rng.randrange(3, VOCAB) for _ in range(n)]
+
+    def request(self, prompt: list[int], max_tokens: int, **kw: object) -> GenerateRequest:
+        return GenerateRequest(
+            request_id=f"ct-{uuid.uuid4().hex[:12]}",
+            prompt_token_ids=prompt,
+            max_tokens=max_tokens,
+            temperature=0.0,
+            ignore_eos=True,
+            **kw,
+        )
+
+
+@pytest.fixture(params=IMPLEMENTATIONS)
+async def h(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
+    kind = request.param
+    if kind == "sim":
+        engine = SimEngine("sim", SimEngineConfig(block_size=16, vocab_size=VOCAB))
+        yield Harness(kind, engine, 16, 30)
+        await engine.aclose()
+        return
+    endpoint: Endpoint = request.getfixturevalue(
+        "sim_http_server" if kind == "vllm-sim-http" else "vllm_server"
+    )
+    async with httpx.AsyncClient() as client:
+        adapter = VLLMAdapter(
+            kind,
+            endpoint.url,
+            client=client,
+            kv_events_endpoint=endpoint.kv_events,
+            kv_replay_endpoint=endpoint.kv_replay,
+            vocab_size=VOCAB if kind == "vllm" else None,  # the sim server checks itself
+        )
+        block_size = 16 if kind == "vllm-sim-http" else 128
+        yield Harness(kind, adapter, block_size, 30 if kind == "vllm-sim-http" else 180)
+        await adapter.aclose()
+
+
+async def run(adapter: EngineAdapter, request: GenerateRequest) -> list[TokenDelta]:
+    stream = adapter.generate(request)
+    try:
+        return [delta async for delta in stream]
+    finally:
+        await stream.aclose()
+
+
+def tokens(deltas: list[TokenDelta]) -> list[int]:
+    return [t for d in deltas for t in d.token_ids]
+
+
+# -- the contract ---------------------------------------------------------------------
+
+
+async def test_generate_streams_max_tokens(h: Harness) -> None:
+    async with asyncio.timeout(h.timeout_s):
+        deltas = await run(h.adapter, h.request(h.prompt(40), 12))
+    assert len(tokens(deltas)) == 12
+    assert all(0 <= t < VOCAB for t in tokens(deltas))
+    assert deltas[-1].finished
+    assert deltas[-1].finish_reason == "length"
+    assert not any(d.finished for d in deltas[:-1])
+
+
+async def test_greedy_decoding_is_deterministic(h: Harness) -> None:
+    prompt = h.prompt(40)
+    async with asyncio.timeout(h.timeout_s):
+        first = tokens(await run(h.adapter, h.request(prompt, 10)))
+        second = tokens(await run(h.adapter, h.request(prompt, 10)))
+    assert first == second
+
+
+async def test_extend_decode_continues_exactly(h: Harness) -> None:
+    prompt = h.prompt(50)
+    async with asyncio.timeout(h.timeout_s):
+        full = tokens(await run(h.adapter, h.request(prompt, 16)))
+        resumed = tokens(await run(h.adapter, h.request(prompt + full[:6], 10)))
+    assert resumed == full[6:]
+
+
+async def test_cached_tokens_grow_on_a_repeated_prefix(h: Harness) -> None:
+    prompt = h.prompt(3 * h.block_size + 5)
+    async with asyncio.timeout(h.timeout_s):
+        before = await h.adapter.load()
+        cold = await run(h.adapter, h.request(prompt, 2))
+        warm = await run(h.adapter, h.request(prompt, 2))
+        after = await h.adapter.load()
+    cold_cached = next(d.cached_tokens for d in cold if d.cached_tokens is not None)
+    warm_cached = next(d.cached_tokens for d in warm if d.cached_tokens is not None)
+    assert cold_cached < warm_cached
+    assert warm_cached == 3 * h.block_size
+    assert after.prefix_cache_queries - before.prefix_cache_queries >= 2 * len(prompt)
+    assert after.prefix_cache_hits - before.prefix_cache_hits >= 3 * h.block_size
+
+
+async def test_prefill_returns_the_first_token_of_a_generate(h: Harness) -> None:
+    prompt = h.prompt(40)
+    async with asyncio.timeout(h.timeout_s):
+        prefill = await h.adapter.prefill(h.request(prompt, 8), targets=1)
+        plain = tokens(await run(h.adapter, h.request(prompt, 8)))
+        params = prefill.params_for(0)
+        handed = tokens(await run(h.adapter, h.request(prompt, 8, kv_transfer_params=params)))
+    assert prefill.first_token_id == plain[0]
+    assert handed == plain  # a decode target given the prefill's params continues the same
+
+
+async def test_abort_stops_a_stream(h: Harness) -> None:
+    request = h.request(h.prompt(30), 3000)
+    async with asyncio.timeout(h.timeout_s):
+        stream = h.adapter.generate(request)
+        head = [await anext(stream), await anext(stream)]
+        await h.adapter.abort(request.request_id)
+        await h.adapter.abort("no-such-request")  # ignored
+        rest = [d async for d in stream]
+        while (await h.adapter.load()).running:  # the engine stops, not just the client
+            await asyncio.sleep(0.05)
+    assert rest[-1].finished
+    assert rest[-1].finish_reason == "abort"
+    assert len(tokens(head + rest)) < 3000
+
+
+async def test_load_figures_move(h: Harness) -> None:
+    request = h.request(h.prompt(30), 3000)
+    async with asyncio.timeout(h.timeout_s):
+        before = await h.adapter.load()
+        stream = h.adapter.generate(request)
+        await anext(stream)
+        while (busy := await h.adapter.load()).running < 1:
+            await asyncio.sleep(0.05)
+        await h.adapter.abort(request.request_id)
+        _ = [d async for d in stream]
+    assert busy.kv_usage > 0
+    assert busy.prefix_cache_queries > before.prefix_cache_queries
+    assert busy.block_size == h.block_size
+
+
+async def test_health_is_true(h: Harness) -> None:
+    async with asyncio.timeout(h.timeout_s):
+        assert await h.adapter.health()
+
+
+async def test_kv_events_arrive_for_a_stored_prompt(h: Harness) -> None:
+    queue: asyncio.Queue[KVEventBatch] = asyncio.Queue()
+
+    async def listen() -> None:
+        async for batch in h.adapter.kv_events():
+            await queue.put(batch)
+
+    listener = asyncio.create_task(listen())
+    bs = h.block_size
+    stored: dict[tuple[int, ...], KVEventBatch] = {}
+    try:
+        async with asyncio.timeout(h.timeout_s):
+            await asyncio.sleep(0)
+            # A subscriber misses what was published before it joined (ZMQ's slow
+            # joiner): send fresh prompts until one's blocks are reported.
+            while True:
+                prompt = h.prompt(2 * bs + 1)
+                await run(h.adapter, h.request(prompt, 1))
+                with contextlib.suppress(TimeoutError):
+                    while True:
+                        batch = await asyncio.wait_for(queue.get(), 1.0)
+                        for event in batch.events:
+                            if event.type == "BlockStored":
+                                for i in range(0, len(event.token_ids), bs):
+                                    stored[tuple(event.token_ids[i : i + bs])] = batch
+                        if tuple(prompt[:bs]) in stored and tuple(prompt[bs : 2 * bs]) in stored:
+                            break
+                    break
+    finally:
+        listener.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await listener
+    batch = stored[tuple(prompt[:bs])]
+    assert batch.instance_id == h.name
+    event = next(e for e in batch.events if e.type == "BlockStored")
+    assert event.block_size == bs
+    assert len(event.block_hashes) * bs == len(event.token_ids)
+    # The batch survives the wire format both ways (what the simulated publisher sends).
+    for form in ("map", "array"):
+        again = KVEventDecoder(h.name).decode(encode_batch(batch.events, form=form))
+        assert again.events == batch.events
+
+
+async def test_out_of_vocabulary_tokens_are_refused_for_good(h: Harness) -> None:
+    async with asyncio.timeout(h.timeout_s):
+        with pytest.raises(EngineError) as generate_error:
+            await run(h.adapter, h.request([5, 6, VOCAB + 3], 4))
+        with pytest.raises(EngineError) as prefill_error:
+            await h.adapter.prefill(h.request([VOCAB], 4))
+        assert await h.adapter.health()  # and the engine is still up
+    assert not generate_error.value.retryable
+    assert not prefill_error.value.retryable

@@ -1,0 +1,146 @@
+"""The simulated engine's HTTP server (vLLM's shapes) and the adapter factory."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import FastAPI
+from starlette.types import Receive, Scope, Send
+
+from engines_adapter.engine_metrics import parse_load
+from engines_adapter.factory import build_adapter, engine_http_client
+from engines_adapter.sglang import SGLangAdapter
+from engines_adapter.sim_engine import SimEngine, SimEngineConfig
+from engines_adapter.sim_server import SimServerConfig, create_app
+from engines_adapter.toy_model import ToyModel
+from engines_adapter.vllm import VLLMAdapter
+
+PROMPT = list(range(10, 30))
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[httpx.AsyncClient]:
+    """The app in process: its lifespan run by hand, its state put in each scope."""
+    config = SimServerConfig(instance_id="p-1", engine=SimEngineConfig(block_size=4))
+    app: FastAPI = create_app(config)
+    async with app.router.lifespan_context(app) as state:
+
+        async def with_state(scope: Scope, receive: Receive, send: Send) -> None:
+            scope["state"] = dict(state or {})
+            await app(scope, receive, send)
+
+        transport = httpx.ASGITransport(app=with_state)
+        async with httpx.AsyncClient(transport=transport, base_url="http://sim") as c:
+            yield c
+
+
+def _events(text: str) -> list[Any]:
+    out: list[Any] = []
+    for line in text.splitlines():
+        if line.startswith("data: "):
+            data = line[len("data: ") :]
+            out.append(data if data == "[DONE]" else json.loads(data))
+    return out
+
+
+async def test_completion_returns_token_ids_usage_and_transfer_params(
+    client: httpx.AsyncClient,
+) -> None:
+    body = {"prompt": PROMPT, "max_tokens": 5, "return_token_ids": True,
+            "kv_transfer_params": {"do_remote_decode": True}}  # fmt: skip
+    first = (await client.post("/v1/completions", json=body)).json()
+    again = (await client.post("/v1/completions", json=body)).json()
+    choice = first["choices"][0]
+    assert choice["token_ids"] == ToyModel().greedy(PROMPT, 5)
+    assert choice["finish_reason"] == "length"
+    assert first["object"] == "text_completion"
+    assert first["usage"]["prompt_tokens"] == 20
+    assert first["usage"]["completion_tokens"] == 5
+    assert first["usage"]["prompt_tokens_details"] == {"cached_tokens": 0}
+    assert again["usage"]["prompt_tokens_details"] == {"cached_tokens": 16}
+    assert first["kv_transfer_params"]["remote_instance"] == "p-1"
+
+
+async def test_streaming_sends_sse_chunks_then_usage_then_done(client: httpx.AsyncClient) -> None:
+    body = {"prompt": PROMPT, "max_tokens": 3, "stream": True, "return_token_ids": True,
+            "stream_options": {"include_usage": True}}  # fmt: skip
+    async with client.stream("POST", "/v1/completions", json=body) as response:
+        assert response.headers["content-type"].startswith("text/event-stream")
+        events = _events((await response.aread()).decode())
+    *chunks, usage, done = events
+    assert done == "[DONE]"
+    assert [c["choices"][0]["token_ids"] for c in chunks] == [
+        [t] for t in ToyModel().greedy(PROMPT, 3)
+    ]
+    assert chunks[0]["choices"][0]["prompt_token_ids"] == PROMPT
+    assert [c["choices"][0]["finish_reason"] for c in chunks] == [None, None, "length"]
+    assert usage["choices"] == []
+    assert usage["usage"]["completion_tokens"] == 3
+
+
+async def test_faults_over_http(client: httpx.AsyncClient) -> None:
+    assert (await client.post("/sim/faults", json={"refuse": True})).status_code == 200
+    refused = await client.post("/v1/completions", json={"prompt": PROMPT})
+    assert refused.status_code == 503
+    assert refused.json()["error"]["type"] == "ServiceUnavailableError"
+    await client.post("/sim/faults", json={"fail_after_tokens": 1})
+    body = {"prompt": PROMPT, "stream": True}
+    async with client.stream("POST", "/v1/completions", json=body) as r:
+        events = _events((await r.aread()).decode())
+    assert "error" in events[-2]
+    assert events[-1] == "[DONE]"
+    await client.post("/sim/faults", json={"healthy": False})
+    assert (await client.get("/health")).status_code == 503
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"prompt": "text prompts need a tokenizer"},
+        {"prompt": [[1, 2], [3]]},
+        {"prompt": [1, 2], "max_tokens": 0},
+        {"prompt": [1, 600]},
+    ],
+)
+async def test_bad_requests_get_400_in_openai_error_shape(
+    client: httpx.AsyncClient, body: Any
+) -> None:
+    response = await client.post("/v1/completions", json=body)
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["code"] == 400
+    assert error["type"] == "BadRequestError"
+
+
+async def test_metrics_use_vllm_names(client: httpx.AsyncClient) -> None:
+    await client.post("/v1/completions", json={"prompt": PROMPT, "max_tokens": 1})
+    text = (await client.get("/metrics")).text
+    assert "vllm:prefix_cache_queries_total" in text
+    load = parse_load(text)
+    assert (load.prefix_cache_queries, load.block_size, load.num_blocks) == (20.0, 4, 4096)
+
+
+async def test_reset_prefix_cache(client: httpx.AsyncClient) -> None:
+    body = {"prompt": PROMPT, "max_tokens": 1}
+    await client.post("/v1/completions", json=body)
+    assert (await client.post("/reset_prefix_cache")).status_code == 200
+    again = (await client.post("/v1/completions", json=body)).json()
+    assert again["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+
+
+async def test_factory_builds_each_kind() -> None:
+    assert isinstance(build_adapter("sim", "s"), SimEngine)
+    async with engine_http_client() as http:
+        assert isinstance(build_adapter("vllm", "v", "http://x:1", client=http), VLLMAdapter)
+        sglang = build_adapter("sglang", "g", "http://x:2", client=http, bootstrap_port=8998)
+        assert isinstance(sglang, SGLangAdapter)
+        assert sglang.bootstrap_port == 8998
+        with pytest.raises(ValueError, match="URL"):
+            build_adapter("vllm", "v", client=http)
+    with pytest.raises(ValueError, match="httpx"):
+        build_adapter("vllm", "v", "http://x:1")
+    assert isinstance(engine_http_client(), httpx.AsyncClient)
