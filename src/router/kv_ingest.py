@@ -48,7 +48,10 @@ class KVEventIngestor:
         self.seed = seed
         self.max_mapped = max_mapped_per_instance
         self.stats = IngestStats()
-        self._dual: dict[str, OrderedDict[EngineHash, tuple[int, ...]]] = {}
+        # per instance: engine hash -> (router hashes, how many times it is stored);
+        # vLLM may store one hash twice (two requests computing the same block at once)
+        # and then removes it twice, so a block is gone only when its count reaches 0
+        self._dual: dict[str, OrderedDict[EngineHash, tuple[tuple[int, ...], int]]] = {}
 
     def forget(self, instance_id: str) -> None:
         """Drop the dual-key map of an instance (it was removed or restarted)."""
@@ -81,12 +84,13 @@ class KVEventIngestor:
             if known is None:
                 self.stats.orphans += n
                 return
-            parent = known[-1]
+            parent = known[0][-1]
         new: list[int] = []
         for j, engine_hash in enumerate(event.block_hashes):
             tokens = event.token_ids[j * engine_bs : (j + 1) * engine_bs]
             ours = chain_hashes(tokens, self.block_size, self.seed, parent=parent).hashes
-            dual[engine_hash] = ours
+            count = dual[engine_hash][1] if engine_hash in dual else 0
+            dual[engine_hash] = (ours, count + 1)
             dual.move_to_end(engine_hash)
             new.extend(ours)
             parent = ours[-1]
@@ -101,9 +105,15 @@ class KVEventIngestor:
             return
         gone: list[int] = []
         for engine_hash in event.block_hashes:
-            ours = dual.pop(engine_hash, None)
-            if ours is not None:
-                gone.extend(ours)
+            entry = dual.get(engine_hash)
+            if entry is None:
+                continue
+            ours, count = entry
+            if count > 1:
+                dual[engine_hash] = (ours, count - 1)
+                continue
+            del dual[engine_hash]
+            gone.extend(ours)
         if gone:
             self.index.remove(instance_id, gone)
             self.stats.removed_blocks += len(gone)

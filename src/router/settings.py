@@ -58,6 +58,8 @@ class ServiceSettings(BaseModel):
     engine_timeout_s: float = Field(30.0, gt=0, description="Per upstream call")
     load_poll_s: float = Field(1.0, gt=0, description="How often engines' load is read")
     instances_file: str | None = Field(None, description="YAML or JSON list of instances")
+    sla_ttft_s: float = Field(10.0, gt=0, description="SLA on time to first token")
+    sla_tpot_s: float = Field(0.1, gt=0, description="SLA on time per output token")
 
 
 class ClusterSettings(BaseModel):

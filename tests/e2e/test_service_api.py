@@ -6,69 +6,12 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import pytest
 from fastapi.testclient import TestClient
+from service_support import PROMPT, VOCAB, Engines, make_client, reference, register
 
-from engines_adapter.contract import EngineAdapter
-from engines_adapter.sim_engine import SimEngine, SimEngineConfig
 from router.service.app import create_app
-from router.service.schemas import InstanceConfig
 from router.settings import Settings
-
-VOCAB = 512
-PROMPT = [(7 * i + 3) % VOCAB for i in range(640)]  # 40 blocks of 16
-
-
-class Engines:
-    """Builds one SimEngine per registered instance and keeps them for inspection."""
-
-    def __init__(self, **overrides: Any) -> None:
-        self.by_id: dict[str, SimEngine] = {}
-        self.overrides = overrides
-
-    def __call__(self, config: InstanceConfig, _: httpx.AsyncClient) -> EngineAdapter:
-        fields: dict[str, Any] = {"vocab_size": VOCAB, "cache_blocks": 4096}
-        fields.update(self.overrides.get(config.tier.value, {}))
-        engine = SimEngine(config.instance_id, SimEngineConfig(**fields))
-        self.by_id[config.instance_id] = engine
-        return engine
-
-
-def reference(prompt: list[int], n: int) -> list[int]:
-    """What one engine alone produces for the prompt (greedy)."""
-    import asyncio
-
-    from engines_adapter.contract import GenerateRequest
-
-    async def run() -> list[int]:
-        engine = SimEngine("ref", SimEngineConfig(vocab_size=VOCAB))
-        out: list[int] = []
-        req = GenerateRequest(request_id="r", prompt_token_ids=prompt, max_tokens=n)
-        async for delta in engine.generate(req):
-            out.extend(delta.token_ids)
-        return out
-
-    return asyncio.run(run())
-
-
-def make_client(
-    engines: Engines, *, policy: dict[str, Any] | None = None, **service: Any
-) -> TestClient:
-    settings = Settings(
-        service={"vocab_size": VOCAB, "load_poll_s": 0.05, **service},
-        policy={"name": "pdd", "params": policy or {}},
-    )
-    return TestClient(create_app(settings, adapter_factory=engines))
-
-
-def register(client: TestClient, *specs: tuple[str, str, str], key: str | None = None) -> None:
-    headers = {"authorization": f"Bearer {key}"} if key else {}
-    for iid, tier, dc in specs:
-        body = {"instance_id": iid, "tier": tier, "datacenter": dc, "adapter": "sim"}
-        response = client.post("/v1/instances", json=body, headers=headers)
-        assert response.status_code == 201, response.text
-
 
 TOPOLOGY = (("p0", "p", "A"), ("rld0", "rld", "A"), ("md0", "md", "B"))
 

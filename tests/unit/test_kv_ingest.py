@@ -74,3 +74,15 @@ def test_string_engine_hashes_work() -> None:
     ingest.apply(batch(stored(["a1"], None, prompt[:ENGINE_BS])))
     ingest.apply(batch(stored(["b2"], "a1", prompt[ENGINE_BS:])))
     assert index.match(chain_hashes(prompt, ROUTER_BS, seed=3).hashes)["md0"] == 4
+
+
+def test_a_block_stored_twice_is_gone_only_after_two_removals() -> None:
+    index, ingest = setup()
+    prompt = list(range(ENGINE_BS))
+    chain = chain_hashes(prompt, ROUTER_BS, seed=3).hashes
+    ingest.apply(batch(stored([5], None, prompt)))
+    ingest.apply(batch(stored([5], None, prompt)))  # a second request computed it too
+    ingest.apply(batch(KVEvent(type="BlockRemoved", block_hashes=[5])))
+    assert index.match(chain)["md0"] == 2
+    ingest.apply(batch(KVEvent(type="BlockRemoved", block_hashes=[5])))
+    assert index.match(chain)["md0"] == 0

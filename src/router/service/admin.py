@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import secrets
+from typing import Any
 
 from fastapi import APIRouter, Depends, Request, Response
 
 from engines_adapter.contract import KVEvent, KVEventBatch
 from router.service.errors import ApiError
+from router.service.experiment_report import experiment_report
+from router.service.experiments import Experiment, ExperimentSpec
 from router.service.pool import UnknownInstance
 from router.service.schemas import (
     ERROR_RESPONSES,
@@ -119,3 +122,51 @@ async def kv_events(body: KVEventsBody, request: Request) -> dict[str, int]:
                                     events=events))  # fmt: skip
     svc.metrics.kv_events.labels(body.instance_id).inc()
     return {"applied": len(events)}
+
+
+def _experiment(svc: ServiceState, experiment_id: str) -> Experiment:
+    experiment = svc.experiments.by_id.get(experiment_id)
+    if experiment is None:
+        raise ApiError(404, f"unknown experiment {experiment_id!r}", param="experiment_id")
+    return experiment
+
+
+def _report(svc: ServiceState, experiment: Experiment) -> dict[str, Any]:
+    service = svc.settings.service
+    return experiment_report(experiment, sla_ttft_s=service.sla_ttft_s,
+                             sla_tpot_s=service.sla_tpot_s)  # fmt: skip
+
+
+@admin_router.post("/v1/experiments", status_code=201)
+async def create_experiment(spec: ExperimentSpec, request: Request) -> dict[str, Any]:
+    """Start an experiment (the running one, if any, stops); its arms split the traffic."""
+    svc = _state(request)
+    try:
+        experiment = svc.experiments.create(spec)
+    except ValueError as exc:
+        raise ApiError(422, str(exc), param="arms") from exc
+    return _report(svc, experiment)
+
+
+@admin_router.get("/v1/experiments")
+async def list_experiments(request: Request) -> list[dict[str, Any]]:
+    svc = _state(request)
+    return [
+        {"id": e.id, "name": e.spec.name, "status": e.status, "arms": [a.spec.name for a in e.arms]}
+        for e in svc.experiments.by_id.values()
+    ]
+
+
+@admin_router.get("/v1/experiments/{experiment_id}", responses=ERROR_RESPONSES(404))
+async def get_experiment(experiment_id: str, request: Request) -> dict[str, Any]:
+    """Per-arm counts, TTFT / TPOT percentiles, SLA attainment, prediction error, pipeline
+    mix, and each arm's difference from the first with a 95% bootstrap interval."""
+    svc = _state(request)
+    return _report(svc, _experiment(svc, experiment_id))
+
+
+@admin_router.post("/v1/experiments/{experiment_id}/stop", responses=ERROR_RESPONSES(404))
+async def stop_experiment(experiment_id: str, request: Request) -> dict[str, Any]:
+    svc = _state(request)
+    _experiment(svc, experiment_id)
+    return _report(svc, svc.experiments.stop(experiment_id))

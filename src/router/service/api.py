@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
@@ -14,6 +15,8 @@ from policies.tiers import Tier
 from policies.types import Decision, RequestView
 from router.hashing import chain_hashes
 from router.service.errors import ApiError, error_body
+from router.service.experiments import Arm
+from router.service.experiments import Outcome as ExperimentOutcome
 from router.service.orchestrator import Outcome, Upstream, execute
 from router.service.schemas import (
     ERROR_RESPONSES,
@@ -48,11 +51,15 @@ def _check_prompt(svc: ServiceState, tokens: list[int], field: str) -> None:
         raise ApiError(400, f"{field} holds token id {bad}, outside {bound}", param=field)
 
 
-def _decide(svc: ServiceState, view: RequestView) -> Decision:
+def _decide(svc: ServiceState, view: RequestView) -> tuple[Decision, Arm | None]:
+    """Decide with the running experiment's arm for this request, or the default policy."""
     start = time.perf_counter()
+    experiment = svc.experiments.running()
+    arm = experiment.assign(view) if experiment is not None else None
+    scheduler = arm.scheduler if arm is not None else svc.scheduler
     with svc.tracer.start_as_current_span("pdd.decide") as span:
         try:
-            decision = svc.scheduler.decide(view, svc.pool.view)
+            decision = scheduler.decide(view, svc.pool.view)
         except LookupError as exc:
             raise ApiError(503, f"cannot route: {exc}", type_="service_unavailable",
                            headers={"Retry-After": "1"}) from exc  # fmt: skip
@@ -60,11 +67,30 @@ def _decide(svc: ServiceState, view: RequestView) -> Decision:
         span.set_attribute("pdd.p_instance", decision.p_instance)
         span.set_attribute("pdd.md_instance", decision.md_instance or "")
         span.set_attribute("pdd.rld_instance", decision.rld_instance or "")
+        span.set_attribute("pdd.arm", arm.spec.name if arm is not None else "default")
     svc.metrics.decision_latency.observe(time.perf_counter() - start)
-    svc.metrics.decisions.labels(
-        decision.pipeline.value, decision.handoff.value if decision.handoff else "none", "default"
-    ).inc()
-    return decision
+    handoff = decision.handoff.value if decision.handoff else "none"
+    arm_name = arm.spec.name if arm is not None else "default"
+    svc.metrics.decisions.labels(decision.pipeline.value, handoff, arm_name).inc()
+    return decision, arm
+
+
+@dataclass(slots=True)
+class _Timing:
+    """When the client got its tokens, for TTFT and TPOT."""
+
+    started: float
+    first_at: float | None = None
+    last_at: float | None = None
+    tokens: int = 0
+
+    def saw(self, n: int) -> None:
+        now = time.perf_counter()
+        if self.first_at is None and n:
+            self.first_at = now
+        if n:
+            self.last_at = now
+        self.tokens += n
 
 
 @api_router.post("/v1/route", response_model=Decision, tags=["routing"])
@@ -82,7 +108,7 @@ async def route(body: RouteRequest, request: Request) -> Decision:
         length = body.input_length or len(body.hash_ids) * body.block_size
         view = RequestView(tuple(body.hash_ids), body.block_size, length, body.max_tokens,
                            body.session_id)  # fmt: skip
-    return _decide(svc, view)
+    return _decide(svc, view)[0]
 
 
 def _mark_unhealthy(svc: ServiceState, instance_id: str) -> None:
@@ -113,11 +139,12 @@ async def completions(body: CompletionRequest, request: Request) -> object:
     view = RequestView(chain.hashes, chain.block_size, chain.num_tokens, body.max_tokens,
                        body.session_id or body.user)  # fmt: skip
     request_id = svc.next_request_id()
+    timing = _Timing(time.perf_counter())
 
     # Fail over until the first token: a refused or timed-out engine is marked
     # unhealthy and the request is decided again without it.
     for attempt in range(MAX_ATTEMPTS):
-        decision = _decide(svc, view)
+        decision, arm = _decide(svc, view)
         outcome = Outcome(decision.pipeline)
         up = Upstream(svc.pool, svc.metrics, svc.tracer)
         stream = execute(up, decision, request_id, body.prompt, max_tokens, outcome)
@@ -137,15 +164,17 @@ async def completions(body: CompletionRequest, request: Request) -> object:
     model = body.model or "pdd-router"
     if not body.stream:
         tokens = list(first or [])
+        timing.saw(len(tokens))
         try:
             async for ids in stream:
                 tokens.extend(ids)
+                timing.saw(len(ids))
         except EngineError as exc:
             _mark_unhealthy(svc, exc.instance_id)
             raise ApiError(
                 502, f"engine failed mid-request: {exc}", type_="upstream_error"
             ) from exc
-        _record_outcome(svc, decision, outcome, len(body.prompt))
+        _record_outcome(svc, decision, outcome, len(body.prompt), arm, timing)
         return CompletionResponse(
             id=request_id, created=created, model=model,
             choices=[CompletionChoice(token_ids=tokens, finish_reason=outcome.finish_reason)],
@@ -163,6 +192,7 @@ async def completions(body: CompletionRequest, request: Request) -> object:
             pending = first
             while pending is not None:
                 sent += len(pending)
+                timing.saw(len(pending))
                 choice = {"index": 0, "text": "", "token_ids": pending, "finish_reason": None}
                 yield _data({**chunk, "choices": [choice]})
                 pending = await anext(stream, None)
@@ -171,7 +201,7 @@ async def completions(body: CompletionRequest, request: Request) -> object:
             yield _data(error_body(f"engine failed mid-stream: {exc}", "upstream_error", None, 502))
             yield "data: [DONE]\n\n"
             return
-        _record_outcome(svc, decision, outcome, len(body.prompt))
+        _record_outcome(svc, decision, outcome, len(body.prompt), arm, timing)
         final = {"index": 0, "text": "", "token_ids": [],
                  "finish_reason": outcome.finish_reason or "length"}  # fmt: skip
         yield _data({**chunk, "choices": [final], "pdd": _served(decision, outcome)})
@@ -206,12 +236,29 @@ def _served(decision: Decision, outcome: Outcome) -> dict[str, object]:
     }
 
 
-def _record_outcome(svc: ServiceState, decision: Decision, outcome: Outcome, prompt: int) -> None:
-    """Prediction error on the tier whose engine reported its cached tokens."""
-    if outcome.cached_tokens is None or prompt == 0:
+def _record_outcome(
+    svc: ServiceState,
+    decision: Decision,
+    outcome: Outcome,
+    prompt: int,
+    arm: Arm | None,
+    timing: _Timing,
+) -> None:
+    """Metrics of a finished request, and its outcome in the experiment arm that served it."""
+    error: float | None = None
+    if outcome.cached_tokens is not None and prompt:
+        tier = Tier.MD if "md" in outcome.instances else Tier.RLD
+        predicted = decision.predicted_hit.get(tier)
+        if predicted is not None:
+            error = abs(predicted - outcome.cached_tokens / prompt)
+            svc.metrics.prediction_error.observe(error)
+            svc.metrics.predicted_hit.observe(predicted)
+    if timing.first_at is None:
         return
-    tier = Tier.MD if "md" in outcome.instances else Tier.RLD
-    predicted = decision.predicted_hit.get(tier)
-    if predicted is not None:
-        svc.metrics.prediction_error.observe(abs(predicted - outcome.cached_tokens / prompt))
-        svc.metrics.predicted_hit.observe(predicted)
+    ttft = timing.first_at - timing.started
+    assert timing.last_at is not None
+    tpot = (timing.last_at - timing.first_at) / (timing.tokens - 1) if timing.tokens > 1 else None
+    arm_name = arm.spec.name if arm is not None else "default"
+    svc.metrics.ttft.labels(arm_name).observe(ttft)
+    if arm is not None:
+        arm.outcomes.append(ExperimentOutcome(ttft, tpot, outcome.pipeline.value, error))

@@ -26,6 +26,7 @@ from router.scheduler import Scheduler
 from router.service.admin import admin_router
 from router.service.api import api_router
 from router.service.errors import error_body, install_error_handlers
+from router.service.experiments import Experiments
 from router.service.lifecycle import (
     attach_instance,
     detach_instance,
@@ -43,16 +44,23 @@ __all__ = ["create_app"]
 AdapterFactory = Callable[[InstanceConfig, httpx.AsyncClient], EngineAdapter]
 
 
-def default_adapter_factory(config: InstanceConfig, client: httpx.AsyncClient) -> EngineAdapter:
-    from engines_adapter.factory import build_adapter
+def adapter_factory_for(settings: Settings) -> AdapterFactory:
+    """Adapters built from instance configs; prompts beyond the vocabulary never reach engines
+    (one out-of-range token ID takes a real vLLM down)."""
 
-    return build_adapter(
-        config.adapter,
-        config.instance_id,
-        config.url,
-        client=client,
-        kv_events_endpoint=config.kv_events_endpoint,
-    )
+    def build(config: InstanceConfig, client: httpx.AsyncClient) -> EngineAdapter:
+        from engines_adapter.factory import build_adapter
+
+        return build_adapter(
+            config.adapter,
+            config.instance_id,
+            None if config.adapter == "sim" else config.url,
+            client=client,
+            kv_events_endpoint=config.kv_events_endpoint,
+            vocab_size=settings.service.vocab_size,
+        )
+
+    return build
 
 
 def _tracer_provider() -> TracerProvider:
@@ -101,7 +109,7 @@ def create_app(
     tracer_provider: TracerProvider | None = None,
 ) -> FastAPI:
     """Build the service; nothing is created until the lifespan starts."""
-    factory = adapter_factory or default_adapter_factory
+    factory = adapter_factory or adapter_factory_for(settings)
     provider = tracer_provider or _tracer_provider()
 
     @contextlib.asynccontextmanager
@@ -124,6 +132,7 @@ def create_app(
             ingestor=KVEventIngestor(idx, block_size=settings.block_size,
                                      seed=settings.hash_seed),
             metrics=metrics, http=http, tracer=provider.get_tracer("pdd_router"),
+            experiments=Experiments(idx),
         )  # fmt: skip
         if settings.service.instances_file:
             for config in load_instances_file(settings.service.instances_file):

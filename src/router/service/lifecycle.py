@@ -53,6 +53,7 @@ async def attach_instance(svc: ServiceState, config: InstanceConfig) -> None:
 
         raise ApiError(400, f"instance {config.instance_id}: {exc}", param="url") from exc
     svc.scheduler.refresh_instances()
+    svc.experiments.refresh_instances()
     adapter = svc.pool.adapters[config.instance_id]
     task = asyncio.create_task(_consume_events(svc, config.instance_id, adapter.kv_events()))
     svc.event_tasks[config.instance_id] = task
@@ -68,6 +69,7 @@ async def detach_instance(svc: ServiceState, instance_id: str) -> None:
     adapter = svc.pool.remove(instance_id)
     svc.ingestor.forget(instance_id)
     svc.scheduler.refresh_instances()
+    svc.experiments.refresh_instances()
     with contextlib.suppress(Exception):
         await adapter.aclose()
 

@@ -50,6 +50,10 @@ class ServiceMetrics:
         self.kv_events = Counter(
             "pdd_router_kv_event_batches", "KV event batches ingested", ["instance"], registry=r
         )
+        self.ttft = Histogram(
+            "pdd_router_ttft_seconds", "Time to first token as the client saw it", ["arm"],
+            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 60), registry=r,
+        )  # fmt: skip
         self.index_degraded = Gauge(
             "pdd_router_index_degraded", "1 while the shared index is unreachable", registry=r
         )

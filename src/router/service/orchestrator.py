@@ -109,7 +109,9 @@ async def execute(
     outcome.instances["p"] = decision.p_instance
     pre = GenerateRequest(request_id=f"{request_id}-p", prompt_token_ids=prompt, max_tokens=1)
     targets = 2 if decision.pipeline is Pipeline.P_RLD_MD else 1
-    kv = (await up.prefill(decision.p_instance, pre, targets)).kv_transfer_params
+    prefill = await up.prefill(decision.p_instance, pre, targets)
+    kv = prefill.params_for(0)  # the first target: MD for P-MD, RLD otherwise
+    kv_md = prefill.params_for(1) if targets == 2 else None
 
     if decision.pipeline is Pipeline.P_MD:
         assert decision.md_instance is not None
@@ -142,7 +144,7 @@ async def execute(
     md_id = decision.md_instance
     eager: list[int] = []
     rld_stream = up.generate(rld_id, rld_req, None)
-    md_ready = asyncio.create_task(_warm(up, md_id, f"{request_id}-md0", prompt, kv))
+    md_ready = asyncio.create_task(_warm(up, md_id, f"{request_id}-md0", prompt, kv_md))
     chunk = decision.chunk_tokens or 64
     warming: asyncio.Task[None] | None = None
     handed = 0
@@ -184,7 +186,7 @@ async def execute(
                 task.cancel()
     # RLD's stream ended without finishing and MD never got ready: wait for MD
     if not md_ready.done() or md_ready.cancelled():
-        await _warm(up, md_id, f"{request_id}-md0", prompt, kv)
+        await _warm(up, md_id, f"{request_id}-md0", prompt, kv_md)
     outcome.eager_tokens = len(eager)
     outcome.handoff = decision.handoff.value
     up.metrics.handoffs.labels(decision.handoff.value).inc()

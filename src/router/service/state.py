@@ -11,6 +11,7 @@ from opentelemetry.trace import Tracer
 from router.index.base import PrefixIndex
 from router.kv_ingest import KVEventIngestor
 from router.scheduler import Scheduler
+from router.service.experiments import Experiments
 from router.service.metrics import ServiceMetrics
 from router.service.pool import InstancePool
 from router.settings import Settings
@@ -28,6 +29,7 @@ class ServiceState:
     metrics: ServiceMetrics
     http: httpx.AsyncClient
     tracer: Tracer
+    experiments: Experiments
     event_tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     background: list[asyncio.Task[None]] = field(default_factory=list)
     request_counter: int = 0

@@ -1,0 +1,138 @@
+"""Online A/B experiments: arms with weights, sticky assignment, outcomes recorded per arm.
+
+Assignment hashes the session id (or, without one, the request's prefix: the block
+covering its first 1,024 tokens) to a point in [0, 1) and walks the arms' cumulative
+weights, so the same session or prefix always lands in the same arm, on every
+router replica, for as long as the experiment runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from policies.base import Policy
+from policies.registry import build_policy, parse_policy
+from policies.types import RequestView
+from router.index.base import PrefixIndex
+from router.scheduler import Scheduler
+
+__all__ = ["Arm", "ArmSpec", "Experiment", "ExperimentSpec", "Experiments", "Outcome"]
+
+PREFIX_TOKENS = 1024
+
+
+class ArmSpec(BaseModel):
+    """One arm: a named policy configuration and its share of traffic."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,32}$")
+    policy: str = Field(description="A registered policy name (idc-pd, xdc-pd, pdd, ...)")
+    params: dict[str, Any] = Field(default_factory=dict)
+    weight: float = Field(1.0, gt=0)
+
+
+class ExperimentSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=128)
+    arms: list[ArmSpec] = Field(min_length=2, max_length=8)
+
+    @model_validator(mode="after")
+    def _distinct(self) -> ExperimentSpec:
+        names = [a.name for a in self.arms]
+        if len(set(names)) != len(names):
+            raise ValueError(f"arm names must be distinct, got {names}")
+        return self
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What one request of an arm did, as the router saw it."""
+
+    ttft_s: float
+    tpot_s: float | None
+    pipeline: str
+    prediction_error: float | None
+
+
+@dataclass
+class Arm:
+    spec: ArmSpec
+    policy: Policy
+    scheduler: Scheduler
+    outcomes: list[Outcome] = field(default_factory=list)
+
+
+@dataclass
+class Experiment:
+    id: str
+    spec: ExperimentSpec
+    arms: list[Arm]
+    created: float
+    status: Literal["running", "stopped"] = "running"
+    stopped: float | None = None
+
+    def assign(self, request: RequestView) -> Arm:
+        """The arm of this request: sticky by session, else by prompt prefix."""
+        if request.session_id is not None:
+            key = f"s:{request.session_id}"
+        elif request.chain:
+            block = min(len(request.chain), max(PREFIX_TOKENS // request.block_size, 1)) - 1
+            key = f"p:{request.chain[block]}"
+        else:
+            key = "p:"
+        digest = hashlib.blake2b(f"{self.id}|{key}".encode(), digest_size=8).digest()
+        point = int.from_bytes(digest, "big") / 2**64 * sum(a.spec.weight for a in self.arms)
+        for arm in self.arms:
+            point -= arm.spec.weight
+            if point < 0:
+                return arm
+        return self.arms[-1]
+
+
+class Experiments:
+    """The service's experiments; at most one runs at a time and receives the traffic."""
+
+    def __init__(self, index: PrefixIndex) -> None:
+        self._index = index
+        self.by_id: dict[str, Experiment] = {}
+
+    def create(self, spec: ExperimentSpec) -> Experiment:
+        """Start an experiment (ValueError naming the bad arm); stops the running one."""
+        arms = []
+        for arm in spec.arms:
+            try:
+                policy = build_policy(parse_policy(arm.policy, arm.params))
+            except ValueError as exc:
+                raise ValueError(f"arm {arm.name}: {exc}") from exc
+            scheduler = Scheduler(self._index, policy)
+            scheduler.refresh_instances()
+            arms.append(Arm(arm, policy, scheduler))
+        running = self.running()
+        if running is not None:
+            self.stop(running.id)
+        experiment = Experiment(uuid.uuid4().hex[:12], spec, arms, created=time.time())
+        self.by_id[experiment.id] = experiment
+        return experiment
+
+    def running(self) -> Experiment | None:
+        return next((e for e in self.by_id.values() if e.status == "running"), None)
+
+    def stop(self, experiment_id: str) -> Experiment:
+        experiment = self.by_id[experiment_id]
+        if experiment.status == "running":
+            experiment.status = "stopped"
+            experiment.stopped = time.time()
+        return experiment
+
+    def refresh_instances(self) -> None:
+        for experiment in self.by_id.values():
+            for arm in experiment.arms:
+                arm.scheduler.refresh_instances()
