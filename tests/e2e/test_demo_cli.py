@@ -33,3 +33,21 @@ def test_demo_compares_the_three_deployments(
 def test_demo_refuses_an_unknown_scale(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["demo", "--scale", "huge", "--no-progress"]) == 2
     assert "unknown --scale 'huge'; valid: small, paper" in capsys.readouterr().err
+
+
+def test_demo_replays_a_given_trace_faster(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "200")
+    trace = tmp_path / "t.jsonl"
+    assert main(["trace", "synth", "--profile", "agentic", "--requests", "300", "--seed", "1",
+                 "--out", str(trace)]) == 0  # fmt: skip
+    out_dir = tmp_path / "runs"
+    args = ["demo", "--trace", str(trace), "--rate-scale", "2", "--no-progress", "--out",
+            str(out_dir)]  # fmt: skip
+    assert main(args) == 0
+    assert "arrivals x2" in capsys.readouterr().out
+    summary = json.loads((out_dir / "pdd-small" / "summary.json").read_text())
+    assert summary["requests"] == 300
+    assert summary["rate_scale"] == 2.0
+    assert main(["demo", "--trace", str(tmp_path / "missing.jsonl"), "--no-progress"]) == 2

@@ -37,9 +37,13 @@ def demo(
     scale: str = typer.Option(
         "small", "--scale", help="Cluster presets: small (the *-small presets) or paper"
     ),
+    trace: Path | None = typer.Option(
+        None, "--trace", help="Replay this trace instead of a synthetic agentic one"
+    ),
+    rate_scale: float = typer.Option(1.0, "--rate-scale", help="2 = arrivals twice as fast"),
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bars"),
 ) -> None:
-    """Replay a synthetic agentic trace under idc-pd, xdc-pd and pdd; print the comparison."""
+    """Replay a synthetic agentic trace (or --trace) under idc-pd, xdc-pd and pdd; compare."""
     from rich.console import Console
 
     from replay.demo import DEMO_SETUPS, comparison_table, run_demo
@@ -55,7 +59,9 @@ def demo(
         base = out if out is not None else Path(tmp)
         stats_line = ""
         base.mkdir(parents=True, exist_ok=True)
-        trace = base / "agentic.jsonl"
+        if trace is not None and not trace.is_file():
+            raise UserError(f"trace file {trace} does not exist")
+        trace_path = trace if trace is not None else base / "agentic.jsonl"
         with replay_progress(not no_progress) as bar:
 
             def observer(label: str) -> ReplayProgress | None:
@@ -63,14 +69,14 @@ def demo(
                     bar.describe(label)
                 return bar
 
-            results = run_demo(trace, scale=scale, requests=requests, seed=seed,
-                               out_dir=out, progress=observer)  # fmt: skip
-        stats_line = _stats_line(compute_stats(read_trace(trace)))
+            results = run_demo(trace_path, scale=scale, requests=requests, seed=seed,
+                               rate_scale=rate_scale, synthesize=trace is None, out_dir=out,
+                               progress=observer)  # fmt: skip
+        stats_line = _stats_line(compute_stats(read_trace(trace_path)))
     console.print(stats_line)
-    title = (
-        f"Synthetic agentic trace ({requests:,} requests, seed {seed}) on the simulated "
-        f"two-datacenter cluster"
-    )
+    what = f"{trace}" if trace is not None else f"Synthetic agentic trace (seed {seed})"
+    scaled = f", arrivals x{rate_scale:g}" if rate_scale != 1.0 else ""
+    title = f"{what}{scaled} on the simulated two-datacenter cluster ({scale} presets)"
     console.print(comparison_table(results, title))
     pdd = results[-1][1]
     xdc = results[1][1]

@@ -1,0 +1,132 @@
+"""The router in front of two real vLLM engines on the CPU (make test-vllm).
+
+KV cannot move between CPU vLLM processes, so P and RLD are one engine and MD
+rebuilds the prompt's KV itself (from its prefix cache where it can). What this
+proves: routing, streaming, the exactness of the token-ID handoff, and that KV
+events from vLLM make the router's predicted hit match what vLLM counts.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
+
+from router.service.app import create_app
+from router.settings import Settings
+from vllm_launcher import BLOCK_SIZE, VOCAB, Endpoint
+
+pytestmark = pytest.mark.vllm
+
+
+def router(pair: list[Endpoint], policy_params: dict[str, Any]) -> TestClient:
+    a, b = pair
+    settings = Settings(
+        block_size=16,
+        service={"vocab_size": VOCAB, "load_poll_s": 0.5, "engine_timeout_s": 120},
+        policy={"name": "pdd", "params": policy_params},
+    )
+    client = TestClient(create_app(settings))
+    client.__enter__()
+    instances = [
+        {"instance_id": "p0", "tier": "p", "datacenter": "A", "url": a.url},
+        {"instance_id": "rld0", "tier": "rld", "datacenter": "A", "url": a.url,
+         "kv_events_endpoint": a.kv_events},
+        {"instance_id": "md0", "tier": "md", "datacenter": "B", "url": b.url,
+         "kv_events_endpoint": b.kv_events},
+    ]  # fmt: skip
+    for body in instances:
+        assert client.post("/v1/instances", json={**body, "adapter": "vllm"}).status_code == 201
+    return client
+
+
+@pytest.fixture
+def relay_router(vllm_pair: list[Endpoint]) -> Iterator[TestClient]:
+    """Every request through RLD: a WAN budget no transfer fits."""
+    client = router(vllm_pair, {"wan_budget_s": 1e-9, "catch_up_below": 0.0})
+    yield client
+    client.__exit__(None, None, None)
+
+
+@pytest.fixture
+def default_router(vllm_pair: list[Endpoint]) -> Iterator[TestClient]:
+    client = router(vllm_pair, {})
+    yield client
+    client.__exit__(None, None, None)
+
+
+def fresh_prompt(n: int, seed: int) -> list[int]:
+    rng = random.Random(seed)
+    return [rng.randrange(3, VOCAB) for _ in range(n)]
+
+
+def greedy(url: str, prompt: list[int], n: int) -> list[int]:
+    body = {"prompt": prompt, "max_tokens": n, "temperature": 0, "ignore_eos": True,
+            "return_token_ids": True}  # fmt: skip
+    tokens: list[int] = httpx.post(f"{url}/v1/completions", json=body, timeout=120).json()[
+        "choices"
+    ][0]["token_ids"]
+    return tokens
+
+
+def prefix_hits(url: str) -> float:
+    text = httpx.get(f"{url}/metrics", timeout=10).text
+    for family in text_string_to_metric_families(text):
+        if family.name == "vllm:prefix_cache_hits":
+            return sum(s.value for s in family.samples if s.name.endswith("_total"))
+    raise AssertionError("vllm:prefix_cache_hits_total not exported")
+
+
+def test_p_rld_md_streams_from_rld_and_hands_off_to_md_exactly(
+    relay_router: TestClient, vllm_pair: list[Endpoint]
+) -> None:
+    prompt = fresh_prompt(700, seed=1)
+    body = {"prompt": prompt, "max_tokens": 160, "stream": True, "ignore_eos": True}
+    chunks = []
+    with relay_router.stream("POST", "/v1/completions", json=body) as response:
+        assert response.status_code == 200
+        assert response.headers["x-pdd-pipeline"] == "P-RLD-MD"
+        for line in response.iter_lines():
+            if line.startswith("data: ") and line != "data: [DONE]":
+                chunks.append(json.loads(line[6:]))
+    assert "error" not in chunks[-1]
+    tokens = [t for c in chunks for choice in c["choices"] for t in choice["token_ids"]]
+    served = chunks[-1]["pdd"]
+    assert served["pipeline"] == "P-RLD-MD", served
+    assert served["handoff"] == "one-shot"
+    assert served["instances"] == {"p": "p0", "rld": "rld0", "md": "md0"}
+    assert 0 < served["eager_tokens"] < 160  # the first tokens came from RLD, the rest from MD
+    assert tokens == greedy(vllm_pair[1].url, prompt, 160)
+
+
+def test_kv_events_make_the_predicted_hit_match_what_vllm_counts(
+    default_router: TestClient, vllm_pair: list[Endpoint]
+) -> None:
+    md_url = vllm_pair[1].url
+    first = fresh_prompt(8 * BLOCK_SIZE, seed=2)
+    r = default_router.post("/v1/completions", json={"prompt": first, "max_tokens": 4})
+    assert r.status_code == 200
+    assert r.json()["pdd"]["instances"]["md"] == "md0"
+    second = first[: 6 * BLOCK_SIZE] + fresh_prompt(300, seed=3)
+    deadline = time.monotonic() + 30
+    predicted = 0.0
+    while time.monotonic() < deadline:
+        route = default_router.post("/v1/route", json={"token_ids": second}).json()
+        predicted = route["predicted_hit"]["md"] * len(second)
+        if predicted >= 6 * BLOCK_SIZE:
+            break
+        time.sleep(0.2)
+    before = prefix_hits(md_url)
+    r = default_router.post("/v1/completions", json={"prompt": second, "max_tokens": 4})
+    assert r.status_code == 200
+    assert r.json()["pdd"]["instances"]["md"] == "md0"
+    counted = prefix_hits(md_url) - before
+    assert counted == 6 * BLOCK_SIZE
+    assert abs(predicted - counted) <= BLOCK_SIZE  # within one block

@@ -1,0 +1,154 @@
+"""A real vLLM on the CPU for tests: started from the venv of scripts/ensure-vllm.sh.
+
+Used by the adapter contract suite and the router's real-engine integration tests
+(both marked ``vllm``; they run only with ``PDD_ROUTER_TEST_VLLM=1``, as
+``make test-vllm`` sets). Servers load seeded random weights for the tiny model of
+tests/integration/vllm_model rather than vLLM's dummy weights, whose greedy output
+is a 2-cycle depending on the last token only (a handoff check would be vacuous).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+VLLM_MODEL = REPO / "tests" / "integration" / "vllm_model"
+VOCAB = 512  # the tiny model's vocabulary
+BLOCK_SIZE = 128  # vLLM's KV block size on the CPU
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Endpoint:
+    url: str
+    kv_events: str
+    kv_replay: str | None = None
+
+
+RANDOM_WEIGHTS = """
+import json, shutil, sys, torch
+from safetensors.torch import save_file
+src, out = sys.argv[1], sys.argv[2]
+shutil.copy(f"{src}/config.json", out)
+c = json.load(open(f"{out}/config.json"))
+H, I, V, L, hd = (c[k] for k in ("hidden_size", "intermediate_size", "vocab_size",
+                                 "num_hidden_layers", "head_dim"))
+nq, nkv = c["num_attention_heads"], c["num_key_value_heads"]
+g = torch.Generator().manual_seed(0)
+def r(*shape, std):
+    return (torch.randn(*shape, generator=g) * std).to(torch.bfloat16)
+def one(n):
+    return torch.ones(n, dtype=torch.bfloat16)
+t = {"model.embed_tokens.weight": r(V, H, std=1.0), "model.norm.weight": one(H),
+     "lm_head.weight": r(V, H, std=0.3)}
+for i in range(L):
+    p = f"model.layers.{i}."
+    t |= {p + "self_attn.q_proj.weight": r(nq * hd, H, std=2 * H**-0.5),
+          p + "self_attn.k_proj.weight": r(nkv * hd, H, std=2 * H**-0.5),
+          p + "self_attn.v_proj.weight": r(nkv * hd, H, std=H**-0.5),
+          p + "self_attn.o_proj.weight": r(H, nq * hd, std=(nq * hd) ** -0.5),
+          p + "mlp.gate_proj.weight": r(I, H, std=H**-0.5),
+          p + "mlp.up_proj.weight": r(I, H, std=H**-0.5),
+          p + "mlp.down_proj.weight": r(H, I, std=I**-0.5),
+          p + "input_layernorm.weight": one(H), p + "post_attention_layernorm.weight": one(H)}
+save_file(t, f"{out}/model.safetensors", metadata={"format": "pt"})
+"""
+"""Seeded random weights for the tiny model (vLLM's dummy weights decode a 2-cycle that
+depends on the last token only, which would make the handoff checks vacuous)."""
+
+
+def vllm_python() -> str:
+    """The vLLM venv's python (installing it the first time); skips unless asked for."""
+    if os.environ.get("PDD_ROUTER_TEST_VLLM") != "1":
+        pytest.skip("set PDD_ROUTER_TEST_VLLM=1 (make test-vllm) to run real vLLM engines")
+    ensure = subprocess.run(
+        [str(REPO / "scripts" / "ensure-vllm.sh")], capture_output=True, text=True, check=False
+    )
+    if ensure.returncode != 0 or not ensure.stdout.strip():
+        pytest.fail(f"scripts/ensure-vllm.sh failed:\n{ensure.stderr[-2000:]}")
+    return ensure.stdout.strip().splitlines()[-1]
+
+
+def random_model(python: str, out: Path) -> Path:
+    """Write the tiny model's config and seeded random weights into ``out``."""
+    subprocess.run([python, "-c", RANDOM_WEIGHTS, str(VLLM_MODEL), str(out)], check=True)
+    return out
+
+
+@contextlib.contextmanager
+def vllm_servers(python: str, model: Path, count: int) -> Iterator[list[Endpoint]]:
+    """Start ``count`` vLLM servers at once, wait until all are healthy, stop them after."""
+    procs = [_start(python, model, i) for i in range(count)]
+    try:
+        for proc, endpoint, log in procs:
+            _wait_healthy(proc, endpoint, log)
+        yield [endpoint for _, endpoint, _ in procs]
+    finally:
+        for proc, _, _ in procs:
+            _stop(proc)
+
+
+def _start(python: str, model: Path, i: int) -> tuple[subprocess.Popen[bytes], Endpoint, Path]:
+    port, kv_port, replay_port = free_port(), free_port(), free_port()
+    kv_config = (
+        '{"enable_kv_cache_events": true, "publisher": "zmq", '
+        f'"endpoint": "tcp://*:{kv_port}", "replay_endpoint": "tcp://*:{replay_port}"}}'
+    )
+    args = [
+        python, "-m", "vllm.entrypoints.openai.api_server",
+        "--model", str(model), "--load-format", "safetensors", "--skip-tokenizer-init",
+        "--enable-prefix-caching", "--enable-prompt-tokens-details",
+        "--max-model-len", "4096", "--host", "127.0.0.1", "--port", str(port),
+        "--kv-events-config", kv_config,
+    ]  # fmt: skip
+    env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": "1"}
+    env.pop("PYTHONHASHSEED", None)
+    log = model / f"vllm-{i}.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            args, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+    endpoint = Endpoint(
+        f"http://127.0.0.1:{port}", f"tcp://127.0.0.1:{kv_port}", f"tcp://127.0.0.1:{replay_port}"
+    )
+    return proc, endpoint, log
+
+
+def _wait_healthy(proc: subprocess.Popen[bytes], endpoint: Endpoint, log: Path) -> None:
+    deadline = time.monotonic() + 400
+    while True:
+        if proc.poll() is not None:
+            pytest.fail(f"vLLM exited with {proc.returncode}; log: {log}")
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"{endpoint.url}/health", timeout=2).status_code == 200:
+                return
+        if time.monotonic() > deadline:
+            pytest.fail(f"vLLM did not become healthy; log: {log}")
+        time.sleep(1)
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
