@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
-from engines_adapter.contract import EngineError
+from engines_adapter.contract import EngineError, GenerateRequest
 from policies.tiers import Tier
 from policies.types import Decision, RequestView
 from router.hashing import chain_hashes
@@ -140,6 +140,10 @@ async def completions(body: CompletionRequest, request: Request) -> object:
                        body.session_id or body.user)  # fmt: skip
     request_id = svc.next_request_id()
     timing = _Timing(time.perf_counter())
+    generation = GenerateRequest(
+        request_id=request_id, prompt_token_ids=body.prompt, max_tokens=max_tokens,
+        temperature=body.temperature, ignore_eos=body.ignore_eos,
+    )  # fmt: skip
 
     # Fail over until the first token: a refused or timed-out engine is marked
     # unhealthy and the request is decided again without it.
@@ -147,7 +151,7 @@ async def completions(body: CompletionRequest, request: Request) -> object:
         decision, arm = _decide(svc, view)
         outcome = Outcome(decision.pipeline)
         up = Upstream(svc.pool, svc.metrics, svc.tracer)
-        stream = execute(up, decision, request_id, body.prompt, max_tokens, outcome)
+        stream = execute(up, decision, generation, outcome)
         try:
             first = await anext(stream, None)
             break

@@ -55,8 +55,9 @@ async def attach_instance(svc: ServiceState, config: InstanceConfig) -> None:
     svc.scheduler.refresh_instances()
     svc.experiments.refresh_instances()
     adapter = svc.pool.adapters[config.instance_id]
-    task = asyncio.create_task(_consume_events(svc, config.instance_id, adapter.kv_events()))
-    svc.event_tasks[config.instance_id] = task
+    if config.kv_events_endpoint is not None or config.adapter == "sim":
+        task = asyncio.create_task(_consume_events(svc, config.instance_id, adapter.kv_events()))
+        svc.event_tasks[config.instance_id] = task
 
 
 async def detach_instance(svc: ServiceState, instance_id: str) -> None:

@@ -98,16 +98,20 @@ class Upstream:
 
 
 async def execute(
-    up: Upstream,
-    decision: Decision,
-    request_id: str,
-    prompt: list[int],
-    max_tokens: int,
-    outcome: Outcome,
+    up: Upstream, decision: Decision, client: GenerateRequest, outcome: Outcome
 ) -> AsyncIterator[list[int]]:
-    """Yield token-ID lists as the request decodes; raise EngineError on an engine fault."""
+    """Yield token-ID lists as ``client`` (the whole generation the client asked for: prompt,
+    max_tokens, sampling) decodes along ``decision``; raise EngineError on an engine fault.
+
+    Every engine call derives from ``client``, so sampling settings such as ``ignore_eos``
+    hold on every tier and across the handoff."""
+    request_id, prompt, max_tokens = client.request_id, client.prompt_token_ids, client.max_tokens
+
+    def derived(**update: Any) -> GenerateRequest:
+        return client.model_copy(update=update)
+
     outcome.instances["p"] = decision.p_instance
-    pre = GenerateRequest(request_id=f"{request_id}-p", prompt_token_ids=prompt, max_tokens=1)
+    pre = derived(request_id=f"{request_id}-p", max_tokens=1)
     targets = 2 if decision.pipeline is Pipeline.P_RLD_MD else 1
     prefill = await up.prefill(decision.p_instance, pre, targets)
     kv = prefill.params_for(0)  # the first target: MD for P-MD, RLD otherwise
@@ -116,10 +120,7 @@ async def execute(
     if decision.pipeline is Pipeline.P_MD:
         assert decision.md_instance is not None
         outcome.instances["md"] = decision.md_instance
-        req = GenerateRequest(
-            request_id=request_id, prompt_token_ids=prompt, max_tokens=max_tokens,
-            kv_transfer_params=kv,
-        )  # fmt: skip
+        req = derived(kv_transfer_params=kv)
         async for delta in up.generate(decision.md_instance, req, outcome):
             outcome.tokens += len(delta.token_ids)
             yield delta.token_ids
@@ -128,10 +129,7 @@ async def execute(
     assert decision.rld_instance is not None
     outcome.instances["rld"] = decision.rld_instance
     rld_id = decision.rld_instance
-    rld_req = GenerateRequest(
-        request_id=f"{request_id}-rld", prompt_token_ids=prompt, max_tokens=max_tokens,
-        kv_transfer_params=kv,
-    )  # fmt: skip
+    rld_req = derived(request_id=f"{request_id}-rld", kv_transfer_params=kv)
     if decision.pipeline is Pipeline.P_RLD:
         async for delta in up.generate(rld_id, rld_req, outcome):
             outcome.tokens += len(delta.token_ids)
@@ -144,7 +142,7 @@ async def execute(
     md_id = decision.md_instance
     eager: list[int] = []
     rld_stream = up.generate(rld_id, rld_req, None)
-    md_ready = asyncio.create_task(_warm(up, md_id, f"{request_id}-md0", prompt, kv_md))
+    md_ready = asyncio.create_task(_warm(up, md_id, derived(request_id=f"{request_id}-md0"), kv_md))
     chunk = decision.chunk_tokens or 64
     warming: asyncio.Task[None] | None = None
     handed = 0
@@ -169,7 +167,14 @@ async def execute(
                         warming.result()
                     handed = len(eager)
                     warming = asyncio.create_task(
-                        _warm(up, md_id, f"{request_id}-md{handed}", prompt + eager[:handed])
+                        _warm(
+                            up,
+                            md_id,
+                            derived(
+                                request_id=f"{request_id}-md{handed}",
+                                prompt_token_ids=prompt + eager[:handed],
+                            ),
+                        )
                     )
                 continue
             if warming is not None and not warming.done():
@@ -186,7 +191,7 @@ async def execute(
                 task.cancel()
     # RLD's stream ended without finishing and MD never got ready: wait for MD
     if not md_ready.done() or md_ready.cancelled():
-        await _warm(up, md_id, f"{request_id}-md0", prompt, kv_md)
+        await _warm(up, md_id, derived(request_id=f"{request_id}-md0"), kv_md)
     outcome.eager_tokens = len(eager)
     outcome.handoff = decision.handoff.value
     up.metrics.handoffs.labels(decision.handoff.value).inc()
@@ -195,17 +200,14 @@ async def execute(
     if rest <= 0:
         outcome.finish_reason = "length"
         return
-    ext = GenerateRequest(request_id=request_id, prompt_token_ids=prompt + eager, max_tokens=rest)
+    ext = derived(prompt_token_ids=prompt + eager, max_tokens=rest)
     async for delta in up.generate(md_id, ext, outcome):
         outcome.tokens += len(delta.token_ids)
         yield delta.token_ids
 
 
 async def _warm(
-    up: Upstream, md_id: str, rid: str, prompt: list[int], kv: dict[str, Any] | None = None
+    up: Upstream, md_id: str, request: GenerateRequest, kv: dict[str, Any] | None = None
 ) -> None:
     """Make MD hold the prompt's KV (its copy arriving; on CPU engines, computing it)."""
-    request = GenerateRequest(
-        request_id=rid, prompt_token_ids=prompt, max_tokens=1, kv_transfer_params=kv
-    )
-    await up.prefill(md_id, request)
+    await up.prefill(md_id, request.model_copy(update={"max_tokens": 1, "kv_transfer_params": kv}))
