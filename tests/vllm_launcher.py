@@ -42,19 +42,20 @@ class Endpoint:
 
 
 RANDOM_WEIGHTS = """
-import json, shutil, sys, torch
+import json, sys, torch
 from safetensors.torch import save_file
 src, out = sys.argv[1], sys.argv[2]
-shutil.copy(f"{src}/config.json", out)
-c = json.load(open(f"{out}/config.json"))
+c = json.load(open(f"{src}/config.json"))
+c["torch_dtype"] = "float32"  # prefill and decode kernels then agree to the last argmax
+json.dump(c, open(f"{out}/config.json", "w"))
 H, I, V, L, hd = (c[k] for k in ("hidden_size", "intermediate_size", "vocab_size",
                                  "num_hidden_layers", "head_dim"))
 nq, nkv = c["num_attention_heads"], c["num_key_value_heads"]
 g = torch.Generator().manual_seed(0)
 def r(*shape, std):
-    return (torch.randn(*shape, generator=g) * std).to(torch.bfloat16)
+    return (torch.randn(*shape, generator=g) * std).to(torch.float32)
 def one(n):
-    return torch.ones(n, dtype=torch.bfloat16)
+    return torch.ones(n, dtype=torch.float32)
 t = {"model.embed_tokens.weight": r(V, H, std=1.0), "model.norm.weight": one(H),
      "lm_head.weight": r(V, H, std=0.3)}
 for i in range(L):
@@ -98,6 +99,7 @@ def vllm_servers(python: str, model: Path, count: int) -> Iterator[list[Endpoint
     try:
         for proc, endpoint, log in procs:
             _wait_healthy(proc, endpoint, log)
+            _warm_up(endpoint)
         yield [endpoint for _, endpoint, _ in procs]
     finally:
         for proc, _, _ in procs:
@@ -141,6 +143,14 @@ def _wait_healthy(proc: subprocess.Popen[bytes], endpoint: Endpoint, log: Path) 
         if time.monotonic() > deadline:
             pytest.fail(f"vLLM did not become healthy; log: {log}")
         time.sleep(1)
+
+
+def _warm_up(endpoint: Endpoint) -> None:
+    """One prefill and a few decode steps, so the first test does not pay for vLLM's
+    first-request compilation (seconds on the CPU)."""
+    body = {"prompt": list(range(3, 300)), "max_tokens": 8, "temperature": 0}
+    httpx.post(f"{endpoint.url}/v1/completions", json=body, timeout=300).raise_for_status()
+    httpx.post(f"{endpoint.url}/reset_prefix_cache", timeout=30)
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
