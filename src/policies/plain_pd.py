@@ -1,0 +1,52 @@
+"""The one decision both PD baselines make: every request P-MD, decode where it is cheapest."""
+
+from __future__ import annotations
+
+from policies.estimates import hit_tokens
+from policies.selection import choose_decode, choose_prefill
+from policies.tiers import Tier
+from policies.types import ClusterView, Decision, Matches, Pipeline, RequestView
+
+__all__ = ["p_md_decision"]
+
+
+def p_md_decision(
+    policy: str,
+    request: RequestView,
+    cluster: ClusterView,
+    matches: Matches,
+    *,
+    reuse_md_cache: bool,
+    load_weight_s: float,
+    reason: str,
+) -> Decision:
+    """P-MD on the quickest P and the decode instance with the cheapest transfer plus load.
+
+    With ``reuse_md_cache`` only the blocks the decode instance lacks are shipped;
+    without it the whole prompt's KV moves (naive cross-datacenter PD). Bytes count
+    as WAN bytes only when they cross datacenters.
+    """
+    p, p_blocks, p_delay = choose_prefill(request, cluster, matches.get(Tier.P, {}))
+    md = choose_decode(
+        request, cluster, Tier.MD, p, matches.get(Tier.MD, {}) if reuse_md_cache else {},
+        reuse_cache=reuse_md_cache, load_weight_s=load_weight_s,
+    )  # fmt: skip
+    if md is None:
+        raise LookupError("no healthy decode instance")
+    crosses = md.instance.datacenter != p.datacenter and cluster.wan is not None
+    n = max(request.input_length, 1)
+    return Decision(
+        policy=policy,
+        pipeline=Pipeline.P_MD,
+        p_instance=p.instance_id,
+        md_instance=md.instance.instance_id,
+        reuse_md_cache=reuse_md_cache,
+        predicted_hit={
+            Tier.P: hit_tokens(request, p_blocks) / n,
+            Tier.MD: hit_tokens(request, md.hit_blocks) / n,
+        },
+        predicted_wan_bytes=md.transfer_bytes if crosses else 0.0,
+        predicted_wan_s=md.transfer_s if crosses else 0.0,
+        predicted_ttft_s=p_delay + md.transfer_s + cluster.decode_step_s,
+        reason=reason,
+    )
