@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -9,7 +10,13 @@ import pytest
 
 from vllm_launcher import Endpoint, random_model, vllm_python, vllm_servers
 
-SHARED_TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
+# The shared traces sit beside the checkout (../shared/traces); a clone elsewhere can
+# name them with PDD_ROUTER_SHARED_TRACES.
+SHARED_TRACES = Path(
+    os.environ.get(
+        "PDD_ROUTER_SHARED_TRACES", Path(__file__).resolve().parents[2] / "shared" / "traces"
+    )
+)
 
 
 @pytest.fixture(scope="session")
