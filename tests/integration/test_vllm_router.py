@@ -104,7 +104,8 @@ def test_p_rld_md_streams_from_rld_and_hands_off_to_md_exactly(
     assert served["instances"] == {"p": "p0", "rld": "rld0", "md": "md0"}
     assert 0 < served["eager_tokens"] < 1500  # the first tokens came from RLD, the rest from MD
     single = greedy(vllm_pair[1].url, prompt, 1500)
-    first_diff = next((i for i, (a, b) in enumerate(zip(tokens, single)) if a != b), None)
+    pairs = enumerate(zip(tokens, single, strict=False))
+    first_diff = next((i for i, (a, b) in pairs if a != b), None)
     assert tokens == single, f"differs at {first_diff}, handoff after {served['eager_tokens']}"
 
 
