@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["IdcPdParams", "PddParams", "PolicyConfig", "XdcPdParams"]
+__all__ = ["IdcPdParams", "PddAdaptiveParams", "PddParams", "PolicyConfig", "XdcPdParams"]
 
 
 class _Params(BaseModel):
@@ -51,4 +51,66 @@ class PddParams(_Params):
     )
 
 
-PolicyConfig = Annotated[IdcPdParams | XdcPdParams | PddParams, Field(discriminator="kind")]
+class PddAdaptiveParams(_Params):
+    """PDD that adapts to load and to the WAN: a WAN budget from the TTFT objective and the
+    predicted prefill, backlog-aware borderline moves to P-RLD-MD, handoff mode by RLD load."""
+
+    kind: Literal["pdd-adaptive"] = "pdd-adaptive"
+    ttft_objective_s: float = Field(
+        2.0, gt=0, description="TTFT a P-MD request should meet: its WAN budget is this minus "
+        "the predicted prefill and one decode step",
+    )  # fmt: skip
+    min_wan_budget_s: float = Field(
+        1.0, ge=0, description="Smallest WAN budget, however long the predicted prefill (a "
+        "prefill queue is not shortened by sending requests to RLD)",
+    )  # fmt: skip
+    backlog_guard_s: float = Field(
+        1.0, ge=0, description="WAN backlog (seconds to drain) from which borderline requests "
+        "move to P-RLD-MD",
+    )  # fmt: skip
+    borderline_share: float = Field(
+        0.5, ge=0, le=1, description="A request is borderline when its WAN time exceeds this "
+        "share of its budget",
+    )  # fmt: skip
+    borderline_max_rld_load: float = Field(
+        0.5, ge=0, le=1, description="Borderline requests move to P-RLD-MD only while RLD's "
+        "load is under this (RLD has room to spare)",
+    )  # fmt: skip
+    rld_saturation: float = Field(
+        0.85, gt=0, le=1, description="RLD load (largest of batch and KV occupancy) at which "
+        "requests fall back to P-MD",
+    )  # fmt: skip
+    fallback_max_wan_s: float = Field(
+        5.0, gt=0, description="A saturated RLD sends a request to P-MD only if its predicted "
+        "WAN time is within this; beyond it the request queues on RLD (its MD copy still "
+        "travels, so it is never later than P-MD)",
+    )  # fmt: skip
+    catch_up_below: float = Field(
+        0.5, ge=0, le=1, description="RLD load under which handoffs use catch-up (auto mode)"
+    )
+    handoff_mode: Literal["auto", "one-shot", "catch-up"] = Field(
+        "auto", description="auto: catch-up while RLD has room, one-shot when it is busy"
+    )
+    chunk_tokens: int = Field(64, gt=0, description="Catch-up chunk size in tokens")
+    expected_output: int = Field(
+        512, gt=0, description="Output tokens assumed when neither max_tokens nor the session "
+        "history tells (RLD memory check)",
+    )  # fmt: skip
+    odd_min_input: int = Field(
+        32_768, gt=0, description="Input length from which a short-output request is odd traffic"
+    )
+    odd_max_output: int = Field(
+        500, gt=0, description="Largest max_tokens (or session mean output) of odd traffic"
+    )
+    odd_unhinted: bool = Field(
+        True, description="Treat a long input with no max_tokens and no session history as odd"
+    )
+    odd_min_wan_s: float = Field(
+        0.5, ge=0, description="Finish odd traffic on RLD only when the WAN copy would take "
+        "at least this long",
+    )  # fmt: skip
+
+
+PolicyConfig = Annotated[
+    IdcPdParams | XdcPdParams | PddParams | PddAdaptiveParams, Field(discriminator="kind")
+]

@@ -8,19 +8,22 @@ from typing import Any
 from pydantic import TypeAdapter, ValidationError
 
 from policies.base import Policy
-from policies.config import IdcPdParams, PddParams, PolicyConfig, XdcPdParams
+from policies.config import IdcPdParams, PddAdaptiveParams, PddParams, PolicyConfig, XdcPdParams
 from policies.idc_pd import IdcPdPolicy
 from policies.pdd import PddPolicy
+from policies.pdd_adaptive import PddAdaptivePolicy
 from policies.xdc_pd import XdcPdPolicy
 
-__all__ = ["UnknownPolicyError", "build_policy", "parse_policy", "policy_names"]
+__all__ = ["Params", "UnknownPolicyError", "build_policy", "parse_policy", "policy_names"]
 
 _BUILDERS: dict[str, Callable[[Any], Policy]] = {
     "idc-pd": IdcPdPolicy,
     "xdc-pd": XdcPdPolicy,
     "pdd": PddPolicy,
+    "pdd-adaptive": PddAdaptivePolicy,
 }
-_ADAPTER: TypeAdapter[IdcPdParams | XdcPdParams | PddParams] = TypeAdapter(PolicyConfig)
+Params = IdcPdParams | XdcPdParams | PddParams | PddAdaptiveParams
+_ADAPTER: TypeAdapter[Params] = TypeAdapter(PolicyConfig)
 
 
 class UnknownPolicyError(ValueError):
@@ -31,9 +34,7 @@ def policy_names() -> list[str]:
     return sorted(_BUILDERS)
 
 
-def parse_policy(
-    name: str, params: Mapping[str, Any] | None = None
-) -> IdcPdParams | XdcPdParams | PddParams:
+def parse_policy(name: str, params: Mapping[str, Any] | None = None) -> Params:
     """Typed parameters of the named policy (defaults where ``params`` is silent)."""
     if name not in _BUILDERS:
         raise UnknownPolicyError(
@@ -49,5 +50,5 @@ def parse_policy(
         raise UnknownPolicyError(f"bad parameters for policy {name!r}: {problems}") from exc
 
 
-def build_policy(config: IdcPdParams | XdcPdParams | PddParams) -> Policy:
+def build_policy(config: Params) -> Policy:
     return _BUILDERS[config.kind](config)

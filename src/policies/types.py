@@ -19,6 +19,7 @@ __all__ = [
     "Matches",
     "Pipeline",
     "RequestView",
+    "SessionHistory",
 ]
 
 
@@ -38,6 +39,17 @@ class HandoffMode(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
+class SessionHistory:
+    """What the router knows at arrival of the earlier requests of the same session."""
+
+    turns: int = 0  # earlier requests of the session the router has seen
+    last_input_length: int = 0  # prompt length of the previous one
+    since_last_s: float = 0.0  # seconds since the previous one arrived
+    outputs_known: int = 0  # earlier requests whose output length has been reported
+    mean_output: float | None = None  # their mean output length in tokens
+
+
+@dataclass(frozen=True, slots=True)
 class RequestView:
     """A request as the router sees it at arrival: never its actual output length."""
 
@@ -47,6 +59,8 @@ class RequestView:
     max_tokens: int | None = None
     session_id: str | None = None
     arrival_s: float = 0.0
+    request_id: str | None = None  # the driver's key, echoed in the decision log
+    history: SessionHistory | None = None  # filled in by the scheduler when it tracks sessions
 
 
 @dataclass(slots=True)

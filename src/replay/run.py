@@ -12,26 +12,37 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Literal, TextIO
 
 from policies.registry import UnknownPolicyError, build_policy, parse_policy
 from policies.tiers import Tier
 from replay.metrics.record import RequestRecord, record_of
 from replay.metrics.summary import SlaThresholds, Summary, summarize
 from replay.metrics.writers import write_run
+from replay.outcomes import outcome_of
 from replay.presets.cluster_preset import ClusterPreset
 from replay.presets.loader import load_preset
 from replay.sim.event_loop import EventLoop
+from replay.sim.request_state import SimRequest
 from replay.sim.simulator import ProgressObserver, Simulator
 from replay.trace.formats import read_trace
 from replay.trace.record import TraceRequest
 from router.errors import UserError
 from router.index.memory_index import MemoryPrefixIndex
-from router.scheduler import Scheduler
+from router.predictor.tracking import TrackedIndex
+from router.scheduler import HitPredictor, Scheduler
 
-__all__ = ["ReplayResult", "check_cluster", "run_replay"]
+__all__ = ["IndexCapacity", "IndexMode", "ReplayResult", "check_cluster", "run_replay"]
 
-_REQUIRED_TIERS: dict[str, tuple[Tier, ...]] = {"pdd": (Tier.P, Tier.RLD, Tier.MD)}
+IndexMode = Literal["events", "approximate"]
+"""events: engines' KV events feed the index; approximate: the router records its routes."""
+IndexCapacity = Literal["exact", "unbounded"]
+"""exact: the index bounds each instance at its KV capacity; unbounded: it is not told."""
+
+_REQUIRED_TIERS: dict[str, tuple[Tier, ...]] = {
+    "pdd": (Tier.P, Tier.RLD, Tier.MD),
+    "pdd-adaptive": (Tier.P, Tier.RLD, Tier.MD),
+}
 _DEFAULT_TIERS = (Tier.P, Tier.MD)
 
 
@@ -107,6 +118,14 @@ def _load_trace(trace: str | Path | Sequence[TraceRequest]) -> tuple[str, list[T
     return name, requests
 
 
+def _load_predictor(predictor: str | Path | HitPredictor | None) -> HitPredictor | None:
+    if predictor is None or not isinstance(predictor, str | Path):
+        return predictor
+    from router.predictor.persist import load_predictor
+
+    return load_predictor(Path(predictor))
+
+
 def run_replay(
     trace: str | Path | Sequence[TraceRequest],
     preset: str,
@@ -120,6 +139,9 @@ def run_replay(
     sla: SlaThresholds | None = None,
     progress: ProgressObserver | None = None,
     decision_log: TextIO | None = None,
+    index_mode: IndexMode = "events",
+    predictor: str | Path | HitPredictor | None = None,
+    index_capacity: IndexCapacity = "exact",
 ) -> ReplayResult:
     """Replay ``trace`` (a file, or requests) on the named preset with the named policy.
 
@@ -127,11 +149,22 @@ def run_replay(
     ``seed`` drives everything random (the WAN's bandwidth fluctuation); ``overrides``
     are dotted preset keys (``{"pools.md.instances": 8}``). Raises UserError for a bad
     name or an impossible cluster before anything runs.
+
+    ``index_mode`` "approximate" sends no KV events: the scheduler records where it routed
+    each request. ``predictor`` (a model file or a loaded model) turns index matches into
+    predicted hits. With a ``decision_log`` each request's outcome is logged when it ends.
+    ``index_capacity`` "unbounded" registers instances without their KV capacity: in
+    approximate mode the index then remembers every route (it is told of no eviction).
     """
     if rate_scale <= 0:
         raise UserError(f"--rate-scale must be positive, got {rate_scale}")
     if kv_event_delay_s < 0:
         raise UserError(f"--kv-event-delay must be 0 or more, got {kv_event_delay_s}")
+    if index_mode not in ("events", "approximate"):
+        raise UserError(f"--index-mode must be events or approximate, got {index_mode!r}")
+    if index_capacity not in ("exact", "unbounded"):
+        raise UserError(f"--index-capacity must be exact or unbounded, got {index_capacity!r}")
+    model = _load_predictor(predictor)
     sla = sla or SlaThresholds()
     cluster = load_preset(preset, overrides)
     policy_name = policy or cluster.spec.default_policy
@@ -144,8 +177,19 @@ def run_replay(
 
     started = time.perf_counter()
     loop = EventLoop()
-    index = MemoryPrefixIndex(clock=loop.clock)
-    scheduler = Scheduler(index, policy_obj, decision_log=decision_log)
+    index = TrackedIndex(MemoryPrefixIndex(clock=loop.clock), loop.clock)
+    scheduler = Scheduler(
+        index,
+        policy_obj,
+        decision_log=decision_log,
+        record_routes=index_mode == "approximate",
+        predictor=model,
+        clock=loop.clock,
+    )
+
+    def finished(request: SimRequest) -> None:
+        scheduler.record_outcome(outcome_of(request))
+
     sim = Simulator(
         cluster,
         scheduler,
@@ -155,6 +199,9 @@ def run_replay(
         kv_event_delay_s=kv_event_delay_s,
         progress=progress,
         loop=loop,
+        kv_events=index_mode == "events",
+        on_finished=finished if decision_log is not None else None,
+        index_knows_capacity=index_capacity == "exact",
     )
     if progress is not None:
         progress.start(len(requests))
@@ -173,5 +220,6 @@ def run_replay(
         cost_per_hour=cluster.cost_per_hour(),
         wan_throughput=wan.throughput if wan is not None else None,
         wall_s=time.perf_counter() - started,
+        index_mode=index_mode,
     )
     return ReplayResult(summary, records)

@@ -2,21 +2,44 @@
 
 The live service and the replay simulator both call ``Scheduler.decide``; nothing
 else decides. It is synchronous: with the Redis index the match is one round trip.
+
+Around the policy the scheduler keeps what a pure policy cannot: each session's
+history (attached to the request view), the router's own record of where it sent
+requests (in approximate mode that record *is* the index: no KV events), and, when a
+hit-rate model is configured, the predicted realized hit of every candidate instance.
+Predictions reach the policy through ``matches`` as the expected number of leading
+blocks still held when the request is served, so every policy uses the model when
+there is one and the raw match otherwise, unchanged.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
-from typing import TextIO
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol, TextIO
 
 from policies.base import Policy
 from policies.tiers import Tier
 from policies.types import ClusterView, Decision, RequestView
-from router.index.base import PrefixIndex
+from router.index.base import Clock, PrefixIndex
+from router.index.memory_index import MemoryPrefixIndex
+from router.predictor.features import CandidateRows, FeatureBuilder, FloatArray
+from router.predictor.outcome import Outcome
+from router.predictor.sessions import SessionTracker
+from router.predictor.tracking import TrackedIndex
 
-__all__ = ["Scheduler"]
+__all__ = ["HitPredictor", "Scheduler", "decision_line"]
+
+Grouped = dict[Tier, dict[str, int]]
+
+
+class HitPredictor(Protocol):
+    """A fitted hit-rate model: feature rows (``router.predictor.features``) to hit rates."""
+
+    def predict_rows(self, rows: CandidateRows) -> FloatArray:
+        """Predicted realized hit rate (0..1) of each row."""
+        ...
 
 
 class Scheduler:
@@ -29,40 +52,165 @@ class Scheduler:
         *,
         decision_log: TextIO | None = None,
         timer: Callable[[], float] = time.perf_counter,
+        record_routes: bool = False,
+        predictor: HitPredictor | None = None,
+        clock: Clock | None = None,
     ) -> None:
+        """``record_routes`` is approximate mode: the scheduler stores each request's chain
+        on the instances it chose (no KV events needed). ``predictor`` turns index matches
+        into predicted hits. ``clock`` times the features (default: the index's, if tracked)."""
         self.index = index
         self.policy = policy
         self.decision_log = decision_log
+        self.record_routes = record_routes
+        self.predictor = predictor
         self._timer = timer
+        tracker = index if isinstance(index, TrackedIndex) else None
+        self._clock: Clock = clock or (tracker.clock if tracker is not None else time.monotonic)
+        self.features = FeatureBuilder(tracker, approximate=record_routes)
+        self.sessions = SessionTracker()
+        # The router's own record of its routes, kept beside a KV-event-fed index for the
+        # features and the approximate-mode baseline; in approximate mode the index is it.
+        self._routes: MemoryPrefixIndex | None = None
         self._tier_of: dict[str, Tier] = {}
         self.decisions = 0
         self.decide_seconds = 0.0
 
+    @property
+    def _wants_features(self) -> bool:
+        return self.decision_log is not None or self.predictor is not None
+
     def refresh_instances(self) -> None:
         """Re-read which tier each instance belongs to (after registering or removing one)."""
-        self._tier_of = {i.instance_id: i.tier for i in self.index.instances()}
+        instances = self.index.instances()
+        self._tier_of = {i.instance_id: i.tier for i in instances}
+        if self._routes is not None:
+            for inst in instances:
+                self._routes.register(inst)
+            for inst in self._routes.instances():
+                if inst.instance_id not in self._tier_of:
+                    self._routes.unregister(inst.instance_id)
 
     def matches(self, request: RequestView) -> dict[Tier, dict[str, int]]:
         """The index's answer for the request's chain, grouped by tier."""
         raw = self.index.match(request.chain)
         if any(iid not in self._tier_of for iid in raw):
             self.refresh_instances()
-        grouped: dict[Tier, dict[str, int]] = {tier: {} for tier in Tier}
+        return self._group(raw)
+
+    def _group(self, raw: Mapping[str, int]) -> Grouped:
+        grouped: Grouped = {tier: {} for tier in Tier}
         for iid, blocks in raw.items():
             tier = self._tier_of.get(iid)
             if tier is not None:
                 grouped[tier][iid] = blocks
         return grouped
 
+    def _route_matches(self, request: RequestView, matches: Grouped) -> Grouped:
+        if self.record_routes:
+            return matches
+        if self._routes is None:
+            self._routes = MemoryPrefixIndex(clock=self._clock)
+            self.refresh_instances()
+        return self._group(self._routes.match(request.chain))
+
     def decide(self, request: RequestView, cluster: ClusterView) -> Decision:
         start = self._timer()
+        now = self._clock()
+        request = self.sessions.attach(request, now)
         matches = self.matches(request)
-        decision = self.policy.decide(request, cluster, matches)
+        routes = self._route_matches(request, matches) if self._wants_features else matches
+        rows: CandidateRows | None = None
+        predicted: dict[Tier, dict[str, float]] | None = None
+        policy_matches: Mapping[Tier, Mapping[str, int]] = matches
+        if self.predictor is not None:
+            rows = self.features.build(request, cluster, matches, routes, now)
+            hits = self.predictor.predict_rows(rows)
+            predicted = {tier: {} for tier in Tier}
+            for (tier, iid), hit in zip(rows.keys, hits, strict=True):
+                predicted[tier][iid] = float(hit)
+            policy_matches = expected_blocks(request, predicted)
+        decision = self.policy.decide(request, cluster, policy_matches)
+        chosen = _chosen(decision)
+        extra: dict[str, Any] | None = None
+        if self.decision_log is not None:
+            logged = self.features.build(request, cluster, matches, routes, now, only=chosen)
+            extra = {
+                "kind": "decision",
+                "id": request.request_id if request.request_id is not None else str(self.decisions),
+                "index_mode": "approximate" if self.record_routes else "events",
+                "arrival_s": request.arrival_s,
+                "matches": {t.value: m for t, m in matches.items()},
+                "route_matches": {t.value: m for t, m in routes.items()},
+                "features": {
+                    tier.value: {"instance": iid, **logged.as_dict(i)}
+                    for i, (tier, iid) in enumerate(logged.keys)
+                },
+                "history": _history(request),
+            }
+            if predicted is not None:
+                extra["prediction"] = {
+                    t.value: {iid: round(h, 6) for iid, h in per.items()}
+                    for t, per in predicted.items()
+                }
+        self._record(request, chosen)
+        self.sessions.arrived(request, now)
         self.decide_seconds += self._timer() - start
         self.decisions += 1
         if self.decision_log is not None:
-            self.decision_log.write(decision_line(request, cluster, matches, decision) + "\n")
+            line = decision_line(request, cluster, matches, decision, extra)
+            self.decision_log.write(line + "\n")
         return decision
+
+    def _record(self, request: RequestView, chosen: Mapping[Tier, str]) -> None:
+        target = self.index if self.record_routes else self._routes
+        if target is None or not request.chain:
+            return
+        for iid in chosen.values():
+            target.store(iid, request.chain)
+
+    def record_outcome(self, outcome: Outcome) -> None:
+        """What happened to a decided request: session history, and an outcome log line."""
+        if outcome.output_tokens is not None:
+            self.sessions.finished(outcome.session_id, outcome.output_tokens)
+        if self.decision_log is not None:
+            body = outcome.model_dump(mode="json", exclude={"request_id"})
+            record = {"kind": "outcome", "id": outcome.request_id, **body}
+            self.decision_log.write(json.dumps(record, separators=(",", ":"), sort_keys=True))
+            self.decision_log.write("\n")
+
+
+def expected_blocks(
+    request: RequestView, predicted: Mapping[Tier, Mapping[str, float]]
+) -> dict[Tier, dict[str, int]]:
+    """Predicted hit rates as the leading blocks expected to be held when served."""
+    n, bs, most = request.input_length, max(request.block_size, 1), len(request.chain)
+    return {
+        tier: {iid: min(most, max(0, round(hit * n / bs))) for iid, hit in per.items()}
+        for tier, per in predicted.items()
+    }
+
+
+def _chosen(decision: Decision) -> dict[Tier, str]:
+    chosen = {Tier.P: decision.p_instance}
+    if decision.md_instance is not None:
+        chosen[Tier.MD] = decision.md_instance
+    if decision.rld_instance is not None:
+        chosen[Tier.RLD] = decision.rld_instance
+    return chosen
+
+
+def _history(request: RequestView) -> dict[str, Any] | None:
+    h = request.history
+    if h is None:
+        return None
+    return {
+        "turns": h.turns,
+        "last_input_length": h.last_input_length,
+        "since_last_s": round(h.since_last_s, 6),
+        "outputs_known": h.outputs_known,
+        "mean_output": h.mean_output,
+    }
 
 
 def decision_line(
@@ -70,8 +218,13 @@ def decision_line(
     cluster: ClusterView,
     matches: dict[Tier, dict[str, int]],
     decision: Decision,
+    extra: Mapping[str, Any] | None = None,
 ) -> str:
-    """One decision as a JSON line: what the scheduler saw, predicted and chose."""
+    """One decision as a JSON line: what the scheduler saw, predicted and chose.
+
+    ``extra`` adds the keys of the predictor's decision log (id, features, prediction,
+    history, ...) next to the original ones, which keep their meaning.
+    """
     best = {
         tier.value: max(per_instance.values(), default=0) for tier, per_instance in matches.items()
     }
@@ -92,5 +245,6 @@ def decision_line(
             "backlog_bytes": cluster.wan.backlog_bytes,
         },
         "decision": decision.model_dump(mode="json"),
+        **(extra or {}),
     }
     return json.dumps(record, separators=(",", ":"), sort_keys=True)

@@ -137,7 +137,10 @@ def test_options_reach_the_run(
     ("extra", "message"),
     [
         (["--preset", "nope"], "unknown preset 'nope'; valid presets: idc-pd, idc-pd-small, pdd"),
-        (["--preset", "pdd-small", "--policy", "nope"], "valid policies: idc-pd, pdd, xdc-pd"),
+        (
+            ["--preset", "pdd-small", "--policy", "nope"],
+            "valid policies: idc-pd, pdd, pdd-adaptive, xdc-pd",
+        ),
         (["--preset", "pdd-small", "--set", "pools.md.instances=0"], "needs a md pool"),
         (["--preset", "pdd-small", "--set", "links.wan.bandwidth_gbps=0"], "must be positive"),
         (["--preset", "pdd-small", "--set", "pools.md.kv_capacity_tokens=10"], "holds 10 KV"),

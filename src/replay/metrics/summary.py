@@ -61,6 +61,11 @@ class Summary(BaseModel):
     wan_gbps_peak: float
     transfer_s: TransferStats
     rld_token_share: float
+    rld_busy_mean: float = Field(
+        0.0, description="Mean requests decoding on RLD: RLD busy time summed over requests, "
+        "over the simulated time",
+    )  # fmt: skip
+    index_mode: str = "events"
     pipelines: dict[str, int]
     handoffs: dict[str, int]
     reactive_p_rld: int
@@ -117,6 +122,7 @@ def summarize(
     cost_per_hour: float,
     wan_throughput: Sequence[tuple[float, float]] | None,
     wall_s: float,
+    index_mode: str = "events",
 ) -> Summary:
     """Aggregate per-request records into the run's summary."""
     n = len(records)
@@ -162,6 +168,10 @@ def summarize(
         wan_gbps_peak=wan_gbps(wan_throughput, start, end) if wan_throughput else 0.0,
         transfer_s=TransferStats(p50=p50, p99=p99, mean=mean),
         rld_token_share=round(tokens_rld / tokens_all, 6) if tokens_all else 0.0,
+        rld_busy_mean=round(sum(r.rld_busy_s or 0.0 for r in records) / simulated, 6)
+        if simulated > 0
+        else 0.0,
+        index_mode=index_mode,
         pipelines=_counts([r.pipeline for r in records]),
         handoffs=_counts([r.handoff for r in records if r.handoff is not None]),
         reactive_p_rld=sum(1 for r in records if r.reactive),

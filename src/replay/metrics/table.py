@@ -44,6 +44,7 @@ def summary_table(summary: Summary) -> Table:
         ("pipelines", ", ".join(f"{k} {v}" for k, v in summary.pipelines.items()) or "-"),
         ("handoffs", ", ".join(f"{k} {v}" for k, v in summary.handoffs.items()) or "-"),
         ("RLD token share", f"{summary.rld_token_share:.2%}"),
+        ("RLD busy (mean requests)", f"{summary.rld_busy_mean:.2f}"),
         ("hit rate", ", ".join(f"{k} {v:.1%}" for k, v in summary.hit_rate.items())),
         ("cost", f"{summary.cost_per_hour:.2f} USD/h"),
         ("BCR", f"{summary.bcr * 1000:.3f} req/s per 1000 USD/h"),

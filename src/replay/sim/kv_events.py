@@ -16,15 +16,19 @@ class KvEventFeed:
 
     The delay stands for the engine's event batching and the transport (ZMQ, the
     router's consumer): decisions in the meantime see a stale index, as in
-    production. A delay of 0 applies events immediately.
+    production. A delay of 0 applies events immediately. A disabled feed (approximate
+    mode: engines that publish no KV events) counts the events and delivers none.
     """
 
-    __slots__ = ("_index", "_loop", "delay_s", "removed_events", "stored_events")
+    __slots__ = ("_index", "_loop", "delay_s", "enabled", "removed_events", "stored_events")
 
-    def __init__(self, loop: EventLoop, index: PrefixIndex, delay_s: float) -> None:
+    def __init__(
+        self, loop: EventLoop, index: PrefixIndex, delay_s: float, *, enabled: bool = True
+    ) -> None:
         self._loop = loop
         self._index = index
         self.delay_s = delay_s
+        self.enabled = enabled
         self.stored_events = 0
         self.removed_events = 0
 
@@ -32,6 +36,8 @@ class KvEventFeed:
         if not chain:
             return
         self.stored_events += 1
+        if not self.enabled:
+            return
         if self.delay_s <= 0.0:
             self._index.store(instance_id, chain)
         else:
@@ -41,6 +47,8 @@ class KvEventFeed:
         if not blocks:
             return
         self.removed_events += 1
+        if not self.enabled:
+            return
         if self.delay_s <= 0.0:
             self._index.remove(instance_id, blocks)
         else:

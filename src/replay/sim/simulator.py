@@ -9,7 +9,7 @@ engines' KV events reach the router's index after a delay.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Protocol
 
 from policies.tiers import Tier
@@ -57,13 +57,21 @@ class Simulator:
         kv_event_delay_s: float = 0.05,
         progress: ProgressObserver | None = None,
         loop: EventLoop | None = None,
+        kv_events: bool = True,
+        on_finished: Callable[[SimRequest], None] | None = None,
+        index_knows_capacity: bool = True,
     ) -> None:
+        """``kv_events`` False: engines publish nothing (the router's index is what it records
+        itself); ``on_finished(request)`` runs when a request ends (the outcome join);
+        ``index_knows_capacity`` False registers instances without their KV capacity, so
+        the index bounds nothing (a router not told the engines' cache sizes)."""
         self.loop = loop or EventLoop()
         self.preset = preset
         self.decider = decider
         self.index = index
         self.block_size = block_size
-        self.feed = KvEventFeed(self.loop, index, kv_event_delay_s)
+        self.feed = KvEventFeed(self.loop, index, kv_event_delay_s, enabled=kv_events)
+        self._on_finished = on_finished
         self.cluster: SimCluster = build_cluster(
             self.loop,
             preset,
@@ -84,8 +92,9 @@ class Simulator:
         self._rate_scale = 1.0
         for name, pool in preset.pools().items():
             capacity = preset.kv_capacity_tokens(pool) // block_size
+            known = capacity if index_knows_capacity else None
             for i in range(pool.instances):
-                index.register(IndexedInstance(f"{name}-{i}", pool.tier, pool.datacenter, capacity))
+                index.register(IndexedInstance(f"{name}-{i}", pool.tier, pool.datacenter, known))
 
     # -- running ----------------------------------------------------------------------
 
@@ -125,6 +134,7 @@ class Simulator:
             max_tokens=None,
             session_id=trace.session_id,
             arrival_s=request.arrival_s,
+            request_id=str(request.key),
         )
         decision = self.decider.decide(view, cluster.view)
         self._assign(request, decision)
@@ -246,5 +256,7 @@ class Simulator:
             if leg is not None:
                 self._abort(leg)
         self.finished += 1
+        if self._on_finished is not None:
+            self._on_finished(request)
         if self._progress is not None and (self.finished & 63 == 0 or not self.loop.pending()):
             self._progress.advance(self.finished)

@@ -11,6 +11,7 @@ from router import __version__
 from router.cli.bench_cmd import bench_app
 from router.cli.demo_cmd import demo
 from router.cli.engine_cmd import engine_app
+from router.cli.predictor_cmd import predictor_app
 from router.cli.replay_cmd import replay_app
 from router.cli.serve_cmd import serve
 from router.cli.trace_cmd import trace_app
@@ -31,6 +32,7 @@ app = typer.Typer(
 app.add_typer(trace_app, name="trace")
 app.add_typer(replay_app, name="replay")
 app.add_typer(bench_app, name="bench")
+app.add_typer(predictor_app, name="predictor")
 app.add_typer(engine_app, name="engine-sim")
 app.command("demo")(demo)
 app.command("serve")(serve)

@@ -14,6 +14,9 @@ from typing import TYPE_CHECKING
 import typer
 from rich.console import Console
 
+from router.cli.experiment_cmd import command_line, compare, sweep
+from router.cli.tune_cmd import tune
+
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
 
@@ -86,10 +89,25 @@ def run(
     decision_log: Path | None = typer.Option(
         None, "--decision-log", help="Write every decision as a JSON line to this file"
     ),
+    index_mode: str = typer.Option(
+        "events",
+        "--index-mode",
+        help="events: KV events feed the index; approximate: no events, the router records "
+        "where it routed each request",
+    ),
+    predictor: Path | None = typer.Option(
+        None, "--predictor", help="Hit-rate model (`predictor train`) used instead of raw matches"
+    ),
+    index_capacity: str = typer.Option(
+        "exact",
+        "--index-capacity",
+        help="exact: the index bounds each instance at its KV capacity; unbounded: not told",
+    ),
 ) -> None:
-    """Replay TRACE on a simulated cluster; write summary.json and requests.jsonl."""
+    """Replay TRACE on a simulated cluster; write summary.json, requests.jsonl, report.html."""
     from replay.metrics.summary import SlaThresholds
     from replay.metrics.table import summary_table
+    from replay.metrics.writers import write_run
     from replay.presets.loader import parse_overrides
     from replay.run import run_replay
     from router.errors import UserError
@@ -113,15 +131,20 @@ def run(
                 sla=SlaThresholds(ttft_s=sla_ttft, tpot_s=sla_tpot),
                 progress=bar,
                 decision_log=log,
+                index_mode=index_mode,  # type: ignore[arg-type]  # checked by run_replay
+                predictor=predictor,
+                index_capacity=index_capacity,  # type: ignore[arg-type]  # checked by run_replay
             )
     finally:
         if log is not None:
             log.close()
-    result.write(out)
+    write_run(
+        out, result.summary, result.records, overrides=cluster_overrides, command=command_line()
+    )
     console = Console()
     console.print(summary_table(result.summary))
     console.print(
-        f"wrote {out / 'summary.json'} and {out / 'requests.jsonl'}",
+        f"wrote {out / 'summary.json'}, {out / 'requests.jsonl'} and {out / 'report.html'}",
         highlight=False,
         soft_wrap=True,
     )
@@ -145,3 +168,8 @@ def presets() -> None:
             f"{preset.cost_per_hour():.2f} USD/h): {pools}",
             highlight=False,
         )
+
+
+replay_app.command("compare")(compare)
+replay_app.command("sweep")(sweep)
+replay_app.command("tune")(tune)

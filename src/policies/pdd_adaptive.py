@@ -1,0 +1,183 @@
+"""`pdd-adaptive`: PDD whose pipeline and handoff choices follow the WAN and RLD's load.
+
+Against the paper's `pdd` (a fixed WAN budget):
+
+- the WAN time is predicted as the delta bytes over the link's current share plus the
+  RTT, and compared with a budget derived from the TTFT objective minus the predicted
+  prefill (queue included) and one decode step;
+- when the WAN backlog grows, borderline requests (over a share of their budget) move
+  to P-RLD-MD before the link is saturated, while RLD has room to spare;
+- RLD's load is the larger of its batch and its KV occupancy; a saturated RLD (or one
+  without memory for the request) sends requests to P-MD instead of queueing them, as
+  long as its predicted WAN time stays within ``fallback_max_wan_s`` (a request whose
+  WAN copy would take longer still queues on RLD: its MD copy travels meanwhile);
+- handoff is catch-up while RLD has room and one-shot when it is busy;
+- odd traffic (long input, short output) is recognized from ``max_tokens`` when given,
+  else from the session's earlier outputs, and finished on RLD only when the WAN copy
+  would be slow.
+
+Predicted hits arrive through ``matches``: with a model configured the scheduler gives
+the expected number of leading blocks still held when the request is served.
+"""
+
+from __future__ import annotations
+
+from policies.config import PddAdaptiveParams
+from policies.estimates import hit_tokens
+from policies.selection import choose_decode, choose_prefill
+from policies.tiers import Tier
+from policies.types import (
+    ClusterView,
+    Decision,
+    HandoffMode,
+    InstanceLoad,
+    LinkState,
+    Matches,
+    Pipeline,
+    RequestView,
+)
+
+__all__ = ["PddAdaptivePolicy", "rld_load", "wan_time_s"]
+
+
+def rld_load(instance: InstanceLoad) -> float:
+    """Load of a relay-decode instance: the larger of its batch and its KV occupancy."""
+    capacity = instance.kv_capacity_tokens
+    kv = instance.kv_used_tokens / capacity if capacity else 1.0
+    return max(instance.occupancy, min(kv, 1.0))
+
+
+def wan_time_s(link: LinkState, nbytes: float) -> float:
+    """Predicted transfer time: the bytes over the share a new transfer gets, plus the RTT."""
+    if nbytes <= 0:
+        return 0.0
+    return nbytes / link.share_bps() + link.rtt_s
+
+
+class PddAdaptivePolicy:
+    """P-MD within the TTFT-derived WAN budget, P-RLD-MD beyond it or when the WAN backs up."""
+
+    name = "pdd-adaptive"
+
+    def __init__(self, params: PddAdaptiveParams) -> None:
+        self.params = params
+
+    # -- what is known at arrival ---------------------------------------------------
+
+    def expected_output(self, request: RequestView) -> int:
+        """Output tokens to plan for: max_tokens, else the session's mean, else the default."""
+        if request.max_tokens is not None:
+            return request.max_tokens
+        history = request.history
+        if history is not None and history.mean_output is not None:
+            return max(round(history.mean_output), 1)
+        return self.params.expected_output
+
+    def is_odd(self, request: RequestView) -> bool:
+        """Long input with a short output, judged from what is known at arrival."""
+        prm = self.params
+        if request.input_length < prm.odd_min_input:
+            return False
+        if request.max_tokens is not None:
+            return request.max_tokens <= prm.odd_max_output
+        history = request.history
+        if history is not None and history.mean_output is not None:
+            return history.mean_output <= prm.odd_max_output
+        return prm.odd_unhinted
+
+    def _handoff(self, load: float) -> HandoffMode:
+        mode = self.params.handoff_mode
+        if mode == "one-shot":
+            return HandoffMode.ONE_SHOT
+        if mode == "catch-up" or load < self.params.catch_up_below:
+            return HandoffMode.CATCH_UP
+        return HandoffMode.ONE_SHOT
+
+    # -- the decision ---------------------------------------------------------------
+
+    def decide(self, request: RequestView, cluster: ClusterView, matches: Matches) -> Decision:
+        prm = self.params
+        n = max(request.input_length, 1)
+        p, p_blocks, p_delay = choose_prefill(request, cluster, matches.get(Tier.P, {}))
+        rlds = cluster.pool(Tier.RLD)
+        rld = min(rlds, key=lambda i: (rld_load(i), i.instance_id)) if rlds else None
+        load = rld_load(rld) if rld is not None else 1.0
+        need = request.input_length + self.expected_output(request)
+        rld_room = rld is not None and load < prm.rld_saturation and rld.kv_free_tokens >= need
+        rld_ttft = p_delay + cluster.rdma.transfer_s(n * cluster.kv_bytes_per_token)
+        rld_ttft += cluster.decode_step_s
+        hits = {Tier.P: hit_tokens(request, p_blocks) / n}
+
+        md = choose_decode(
+            request, cluster, Tier.MD, p, matches.get(Tier.MD, {}),
+            reuse_cache=True, load_weight_s=prm.load_weight_s,
+        )  # fmt: skip
+        if md is None:
+            raise LookupError("no healthy main-decode instance")
+        hits[Tier.MD] = hit_tokens(request, md.hit_blocks) / n
+        crosses = cluster.wan is not None and md.instance.datacenter != p.datacenter
+        link = cluster.wan if crosses and cluster.wan is not None else cluster.rdma
+        wan_s = wan_time_s(link, md.transfer_bytes)
+        backlog_s = link.backlog_bytes / link.bandwidth_bps if link.bandwidth_bps else 0.0
+
+        if rld is not None and rld_room and wan_s >= prm.odd_min_wan_s and self.is_odd(request):
+            return Decision(
+                policy=self.name,
+                pipeline=Pipeline.P_RLD,
+                p_instance=p.instance_id,
+                rld_instance=rld.instance_id,
+                predicted_hit={**hits, Tier.RLD: 0.0},
+                predicted_ttft_s=rld_ttft,
+                reason=(
+                    f"odd traffic: {request.input_length} input tokens, expected output "
+                    f"{self.expected_output(request)}, WAN copy {wan_s:.2f}s"
+                ),
+            )
+
+        budget = max(prm.ttft_objective_s - p_delay - cluster.decode_step_s, prm.min_wan_budget_s)
+        borderline = (
+            wan_s > prm.borderline_share * budget
+            and backlog_s >= prm.backlog_guard_s
+            and load < prm.borderline_max_rld_load
+        )
+        common = {
+            "policy": self.name,
+            "p_instance": p.instance_id,
+            "md_instance": md.instance.instance_id,
+            "predicted_wan_bytes": md.transfer_bytes,
+            "predicted_wan_s": wan_s,
+        }
+        md_ttft = p_delay + wan_s + cluster.decode_step_s
+        tolerable = wan_s <= prm.fallback_max_wan_s
+        if (wan_s <= budget and not borderline) or rld is None or (not rld_room and tolerable):
+            if wan_s <= budget and not borderline:
+                why = f"WAN {wan_s:.2f}s within budget {budget:.2f}s"
+            else:
+                why = f"WAN {wan_s:.2f}s over budget {budget:.2f}s but RLD load {load:.2f}"
+            return Decision(
+                pipeline=Pipeline.P_MD,
+                predicted_hit=hits,
+                predicted_ttft_s=md_ttft,
+                reason=why,
+                **common,
+            )
+        mode = self._handoff(load)
+        why = (
+            f"WAN {wan_s:.2f}s over budget {budget:.2f}s"
+            if wan_s > budget
+            else f"WAN {wan_s:.2f}s borderline (budget {budget:.2f}s) with {backlog_s:.1f}s backlog"
+        )
+        return Decision(
+            pipeline=Pipeline.P_RLD_MD,
+            rld_instance=rld.instance_id,
+            handoff=mode,
+            chunk_tokens=prm.chunk_tokens if mode is HandoffMode.CATCH_UP else None,
+            predicted_hit={**hits, Tier.RLD: 0.0},
+            predicted_ttft_s=rld_ttft,
+            reason=(
+                f"{why}: RLD masks it ({mode.value}, RLD load {load:.2f})"
+                if rld_room
+                else f"{why}: queued on RLD (load {load:.2f}), too long for P-MD"
+            ),
+            **common,
+        )

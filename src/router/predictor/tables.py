@@ -1,0 +1,69 @@
+"""Rich tables of a predictor evaluation: MAE against the baselines, buckets, calibration."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from router.predictor.evaluate import MODEL, RAW, Evaluation
+
+__all__ = ["bucket_table", "calibration_table", "summary_table"]
+
+
+def _f(x: float | None, digits: int = 4) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def summary_table(ev: Evaluation, title: str) -> Table:
+    """One row per predictor: MAE overall and per tier, bias, calibration error."""
+    table = Table(title=title)
+    tiers = sorted(ev.by_tier_rows)
+    table.add_column("predictor", style="bold")
+    table.add_column("MAE", justify="right")
+    for tier in tiers:
+        table.add_column(f"MAE {tier} ({ev.by_tier_rows[tier]})", justify="right")
+    table.add_column("bias", justify="right")
+    table.add_column("calibration err", justify="right")
+    table.add_column(f"vs {RAW}", justify="right")
+    base = ev.scores[RAW].mae if RAW in ev.scores else None
+    for name, s in ev.scores.items():
+        gain = "-" if not base else f"{(1 - s.mae / base) * 100:+.1f}%"
+        table.add_row(
+            name,
+            _f(s.mae),
+            *(_f(s.by_tier.get(t)) for t in tiers),
+            f"{s.bias:+.4f}",
+            _f(s.calibration_error),
+            gain,
+        )
+    return table
+
+
+def bucket_table(ev: Evaluation) -> Table:
+    """MAE of each predictor by realized-hit bucket."""
+    table = Table(title="MAE by realized hit rate")
+    table.add_column("realized hit", style="bold")
+    table.add_column("rows", justify="right")
+    names = list(ev.scores)
+    for name in names:
+        table.add_column(name, justify="right")
+    first = ev.scores[names[0]]
+    for i, bucket in enumerate(first.by_bucket):
+        table.add_row(
+            bucket.bucket,
+            str(bucket.rows),
+            *(_f(ev.scores[n].by_bucket[i].mae) for n in names),
+        )
+    return table
+
+
+def calibration_table(ev: Evaluation, name: str = MODEL) -> Table:
+    """Mean realized hit against mean prediction in bins of the prediction."""
+    table = Table(title=f"calibration of the {name}")
+    table.add_column("predicted", style="bold")
+    table.add_column("rows", justify="right")
+    table.add_column("mean predicted", justify="right")
+    table.add_column("mean realized", justify="right")
+    for b in ev.scores[name].calibration:
+        if b.rows:
+            table.add_row(f"{b.low:.1f}-{b.high:.1f}", str(b.rows), _f(b.predicted), _f(b.realized))
+    return table

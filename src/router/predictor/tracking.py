@@ -1,0 +1,153 @@
+"""A prefix index that also remembers when each block was stored: the predictor's context.
+
+``TrackedIndex`` wraps any :class:`~router.index.base.PrefixIndex` and passes every call
+through; on the way it keeps, per instance, when each block was last stored and a
+counter of blocks inserted so far, plus decayed rates of stores and removals. From
+these the features read the age of a match and how many blocks an instance took in
+since (an LRU cache evicts a block once enough newer ones have arrived), whichever
+way the index is fed: engines' KV events, or the router's own record of its routes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from collections.abc import Sequence
+
+from policies.tiers import Tier
+from router.index.base import Clock, IndexedInstance, PrefixIndex
+
+__all__ = ["InstanceActivity", "TrackedIndex"]
+
+_DEFAULT_MAX_BLOCKS = 1_000_000
+
+
+class InstanceActivity:
+    """Store and removal history of one instance as the index heard it."""
+
+    __slots__ = (
+        "_evict_rate",
+        "_rate_t",
+        "_store_rate",
+        "capacity",
+        "inserted",
+        "removed",
+        "touch",
+    )
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity  # blocks remembered (the instance's capacity when known)
+        self.touch: OrderedDict[int, tuple[float, int]] = OrderedDict()  # block -> (t, inserted)
+        self.inserted = 0  # blocks newly stored so far
+        self.removed = 0  # blocks removed so far (KV events only)
+        self._store_rate = 0.0
+        self._evict_rate = 0.0
+        self._rate_t = 0.0
+
+    def _decay(self, now: float, tau: float) -> None:
+        if now > self._rate_t:
+            factor = math.exp(-(now - self._rate_t) / tau)
+            self._store_rate *= factor
+            self._evict_rate *= factor
+            self._rate_t = now
+
+    def rates(self, now: float, tau: float) -> tuple[float, float]:
+        """Blocks stored and removed per second, exponentially weighted over ``tau``."""
+        self._decay(now, tau)
+        return self._store_rate, self._evict_rate
+
+    def stored(self, chain: Sequence[int], now: float, tau: float) -> None:
+        touch = self.touch
+        before = self.inserted
+        new = 0
+        # Last block first, as the index does: parents end up more recent than children.
+        for block in reversed(chain):
+            if block in touch:
+                touch.move_to_end(block)
+            else:
+                new += 1
+                touch[block] = (now, 0)
+        self.inserted += new
+        stamp = (now, self.inserted)  # the chain's own new blocks do not count as newer
+        for block in chain:
+            touch[block] = stamp
+        while len(touch) > self.capacity:
+            touch.popitem(last=False)
+        self._decay(now, tau)
+        self._store_rate += (self.inserted - before) / tau
+
+    def removed_blocks(self, blocks: Sequence[int], now: float, tau: float) -> None:
+        gone = 0
+        for block in blocks:
+            if self.touch.pop(block, None) is not None:
+                gone += 1
+        self.removed += gone
+        self._decay(now, tau)
+        self._evict_rate += gone / tau
+
+
+class TrackedIndex:
+    """PrefixIndex that forwards to ``inner`` and records each instance's activity."""
+
+    def __init__(
+        self,
+        inner: PrefixIndex,
+        clock: Clock,
+        *,
+        rate_window_s: float = 60.0,
+        max_blocks: int = _DEFAULT_MAX_BLOCKS,
+    ) -> None:
+        if rate_window_s <= 0:
+            raise ValueError(f"rate_window_s must be positive, got {rate_window_s}")
+        self.inner = inner
+        self.clock = clock
+        self.rate_window_s = rate_window_s
+        self._max_blocks = max_blocks
+        self._activity: dict[str, InstanceActivity] = {}
+
+    def activity(self, instance_id: str) -> InstanceActivity | None:
+        return self._activity.get(instance_id)
+
+    # -- the contract, forwarded --------------------------------------------------------
+
+    def register(self, instance: IndexedInstance) -> None:
+        self.inner.register(instance)
+        capacity = instance.capacity_blocks or self._max_blocks
+        known = self._activity.get(instance.instance_id)
+        if known is None:
+            self._activity[instance.instance_id] = InstanceActivity(capacity)
+        else:
+            known.capacity = capacity
+
+    def unregister(self, instance_id: str) -> None:
+        self.inner.unregister(instance_id)
+        self._activity.pop(instance_id, None)
+
+    def instances(self) -> list[IndexedInstance]:
+        return self.inner.instances()
+
+    def store(self, instance_id: str, chain: Sequence[int]) -> None:
+        self.inner.store(instance_id, chain)
+        activity = self._activity.get(instance_id)
+        if activity is not None:
+            activity.stored(chain, self.clock(), self.rate_window_s)
+
+    def remove(self, instance_id: str, blocks: Sequence[int]) -> None:
+        self.inner.remove(instance_id, blocks)
+        activity = self._activity.get(instance_id)
+        if activity is not None:
+            activity.removed_blocks(blocks, self.clock(), self.rate_window_s)
+
+    def clear(self, instance_id: str) -> None:
+        self.inner.clear(instance_id)
+        activity = self._activity.get(instance_id)
+        if activity is not None:
+            activity.removed_blocks(list(activity.touch), self.clock(), self.rate_window_s)
+
+    def match(
+        self, chain: Sequence[int], *, tier: Tier | None = None, datacenter: str | None = None
+    ) -> dict[str, int]:
+        return self.inner.match(chain, tier=tier, datacenter=datacenter)
+
+    def num_blocks(self, instance_id: str) -> int:
+        return self.inner.num_blocks(instance_id)

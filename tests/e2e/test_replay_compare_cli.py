@@ -1,0 +1,119 @@
+"""`pdd-router replay compare|sweep` (and run's report) driven as a user would."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from router.cli.app import main
+
+
+@pytest.fixture(autouse=True)
+def _wide_console(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "400")
+
+
+@pytest.fixture(scope="module")
+def trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("trace") / "agentic.jsonl"
+    synth = ("trace", "synth", "--profile", "agentic", "--requests", "300", "--seed", "2")
+    assert main([*synth, "--out", str(path)]) == 0
+    return path
+
+
+def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _json(path: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(path.read_text())
+    return data
+
+
+def test_compare_writes_json_report_and_one_folder_per_policy(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, trace: Path
+) -> None:
+    out = tmp_path / "cmp"
+    code, stdout, err = _run(
+        capsys, "replay", "compare", str(trace), "--preset", "pdd-small",
+        "--policy", "xdc-pd", "--policy", "pdd:wan_budget_s=0.5", "--seed", "3",
+        "--resamples", "200", "--out", str(out), "--no-progress",
+    )  # fmt: skip
+    assert code == 0, err
+    data = _json(out / "compare.json")
+    assert [p["label"] for p in data["policies"]] == ["xdc-pd", "pdd:wan_budget_s=0.5"]
+    assert data["policies"][1]["params"] == {"wan_budget_s": 0.5}
+    assert data["seed"] == 3
+    for folder in ("xdc-pd", "pdd_wan_budget_s=0.5"):
+        summary = _json(out / folder / "summary.json")
+        assert summary["seed"] == 3
+        assert len((out / folder / "requests.jsonl").read_text().splitlines()) == 300
+    ttft = next(m for m in data["metrics"] if m["key"] == "ttft_s.p99")
+    assert ttft["values"]["xdc-pd"] == _json(out / "xdc-pd" / "summary.json")["ttft_s"]["p99"]
+    assert (out / "report.html").stat().st_size > 50_000
+    assert "TTFT P99" in stdout
+    assert "95% interval excludes 0" in stdout
+
+
+def test_compare_refuses_an_unknown_policy_in_one_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, trace: Path
+) -> None:
+    code, _, err = _run(
+        capsys, "replay", "compare", str(trace), "--preset", "pdd-small",
+        "--policy", "pdd", "--policy", "pddd", "--out", str(tmp_path / "x"),
+    )  # fmt: skip
+    assert code == 2
+    assert err.strip().count("\n") == 0
+    assert "unknown policy 'pddd'" in err
+    assert "valid policies: idc-pd" in err
+    assert not (tmp_path / "x").exists()
+
+
+def test_sweep_finds_the_rate_that_keeps_the_sla(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, trace: Path
+) -> None:
+    out = tmp_path / "sweep"
+    code, stdout, err = _run(
+        capsys, "replay", "sweep", str(trace), "--preset", "pdd-small", "--policy", "pdd",
+        "--max-probes", "5", "--out", str(out), "--no-progress",
+    )  # fmt: skip
+    assert code == 0, err
+    data = _json(out / "sweep.json")
+    probes = data["probes"]
+    assert 2 <= len(probes) <= 5
+    best = data["best"]
+    assert best["passed"]
+    assert best["sla_attainment"] >= 0.9
+    assert data["sla_goodput_rps"] == best["rate_rps"]
+    assert data["bcr"] == pytest.approx(best["rate_rps"] / data["cost_per_hour"], rel=1e-6)
+    passing = [p["rate_rps"] for p in probes if p["passed"]]
+    assert best["rate_rps"] == max(passing)
+    if data["bracketed"]:
+        lowest_fail = min(p["rate_scale"] for p in probes if not p["passed"])
+        assert lowest_fail > best["rate_scale"]
+    assert (out / "report.html").exists()
+    assert (out / "best" / "summary.json").exists()
+    assert re.search(r"SLA goodput of pdd: [0-9.]+ req/s", stdout)
+
+
+def test_run_writes_a_report_next_to_its_summary(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, trace: Path
+) -> None:
+    out = tmp_path / "run"
+    code, stdout, err = _run(
+        capsys, "replay", "run", str(trace), "--preset", "pdd-small", "--out", str(out),
+        "--no-progress",
+    )  # fmt: skip
+    assert code == 0, err
+    html = (out / "report.html").read_text()
+    assert "Replay of pdd" in html
+    assert "<svg" in html
+    assert (out / "summary.json").exists()
+    assert (out / "requests.jsonl").exists()
+    assert "report.html" in stdout

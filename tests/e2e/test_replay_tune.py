@@ -1,0 +1,105 @@
+"""`pdd-router replay tune`: a small search, its report, the cross-trace check, refusals."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from replay.tune_space import SPACES, draw_trials
+from router.cli.app import main
+
+
+@pytest.fixture(autouse=True)
+def _wide_console(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "400")
+
+
+@pytest.fixture(scope="module")
+def traces(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    folder = tmp_path_factory.mktemp("tune")
+    paths = []
+    for seed in (1, 2):
+        path = folder / f"agentic-{seed}.jsonl"
+        synth = ["trace", "synth", "--profile", "agentic", "--requests", "300", "--seed"]
+        assert main([*synth, str(seed), "--out", str(path)]) == 0
+        paths.append(path)
+    return paths[0], paths[1]
+
+
+def test_trials_start_from_the_defaults_and_are_distinct() -> None:
+    draws = draw_trials("pdd-adaptive", 12, seed=4)
+    assert draws[0] == {}
+    assert len({json.dumps(d, sort_keys=True) for d in draws}) == 12
+    assert all(set(d) <= set(SPACES["pdd-adaptive"]) for d in draws)
+    assert draw_trials("pdd-adaptive", 12, seed=4) == draws
+
+
+def test_tune_reports_the_best_configuration_and_checks_it_elsewhere(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, traces: tuple[Path, Path]
+) -> None:
+    out = tmp_path / "tune.json"
+    code = main([
+        "replay", "tune", str(traces[0]), "--preset", "pdd-small", "--policy", "pdd-adaptive",
+        "--objective", "bcr", "--search", "random", "--trials", "4", "--jobs", "1",
+        "--rate-scale", "2",
+        "--check", str(traces[1]), "--out", str(out), "--no-progress",
+    ])  # fmt: skip
+    printed, err = capsys.readouterr()
+    assert code == 0, err
+    assert "best 4 of 4 by bcr" in printed
+    assert "check on agentic-2.jsonl" in printed
+    result: dict[str, Any] = json.loads(out.read_text())
+    trials = result["trials"]
+    assert [t["number"] for t in trials] == [0, 1, 2, 3]
+    assert trials[0]["params"] == {}  # the defaults are always a candidate
+    best = result["best"]
+    assert best["bcr"] == max(t["bcr"] for t in trials)
+    assert best["bcr"] >= trials[0]["bcr"]  # so tuning never loses on its own trace
+    assert best["bcr"] == pytest.approx(best["goodput_rps"] / 118.5, rel=1e-6)
+    check = result["check"]
+    assert check["default"]["params"] == {}
+    assert check["tuned"]["params"] == best["params"]
+
+
+def test_coordinate_search_moves_one_threshold_at_a_time_from_the_defaults(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, traces: tuple[Path, Path]
+) -> None:
+    out = tmp_path / "tune.json"
+    code = main([
+        "replay", "tune", str(traces[0]), "--preset", "pdd-small", "--policy", "pdd",
+        "--trials", "12", "--min-gain", "0", "--rate-scale", "2", "--jobs", "1",
+        "--out", str(out), "--no-progress",
+    ])  # fmt: skip
+    _, err = capsys.readouterr()
+    assert code == 0, err
+    result: dict[str, Any] = json.loads(out.read_text())
+    trials = result["trials"]
+    assert result["search"] == "coordinate"
+    assert len(trials) == 12
+    assert trials[0]["params"] == {}
+    first = next(iter(SPACES["pdd"]))  # the first pass starts with the first threshold alone
+    assert all(set(t["params"]) == {first} for t in trials[1:6])
+    assert result["best"]["goodput_rps"] >= trials[0]["goodput_rps"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--preset", "idc-pd-small"], "policy 'idc-pd' has no thresholds to tune"),
+        (["--preset", "pdd-small", "--objective", "latency"], "--objective must be"),
+        (["--preset", "pdd-small", "--trials", "0"], "--trials must be at least 1"),
+        (["--preset", "pdd-small", "--search", "grid"], "--search must be"),
+        (["--preset", "pdd-small", "--check", "missing.jsonl"], "no such trace file"),
+    ],
+)
+def test_bad_requests_are_one_line_and_exit_code_2(
+    capsys: pytest.CaptureFixture[str], traces: tuple[Path, Path], argv: list[str], message: str
+) -> None:
+    code = main(["replay", "tune", str(traces[0]), *argv, "--no-progress"])
+    _, err = capsys.readouterr()
+    assert code == 2
+    assert message in err
+    assert len(err.strip().splitlines()) == 1
