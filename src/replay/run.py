@@ -177,7 +177,9 @@ def run_replay(
 
     started = time.perf_counter()
     loop = EventLoop()
-    index = TrackedIndex(MemoryPrefixIndex(clock=loop.clock), loop.clock)
+    index: MemoryPrefixIndex | TrackedIndex = MemoryPrefixIndex(clock=loop.clock)
+    if decision_log is not None or model is not None:  # the features need the index's history
+        index = TrackedIndex(index, loop.clock)
     scheduler = Scheduler(
         index,
         policy_obj,

@@ -25,14 +25,16 @@ SPACES: dict[str, Space] = {
         "fallback_max_wan_s": (2.0, 5.0, 10.0),
         "catch_up_below": (0.3, 0.5, 0.7),
         "odd_unhinted": (False, True),
-        "odd_min_input": (24_576, 32_768, 49_152),
+        # odd traffic is *very* long input: lower thresholds would finish ordinary
+        # requests on RLD, the P-RLD pattern that lets MD's cache fall behind
+        "odd_min_input": (32_768, 49_152, 65_536),
         "odd_min_wan_s": (0.25, 0.5, 1.0),
     },
     "pdd": {
         "wan_budget_s": (0.5, 0.75, 1.0, 1.5, 2.0, 3.0),
         "rld_saturation": (0.7, 0.8, 0.9, 0.95),
         "catch_up_below": (0.3, 0.5, 0.7),
-        "odd_min_input": (24_576, 32_768, 49_152),
+        "odd_min_input": (32_768, 49_152, 65_536),
         "odd_max_output": (300, 500, 800),
     },
 }

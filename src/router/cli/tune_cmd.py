@@ -19,14 +19,15 @@ from rich.console import Console
 if TYPE_CHECKING:
     from rich.table import Table
 
-    from replay.tune import Trial, TuneResult
+    from replay.tune import TuneResult
+    from replay.tune_trial import Trial
 
 __all__ = ["tune"]
 
 
 @contextmanager
 def _bar(enabled: bool, total: int) -> Iterator[Callable[[int], None] | None]:
-    """A bar over replays on stderr when it is a terminal and progress is wanted."""
+    """A bar over configurations on stderr when it is a terminal and progress is wanted."""
     console = Console(stderr=True)
     if not enabled or not console.is_terminal:
         yield None
@@ -41,7 +42,7 @@ def _bar(enabled: bool, total: int) -> Iterator[Callable[[int], None] | None]:
         console=console,
         transient=True,
     ) as progress:
-        task = progress.add_task("tuning (replays)", total=total)
+        task = progress.add_task("tuning (configurations)", total=total)
         yield lambda n: progress.update(task, completed=n)
 
 
@@ -49,69 +50,68 @@ def _params(params: dict[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in sorted(params.items())) or "(defaults)"
 
 
+def _joined(values: list[str]) -> str:
+    return " / ".join(values)
+
+
 def _row(trial: Trial) -> tuple[str, ...]:
-    p50, p99 = trial.ttft_p50_s, trial.ttft_p99_s
+    figs = trial.figures
     return (
         str(trial.number),
-        f"{trial.goodput_rps:.3f}",
-        f"{trial.bcr * 1000:.3f}",
-        f"{trial.sla_attainment:.2%}",
-        "-" if p50 is None or p99 is None else f"{p50:.2f} / {p99:.2f}",
-        f"{trial.wan_bytes / 1e9:.0f}",
-        f"{trial.rld_token_share:.2%}",
+        _joined([f"{f.goodput_rps:.3f}" for f in figs]),
+        _joined([f"{f.bcr * 1000:.2f}" for f in figs]),
+        _joined([f"{f.sla_attainment:.2%}" for f in figs]),
+        _joined(["-" if f.ttft_p99_s is None else f"{f.ttft_p99_s:.2f}" for f in figs]),
+        _joined([f"{f.wan_bytes / 1e9:.0f}" for f in figs]),
     )
 
 
 def _table(title: str, trials: list[Trial]) -> Table:
-    """Figures per trial; the parameters are listed under the table (they are long)."""
+    """Figures per trial (one value per scenario); the parameters are listed below."""
     from rich.table import Table
 
-    table = Table(title=title, caption="BCR: goodput per 1000 USD/h; RLD: RLD token share")
-    for name in ("#", "goodput req/s", "BCR", "SLA", "TTFT P50 / P99 s", "WAN GB", "RLD"):
+    table = Table(title=title, caption="BCR: goodput per 1000 USD/h")
+    for name in ("#", "goodput req/s", "BCR", "SLA", "TTFT P99 s", "WAN GB"):
         table.add_column(name, justify="right")
     for trial in trials:
         table.add_row(*_row(trial))
     return table
 
 
-def _print_params(console: Console, trials: list[Trial]) -> None:
-    for trial in trials:
-        line = f"  #{trial.number}: {_params(trial.params)}"
-        console.print(line, highlight=False, soft_wrap=True)
-
-
 def _print(result: TuneResult, top: int) -> None:
     console = Console()
     ranked = sorted(result.trials, key=lambda t: (t.score(result.objective), -t.number))[::-1]
+    shown = ranked[:top]
     title = (
-        f"{result.policy} on {Path(result.trace).name} ({result.preset}, x{result.rate_scale:g}): "
-        f"best {min(top, len(result.trials))} of {len(result.trials)} by {result.objective} "
-        f"({result.search} search)"
+        f"{result.policy} on {', '.join(result.scenarios)}: best {len(shown)} of "
+        f"{len(result.trials)} by {result.objective} ({result.search} search)"
     )
-    console.print(_table(title, ranked[:top]))
-    _print_params(console, ranked[:top])
+    console.print(_table(title, shown))
+    for trial in shown:
+        line = f"  #{trial.number}: {_params(trial.params)}"
+        console.print(line, highlight=False, soft_wrap=True)
     default = next(t for t in result.trials if t.number == 0)
     console.print(
         f"best: trial {result.best.number}: {_params(result.best.params)}; goodput "
-        f"{result.best.goodput_rps:.3f} req/s against {default.goodput_rps:.3f} for the defaults",
+        f"{result.best.goodput_rps:.3f} req/s against {default.goodput_rps:.3f} for the "
+        "defaults (summed over the scenarios)",
         highlight=False,
         soft_wrap=True,
     )
     check = result.check
     if check is not None:
-        title = f"check on {Path(check.trace).name} ({check.preset}, x{check.rate_scale:g})"
-        console.print(_table(title, [check.default, check.tuned]))
-        verdict = "not worse" if check.tuned.goodput_rps >= check.default.goodput_rps else "WORSE"
+        console.print(_table(f"check on {check.scenario}", [check.default, check.tuned]))
+        ok = check.tuned.goodput_rps >= check.default.goodput_rps
         console.print(
-            f"tuned vs defaults on the check trace: goodput {check.tuned.goodput_rps:.3f} vs "
-            f"{check.default.goodput_rps:.3f} req/s ({verdict})",
+            f"tuned vs defaults on the check: goodput {check.tuned.goodput_rps:.3f} vs "
+            f"{check.default.goodput_rps:.3f} req/s ({'not worse' if ok else 'WORSE'})",
             highlight=False,
             soft_wrap=True,
         )
 
 
 def tune(
-    trace: Path = typer.Argument(..., help="Trace to tune on"),
+    traces: list[Path] = typer.Argument(..., help="Traces to tune on"),
     preset: str = typer.Option(..., "--preset", help="Cluster preset (see `replay presets`)"),
     objective: str = typer.Option("goodput", "--objective", help="goodput or bcr (SLA-based)"),
     policy: str | None = typer.Option(
@@ -120,16 +120,18 @@ def tune(
     search: str = typer.Option(
         "coordinate", "--search", help="coordinate (one threshold at a time) or random"
     ),
-    trials: int = typer.Option(32, "--trials", help="Most replays (the defaults first)"),
+    trials: int = typer.Option(32, "--trials", help="Most configurations (the defaults first)"),
     min_gain: float = typer.Option(
-        0.005, "--min-gain", help="Coordinate search: relative gain needed to move a threshold"
+        0.001, "--min-gain", help="Coordinate search: relative gain needed to move a threshold"
     ),
     search_seed: int = typer.Option(0, "--search-seed", help="Seed of the random search"),
-    jobs: int = typer.Option(2, "--jobs", help="Replays run in parallel (processes)"),
+    jobs: int = typer.Option(2, "--jobs", help="Configurations replayed in parallel"),
     overrides: list[str] = typer.Option(
         [], "--set", metavar="KEY=VALUE", help="Cluster override (repeatable)"
     ),
-    rate_scale: float = typer.Option(1.0, "--rate-scale", help="2 = arrivals twice as fast"),
+    rate_scale: list[float] = typer.Option(
+        [1.0], "--rate-scale", help="Load(s) to tune at (repeatable: every trace at each)"
+    ),
     seed: int = typer.Option(0, "--seed", help="Seed of each replay"),
     sla_ttft: float = typer.Option(10.0, "--sla-ttft", help="SLA threshold on TTFT, seconds"),
     sla_tpot: float = typer.Option(0.1, "--sla-tpot", help="SLA threshold on TPOT, seconds"),
@@ -141,17 +143,16 @@ def tune(
     check_preset: str | None = typer.Option(
         None, "--check-preset", help="Preset of the check (default: --preset)"
     ),
-    check_rate_scale: float | None = typer.Option(
-        None, "--check-rate-scale", help="Rate scale of the check (default: --rate-scale)"
-    ),
+    check_rate_scale: float = typer.Option(1.0, "--check-rate-scale", help="Load of the check"),
     top: int = typer.Option(8, "--top", help="Trials shown"),
     out: Path | None = typer.Option(None, "--out", help="Write every trial as JSON here"),
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar"),
 ) -> None:
-    """Search the policy's thresholds on TRACE for the best SLA goodput (or BCR)."""
+    """Search the policy's thresholds on TRACES for the best SLA goodput (or BCR)."""
     from replay.metrics.summary import SlaThresholds
     from replay.presets.loader import load_preset, parse_overrides
-    from replay.tune import TuneSetup, run_tune
+    from replay.tune import run_tune
+    from replay.tune_trial import TuneSetup
     from router.errors import UserError
 
     if objective not in ("goodput", "bcr"):
@@ -160,33 +161,34 @@ def tune(
         raise UserError(f"--search must be coordinate or random, got {search!r}")
     if sla_ttft <= 0 or sla_tpot <= 0:
         raise UserError("--sla-ttft and --sla-tpot must be positive")
-    if not trace.is_file():
-        raise UserError(f"{trace}: no such trace file")
-    if check is not None and not check.is_file():
-        raise UserError(f"{check}: no such trace file")
+    for path in [*traces, *([check] if check is not None else [])]:
+        if not path.is_file():
+            raise UserError(f"{path}: no such trace file")
     cluster = parse_overrides(overrides)
-    name = policy or load_preset(preset, cluster).spec.default_policy
     common: dict[str, Any] = {
-        "policy": name,
+        "policy": policy or load_preset(preset, cluster).spec.default_policy,
         "seed": seed,
         "overrides": cluster,
         "sla": SlaThresholds(ttft_s=sla_ttft, tpot_s=sla_tpot),
         "index_mode": index_mode,
         "predictor": None if predictor is None else str(predictor),
     }
-    setup = TuneSetup(trace=str(trace), preset=preset, rate_scale=rate_scale, **common)
+    setups = [
+        TuneSetup(trace=str(t), preset=preset, rate_scale=r, **common)
+        for t in traces
+        for r in rate_scale
+    ]
     check_setup = None
     if check is not None:
         check_setup = TuneSetup(
             trace=str(check),
             preset=check_preset or preset,
-            rate_scale=check_rate_scale if check_rate_scale is not None else rate_scale,
+            rate_scale=check_rate_scale,
             **common,
         )
-    total = trials + (2 if check is not None else 0)
-    with _bar(not no_progress, total) as advance:
+    with _bar(not no_progress, trials + (2 if check is not None else 0)) as advance:
         result = run_tune(
-            setup,
+            setups,
             objective=objective,  # type: ignore[arg-type]  # checked above
             search=search,  # type: ignore[arg-type]  # checked above
             trials=trials,
