@@ -58,6 +58,12 @@ class ServiceSettings(BaseModel):
     engine_timeout_s: float = Field(30.0, gt=0, description="Per upstream call")
     load_poll_s: float = Field(1.0, gt=0, description="How often engines' load is read")
     instances_file: str | None = Field(None, description="YAML or JSON list of instances")
+    predictor_model: str | None = Field(
+        None, description="A model from `predictor train`: decisions use predicted hits"
+    )
+    approximate_index: bool = Field(
+        False, description="Record where requests were routed in the index (no KV events)"
+    )
     sla_ttft_s: float = Field(10.0, gt=0, description="SLA on time to first token")
     sla_tpot_s: float = Field(0.1, gt=0, description="SLA on time per output token")
 

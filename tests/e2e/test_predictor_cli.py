@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from router.cli.app import main
+from router.errors import UserError
 
 SMALL_CACHES = (
     "--set", "pools.md.kv_capacity_tokens=400000",
@@ -117,3 +118,24 @@ def test_bad_inputs_are_one_line_and_exit_code_2(
         assert code == 2, argv
         assert message in err
         assert len(err.strip().splitlines()) == 1
+
+
+def test_the_service_decides_with_a_configured_model(model: Path) -> None:
+    from fastapi.testclient import TestClient
+    from service_support import PROMPT, Engines, register
+
+    from router.service.app import create_app
+    from router.settings import Settings
+
+    settings = Settings(service={"vocab_size": 512, "predictor_model": str(model)})
+    with TestClient(create_app(settings, adapter_factory=Engines())) as client:
+        register(client, ("p0", "p", "A"), ("rld0", "rld", "A"), ("md0", "md", "B"))
+        body = {"prompt": PROMPT, "max_tokens": 4, "session_id": "s1"}
+        first = client.post("/v1/completions", json=body)
+        assert first.status_code == 200
+        decision = client.post("/v1/route", json={"token_ids": PROMPT}).json()
+        assert 0.0 <= decision["predicted_hit"]["md"] <= 1.0
+        assert client.post("/v1/completions", json=body).status_code == 200
+    bad = Settings(service={"predictor_model": str(model.parent / "missing.skops")})
+    with pytest.raises(UserError, match="no such model file"), TestClient(create_app(bad)):
+        pass

@@ -14,6 +14,7 @@ from engines_adapter.contract import EngineError, GenerateRequest
 from policies.tiers import Tier
 from policies.types import Decision, RequestView
 from router.hashing import chain_hashes
+from router.predictor.outcome import Outcome as PredictorOutcome
 from router.service.errors import ApiError, error_body
 from router.service.experiments import Arm
 from router.service.experiments import Outcome as ExperimentOutcome
@@ -136,9 +137,9 @@ async def completions(body: CompletionRequest, request: Request) -> object:
         raise ApiError(400, f"max_tokens {max_tokens} is over the limit of {limit}",
                        param="max_tokens")  # fmt: skip
     chain = chain_hashes(body.prompt, svc.settings.block_size, svc.settings.hash_seed)
-    view = RequestView(chain.hashes, chain.block_size, chain.num_tokens, body.max_tokens,
-                       body.session_id or body.user)  # fmt: skip
     request_id = svc.next_request_id()
+    view = RequestView(chain.hashes, chain.block_size, chain.num_tokens, body.max_tokens,
+                       body.session_id or body.user, request_id=request_id)  # fmt: skip
     timing = _Timing(time.perf_counter())
     generation = GenerateRequest(
         request_id=request_id, prompt_token_ids=body.prompt, max_tokens=max_tokens,
@@ -178,7 +179,7 @@ async def completions(body: CompletionRequest, request: Request) -> object:
             raise ApiError(
                 502, f"engine failed mid-request: {exc}", type_="upstream_error"
             ) from exc
-        _record_outcome(svc, decision, outcome, len(body.prompt), arm, timing)
+        _record_outcome(svc, request_id, decision, outcome, len(body.prompt), arm, timing)
         return CompletionResponse(
             id=request_id, created=created, model=model,
             choices=[CompletionChoice(token_ids=tokens, finish_reason=outcome.finish_reason)],
@@ -205,7 +206,7 @@ async def completions(body: CompletionRequest, request: Request) -> object:
             yield _data(error_body(f"engine failed mid-stream: {exc}", "upstream_error", None, 502))
             yield "data: [DONE]\n\n"
             return
-        _record_outcome(svc, decision, outcome, len(body.prompt), arm, timing)
+        _record_outcome(svc, request_id, decision, outcome, len(body.prompt), arm, timing)
         final = {"index": 0, "text": "", "token_ids": [],
                  "finish_reason": outcome.finish_reason or "length"}  # fmt: skip
         yield _data({**chunk, "choices": [final], "pdd": _served(decision, outcome)})
@@ -242,6 +243,7 @@ def _served(decision: Decision, outcome: Outcome) -> dict[str, object]:
 
 def _record_outcome(
     svc: ServiceState,
+    request_id: str,
     decision: Decision,
     outcome: Outcome,
     prompt: int,
@@ -257,6 +259,15 @@ def _record_outcome(
             error = abs(predicted - outcome.cached_tokens / prompt)
             svc.metrics.prediction_error.observe(error)
             svc.metrics.predicted_hit.observe(predicted)
+    served = next((t for t in (Tier.MD, Tier.RLD) if t.value in outcome.instances), None)
+    if outcome.cached_tokens is not None and served is not None:
+        scheduler = arm.scheduler if arm is not None else svc.scheduler
+        scheduler.record_outcome(
+            PredictorOutcome.from_usage(
+                request_id, served, outcome.instances[served.value], prompt_tokens=prompt,
+                cached_tokens=outcome.cached_tokens, output_tokens=timing.tokens,
+            )
+        )  # fmt: skip
     if timing.first_at is None:
         return
     ttft = timing.first_at - timing.started

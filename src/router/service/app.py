@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import time
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -125,10 +127,19 @@ def create_app(
         timeout = httpx.Timeout(settings.service.engine_timeout_s, connect=2.0)
         http = httpx.AsyncClient(timeout=timeout, limits=httpx.Limits(max_connections=512))
         policy = build_policy(parse_policy(settings.policy.name, settings.policy.params))
+        predictor = None
+        if settings.service.predictor_model is not None:
+            from router.predictor.persist import load_predictor
+            from router.predictor.tracking import TrackedIndex
+
+            predictor = load_predictor(Path(settings.service.predictor_model))
+            idx = TrackedIndex(idx, time.time)  # the features need when blocks were stored
         metrics = ServiceMetrics()
         pool = InstancePool(idx, settings.cluster, lambda cfg: factory(cfg, http))
         svc = ServiceState(
-            settings=settings, index=idx, scheduler=Scheduler(idx, policy), pool=pool,
+            settings=settings, index=idx, pool=pool,
+            scheduler=Scheduler(idx, policy, predictor=predictor,
+                                record_routes=settings.service.approximate_index),
             ingestor=KVEventIngestor(idx, block_size=settings.block_size,
                                      seed=settings.hash_seed),
             metrics=metrics, http=http, tracer=provider.get_tracer("pdd_router"),
