@@ -49,7 +49,7 @@ def demo(
     from replay.demo import DEMO_SETUPS, comparison_table, run_demo
     from replay.trace.formats import read_trace
     from replay.trace.stats import compute_stats
-    from router.cli.progress import ReplayProgress, replay_progress
+    from router.cli.progress import ReplayBar, progress_bars
     from router.errors import UserError
 
     if scale not in DEMO_SETUPS:
@@ -62,12 +62,10 @@ def demo(
         if trace is not None and not trace.is_file():
             raise UserError(f"trace file {trace} does not exist")
         trace_path = trace if trace is not None else base / "agentic.jsonl"
-        with replay_progress(not no_progress) as bar:
+        with progress_bars(not no_progress) as bars:
 
-            def observer(label: str) -> ReplayProgress | None:
-                if bar is not None:
-                    bar.describe(label)
-                return bar
+            def observer(label: str) -> ReplayBar | None:
+                return ReplayBar(bars, label) if bars is not None else None
 
             results = run_demo(trace_path, scale=scale, requests=requests, seed=seed,
                                rate_scale=rate_scale, synthesize=trace is None, out_dir=out,

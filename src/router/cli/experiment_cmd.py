@@ -10,55 +10,18 @@ from __future__ import annotations
 import re
 import shlex
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
 
-if TYPE_CHECKING:
-    from rich.progress import Progress, TaskID
+from router.cli.progress import ReplayBar, progress_bars
 
+if TYPE_CHECKING:
     from replay.sim.simulator import ProgressObserver
 
 __all__ = ["command_line", "compare", "sweep"]
-
-
-class _Task:
-    """One replay's bar in a shared rich Progress."""
-
-    def __init__(self, progress: Progress, description: str) -> None:
-        self._progress = progress
-        self._description = description
-        self._task: TaskID | None = None
-
-    def start(self, total: int) -> None:
-        self._task = self._progress.add_task(self._description, total=total)
-
-    def advance(self, finished: int) -> None:
-        if self._task is not None:
-            self._progress.update(self._task, completed=finished)
-
-
-@contextmanager
-def _bars(enabled: bool) -> Iterator[Progress | None]:
-    """A rich Progress on stderr when it is a terminal and progress is wanted."""
-    console = Console(stderr=True)
-    if not enabled or not console.is_terminal:
-        yield None
-        return
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
-
-    columns = (
-        "[progress.description]{task.description}",
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-    )
-    with Progress(*columns, console=console, transient=True) as progress:
-        yield progress
 
 
 def command_line() -> str | None:
@@ -122,10 +85,10 @@ def compare(
     if sla_ttft <= 0 or sla_tpot <= 0:
         raise UserError("--sla-ttft and --sla-tpot must be positive")
     cluster_overrides = parse_overrides(overrides)
-    with _bars(not no_progress) as bars:
+    with progress_bars(not no_progress) as bars:
 
         def observer(label: str) -> ProgressObserver | None:
-            return _Task(bars, f"replaying {label}") if bars is not None else None
+            return ReplayBar(bars, f"replaying {label}") if bars is not None else None
 
         result = run_compare(
             trace, preset, policy, seed=seed, rate_scale=rate_scale,
@@ -195,14 +158,14 @@ def sweep(
     if sla_ttft <= 0 or sla_tpot <= 0:
         raise UserError("--sla-ttft and --sla-tpot must be positive")
     cluster_overrides = parse_overrides(overrides)
-    with _bars(not no_progress) as bars:
+    with progress_bars(not no_progress) as bars:
         overall = bars.add_task("probes", total=max_probes) if bars is not None else None
 
         def observer(number: int, scale: float) -> ProgressObserver | None:
             if bars is None or overall is None:
                 return None
             bars.update(overall, completed=number - 1)
-            return _Task(bars, f"probe {number}: rate scale {scale:.4g}")
+            return ReplayBar(bars, f"probe {number}: rate scale {scale:.4g}")
 
         result = run_sweep(
             trace, preset, policy, seed=seed, target=target, tolerance=tolerance,

@@ -1,28 +1,28 @@
-"""Progress bars for long CLI work: a rich bar on a terminal, nothing otherwise."""
+"""Progress bars for long CLI work: a rich bar on a terminal's stderr, nothing otherwise.
+
+``progress_bars`` opens one rich Progress (or yields None when output is not a
+terminal or progress is off); ``ReplayBar`` is one replay's bar in it, fed by the
+simulator's progress observer calls.
+"""
 
 from __future__ import annotations
 
-import contextlib
-import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TimeElapsedColumn
 
-__all__ = ["ReplayProgress", "replay_progress"]
+__all__ = ["ReplayBar", "progress_bars"]
 
 
-class ReplayProgress:
-    """Feeds a simulator's progress (finished requests) to one bar per replay."""
+class ReplayBar:
+    """One replay's bar: told the number of requests, then how many have finished."""
 
     def __init__(self, progress: Progress, description: str) -> None:
         self._progress = progress
         self._description = description
         self._task: TaskID | None = None
-
-    def describe(self, description: str) -> None:
-        """Name the next replay's bar."""
-        self._description = description
 
     def start(self, total: int) -> None:
         self._task = self._progress.add_task(self._description, total=total)
@@ -32,16 +32,14 @@ class ReplayProgress:
             self._progress.update(self._task, completed=finished)
 
 
-@contextlib.contextmanager
-def replay_progress(
-    enabled: bool, description: str = "replaying"
-) -> Iterator[ReplayProgress | None]:
-    """A bar on stderr when it is a terminal and progress is wanted; otherwise None."""
+@contextmanager
+def progress_bars(enabled: bool) -> Iterator[Progress | None]:
+    """A rich Progress on stderr when it is a terminal and progress is wanted, else None."""
     console = Console(stderr=True)
-    if not enabled or not sys.stderr.isatty():
+    if not enabled or not console.is_terminal:
         yield None
         return
     columns = ("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn())  # fmt: skip
     with Progress(*columns, console=console, transient=True) as progress:
-        yield ReplayProgress(progress, description)
+        yield progress

@@ -6,59 +6,20 @@ The command only parses options, shows progress and prints; the replay itself is
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
 
 from router.cli.experiment_cmd import command_line, compare, sweep
+from router.cli.progress import ReplayBar, progress_bars
 from router.cli.tune_cmd import tune
-
-if TYPE_CHECKING:
-    from rich.progress import Progress, TaskID
 
 __all__ = ["replay_app"]
 
 replay_app = typer.Typer(
     help="Replay traces through the two-datacenter cluster simulator.", no_args_is_help=True
 )
-
-
-class _ProgressBar:
-    """Feeds the simulator's progress (finished requests) to a rich progress bar."""
-
-    def __init__(self, progress: Progress) -> None:
-        self._progress = progress
-        self._task: TaskID | None = None
-
-    def start(self, total: int) -> None:
-        self._task = self._progress.add_task("replaying", total=total)
-
-    def advance(self, finished: int) -> None:
-        if self._task is not None:
-            self._progress.update(self._task, completed=finished)
-
-
-@contextmanager
-def _progress(enabled: bool) -> Iterator[_ProgressBar | None]:
-    """A bar on stderr when it is a terminal and progress is wanted; otherwise nothing."""
-    console = Console(stderr=True)
-    if not enabled or not console.is_terminal:
-        yield None
-        return
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
-
-    columns = (
-        "[progress.description]{task.description}",
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-    )
-    with Progress(*columns, console=console, transient=True) as progress:
-        yield _ProgressBar(progress)
 
 
 @replay_app.command("run")
@@ -118,7 +79,8 @@ def run(
     cluster_overrides = parse_overrides(overrides)
     log = decision_log.open("w", encoding="utf-8") if decision_log is not None else None
     try:
-        with _progress(not no_progress) as bar:
+        with progress_bars(not no_progress) as bars:
+            bar = ReplayBar(bars, "replaying") if bars is not None else None
             result = run_replay(
                 trace,
                 preset,
