@@ -113,6 +113,10 @@ async def h(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
             kv_events_endpoint=endpoint.kv_events,
             kv_replay_endpoint=endpoint.kv_replay,
             vocab_size=VOCAB if kind == "vllm" else None,  # the sim server checks itself
+            # two CPU vLLMs and the tests share 2 cores: a busy engine may take seconds
+            # to accept a connection, which production probes rightly call a timeout
+            timeout=httpx.Timeout(connect=30.0, read=180.0, write=30.0, pool=30.0),
+            probe_timeout=httpx.Timeout(30.0),
         )
         block_size = 16 if kind == "vllm-sim-http" else 128
         yield Harness(kind, adapter, block_size, 30 if kind == "vllm-sim-http" else 180)

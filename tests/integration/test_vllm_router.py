@@ -88,6 +88,11 @@ def test_p_rld_md_streams_from_rld_and_hands_off_to_md_exactly(
     relay_router: TestClient, vllm_pair: list[Endpoint]
 ) -> None:
     prompt = fresh_prompt(700, seed=1)
+    # MD already holds the prompt, as when its KV copy arrives early: its readiness
+    # is then a prefix-cache hit, so the handoff does not race RLD's whole output on a
+    # loaded 2-core machine. RLD still streams the first tokens (the orchestrator
+    # looks at MD's readiness only after each RLD delta).
+    greedy(vllm_pair[1].url, prompt, 1)
     body = {"prompt": prompt, "max_tokens": 1500, "stream": True, "ignore_eos": True}
     chunks = []
     with relay_router.stream("POST", "/v1/completions", json=body) as response:

@@ -92,20 +92,30 @@ async def _consume_events(svc: ServiceState, instance_id: str, events: object) -
         log.warning("kv events stopped", instance=instance_id, error=str(exc))
 
 
+PROBE_FAILURES_UNHEALTHY = 3
+"""Consecutive failed probes before an instance is taken out (a busy engine may be slow
+to answer once; a refused request marks it unhealthy at once, see the API)."""
+
+
 async def poll_loads(svc: ServiceState) -> None:
     """Forever: read each engine's health and load into the cluster view."""
     interval = svc.settings.service.load_poll_s
+    timeout = max(interval * 2, 5.0)
+    failures: dict[str, int] = {}
     while True:
         for iid in list(svc.pool.configs):
             if iid not in svc.pool.configs:
                 continue
             _, adapter, load = svc.pool.get(iid)
             try:
-                healthy = await asyncio.wait_for(adapter.health(), timeout=interval * 2)
-                figures = await asyncio.wait_for(adapter.load(), timeout=interval * 2)
+                healthy = await asyncio.wait_for(adapter.health(), timeout=timeout)
+                figures = await asyncio.wait_for(adapter.load(), timeout=timeout)
             except Exception:
-                load.healthy = False
+                failures[iid] = failures.get(iid, 0) + 1
+                if failures[iid] >= PROBE_FAILURES_UNHEALTHY:
+                    load.healthy = False
                 continue
+            failures[iid] = 0
             load.healthy = healthy
             load.queued = figures.waiting
             load.running = figures.running
