@@ -12,8 +12,9 @@ import redis
 
 from policies.tiers import Tier
 from router.errors import UserError
+from router.index.async_redis_index import AsyncRedisPrefixIndex
 from router.index.base import IndexedInstance, UnknownInstanceError
-from router.index.redis_index import AsyncRedisPrefixIndex, RedisPrefixIndex
+from router.index.redis_index import RedisPrefixIndex
 
 if TYPE_CHECKING:
     from conftest import FakeClock

@@ -1,322 +1,31 @@
-"""The shared prefix index in Redis: the same contract, one round trip per match.
+"""The shared prefix index in Redis, blocking client (redis-py): one round trip per match.
 
-Key layout (``P`` is the key prefix; a block is written as 16 lower-case hex digits;
-each registered instance owns a small *slot* number, its bit in every bitmap):
-
-- HASH ``P:instances``    instance id -> JSON spec (tier, datacenter, capacity_blocks)
-- HASH ``P:cap``          instance id -> its own capacity (absent: the client's default)
-- HASH ``P:slot``         instance id -> slot; LIST ``P:free_slots`` recycles the slots
-  of unregistered instances; STRING ``P:names`` is the slot owners, NUL-joined
-- HASH ``P:meta``         next_slot, names_gen, names_v (version of ``P:names``)
-- STRING ``P:m:reg``, ``P:m:tier:{tier}``, ``P:m:dc:{datacenter}``: bitmaps over slots
-  of the registered instances, per filter
-- HASH ``P:seq``          instance id -> last touch sequence number (strictly increasing)
-- STRING ``P:b:{block}``  bitmap over slots of the instances holding the block
-- HASH ``P:t:{block}``    slot -> last touch time (the client clock; only with a TTL)
-- ZSET ``P:lru:{id}``     block -> touch sequence number (lowest = least recently used)
-
-Every operation is one server-side Lua script (``register_script``, which reloads a
-script after NOSCRIPT), hence atomic. ``match`` sends the chain as one hex string
-and bisects it server-side like the in-memory index: candidates are a bitmap, a
-probe of block ``mid`` is one GET of its bitmap and a few 32-bit ANDs (LuaBitOp,
-with a plain-Lua stand-in where it is missing, as in fakeredis), so a match reads
-about (distinct depths) x log2(chain length) small keys whatever the chain length.
-The reply is one string of (depth, slot mask) groups plus the slot names, which are
-only sent when the client's cached version is stale. ``store`` touches the chain
-from its last block back to its first with increasing sequence numbers, purges the
-entries older than the TTL (lazily, from the LRU end) and evicts the least recently
-used blocks beyond the capacity. ``clear`` and ``unregister`` work in bounded
-chunks, oldest first, so a huge instance does not block the server for long.
-
-Caveats: the scripts build key names from ``ARGV`` instead of declaring ``KEYS``, so
-this is for a standalone Redis (or one primary), not Redis Cluster. Every client of
-one key prefix must use the same ``ttl_s`` (touch times are only written with a TTL)
-and clocks that agree. Block ids must be integers in [0, 2**64) and instance ids
-must not contain NUL characters.
+Key layout, scripts and their reasons: ``router.index.redis_layout``.
 """
 
 from __future__ import annotations
 
-import array
-import json
-import sys
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from importlib import resources
+from collections.abc import Sequence
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import redis
-import redis.asyncio as aredis
-from redis.asyncio.retry import Retry as AsyncRetry
-from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
 from policies.tiers import Tier
 from router.errors import UserError
-from router.index.base import Clock, IndexedInstance, UnknownInstanceError
+from router.index.base import Clock, IndexedInstance
+from router.index.redis_layout import (
+    SCRIPTS,
+    UNKNOWN,
+    Layout,
+    connect_kwargs,
+    reachable,
+    redact_url,
+    valid_url,
+)
 
-__all__ = ["AsyncRedisPrefixIndex", "RedisPrefixIndex"]
-
-_CLEAR_CHUNK = 10_000
-_WORD_CACHE = 4096  # decoded (word, bits) pairs of match replies kept per client
-_LITTLE_ENDIAN = sys.byteorder == "little"
-_U64 = next(code for code in "LQ" if array.array(code).itemsize == 8)
-_UNKNOWN = -1
-
-# --------------------------------------------------------------------------- Lua
-# The server-side scripts live in lua/*.lua (package data); each script is the shared
-# library, the write helpers where it writes, and its own body.
-_SCRIPT_PARTS = {
-    "register": ("lib", "write", "register"),
-    "unregister": ("lib", "write", "unregister"),
-    "clear_some": ("lib", "write", "clear_some"),
-    "store": ("lib", "write", "store"),
-    "remove": ("lib", "write", "remove"),
-    "num_blocks": ("lib", "write", "num_blocks"),
-    "match": ("lib", "match"),
-}
-
-
-def _lua(name: str) -> str:
-    return (resources.files("router.index") / "lua" / f"{name}.lua").read_text()
-
-
-_SCRIPTS = {name: "\n".join(_lua(part) for part in parts) for name, parts in _SCRIPT_PARTS.items()}
-
-# --------------------------------------------------------------------------- helpers
-
-
-def redact_url(url: str) -> str:
-    """The URL without its password, fit for an error message."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return url
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
-    user = parts.username or ""
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
-
-
-def _reason(exc: BaseException) -> str:
-    """The root cause of a connection error in a few words ("Connection refused")."""
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, OSError) and seen.strerror:
-            return seen.strerror
-        seen = seen.__cause__ or seen.__context__
-    text = " ".join(str(exc).split())
-    return text.rstrip(".") or type(exc).__name__
-
-
-@contextmanager
-def _reachable(url: str) -> Iterator[None]:
-    """Turn "Redis is not there" into a one-line UserError naming the URL."""
-    try:
-        yield
-    except (redis.ConnectionError, redis.TimeoutError) as exc:
-        raise UserError(f"cannot reach Redis at {redact_url(url)}: {_reason(exc)}") from exc
-
-
-@contextmanager
-def _valid_url(url: str) -> Iterator[None]:
-    """Turn a malformed Redis URL into a one-line UserError naming it."""
-    try:
-        yield
-    except ValueError as exc:
-        raise UserError(f"invalid Redis URL {redact_url(url)}: {exc}") from exc
-
-
-def _hex_chain(chain: Sequence[int]) -> str:
-    """A chain as one string of 16 hex digits per block (one argument, whatever its length)."""
-    if not chain:
-        return ""
-    try:
-        words = array.array(_U64, chain)
-    except (OverflowError, TypeError) as exc:
-        raise ValueError("block ids must be integers in [0, 2**64) for the Redis index") from exc
-    if _LITTLE_ENDIAN:
-        words.byteswap()
-    return words.tobytes().hex()
-
-
-def _opt(value: float | int | None) -> str:
-    return "" if value is None else repr(value)
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
-
-
-class _Names:
-    """One version of the slot owners, and the instances of the mask words seen so far."""
-
-    __slots__ = ("_words", "names", "version")
-
-    def __init__(self, version: str, names: list[str]) -> None:
-        self.version = version
-        self.names = names
-        self._words: dict[tuple[bytes, bytes], tuple[str, ...]] = {}
-
-    def word(self, w: bytes, bits: bytes) -> tuple[str, ...]:
-        """The instances of one 32-bit word of a slot mask (bit 31 - s % 32 is slot s)."""
-        key = (w, bits)
-        found = self._words.get(key)
-        if found is None:
-            top = int(w) * 32 + 31
-            mask = int(bits) & 0xFFFFFFFF
-            out = []
-            while mask:
-                low = mask & -mask
-                out.append(self.names[top - low.bit_length() + 1])
-                mask ^= low
-            found = tuple(out)
-            if len(self._words) >= _WORD_CACHE:
-                self._words.clear()
-            self._words[key] = found
-        return found
-
-
-class _Layout:
-    """Script arguments and reply decoding shared by the sync and the async index."""
-
-    def __init__(
-        self, key_prefix: str, default_capacity: int | None, ttl_s: float | None, clock: Clock
-    ) -> None:
-        if not key_prefix:
-            raise ValueError("key_prefix must not be empty")
-        if default_capacity is not None and default_capacity <= 0:
-            raise ValueError(f"default_capacity_blocks must be positive, got {default_capacity}")
-        if ttl_s is not None and ttl_s <= 0:
-            raise ValueError(f"ttl_s must be positive, got {ttl_s}")
-        self.prefix = key_prefix
-        self.default_capacity = default_capacity
-        self.ttl = ttl_s
-        self.clock = clock
-        self.names = _Names("", [])
-
-    def now(self) -> str:
-        return repr(float(self.clock()))
-
-    def register_args(self, instance: IndexedInstance) -> list[str]:
-        cap = instance.capacity_blocks
-        if "\0" in instance.instance_id:
-            raise ValueError(f"instance id {instance.instance_id!r} contains a NUL character")
-        if cap is not None and cap <= 0:
-            raise ValueError(
-                f"capacity_blocks of {instance.instance_id!r} must be positive, got {cap}"
-            )
-        spec = json.dumps(
-            {
-                "tier": instance.tier.value,
-                "datacenter": instance.datacenter,
-                "capacity_blocks": cap,
-            },
-            separators=(",", ":"),
-        )
-        return [
-            self.prefix,
-            instance.instance_id,
-            spec,
-            instance.tier.value,
-            instance.datacenter,
-            _opt(cap),
-            _opt(self.default_capacity),
-            self.now(),
-            _opt(self.ttl),
-        ]
-
-    def store_args(self, instance_id: str, chain: Sequence[int]) -> list[str]:
-        return [
-            self.prefix,
-            instance_id,
-            self.now(),
-            _opt(self.ttl),
-            _opt(self.default_capacity),
-            _hex_chain(chain),
-        ]
-
-    def remove_args(self, instance_id: str, blocks: Sequence[int]) -> list[str]:
-        return [self.prefix, instance_id, _hex_chain(blocks), _opt(self.ttl)]
-
-    def num_blocks_args(self, instance_id: str) -> list[str]:
-        return [self.prefix, instance_id, self.now(), _opt(self.ttl)]
-
-    def clear_args(self, instance_id: str, upto: str) -> list[str]:
-        return [self.prefix, instance_id, str(_CLEAR_CHUNK), upto, _opt(self.ttl)]
-
-    def match_args(
-        self, chain: Sequence[int], tier: Tier | None, datacenter: str | None, names: _Names
-    ) -> list[str]:
-        return [
-            self.prefix,
-            self.now() if self.ttl is not None else "0",
-            _opt(self.ttl),
-            "" if tier is None else tier.value,
-            "" if datacenter is None else datacenter,
-            _hex_chain(chain),
-            names.version,
-        ]
-
-    @staticmethod
-    def check_known(reply: Any, instance_id: str) -> None:
-        if reply == _UNKNOWN:
-            raise UnknownInstanceError(f"unknown instance {instance_id!r}")
-
-    @staticmethod
-    def clear_reply(reply: Any, instance_id: str) -> tuple[int, str]:
-        _Layout.check_known(reply, instance_id)
-        left, upto = reply
-        return int(left), _text(upto)
-
-    def match_reply(self, reply: Sequence[Any], sent: _Names) -> dict[str, int]:
-        """Decode ``{version, names, "depth,w,bits,...;..."}``: slot masks per depth, named.
-
-        ``sent`` is the names the request said it held: the reply only carries names
-        when the server's differ, so each reply is decoded with the right version
-        even when several threads share this client.
-        """
-        if not reply:
-            return {}
-        version, raw_names, groups = _text(reply[0]), reply[1], reply[2]
-        names = sent
-        if version != sent.version:
-            names = _Names(version, [_text(name) for name in raw_names.split(b"\0")])
-            self.names = names
-        out: dict[str, int] = {}
-        for group in groups.split(b";"):
-            nums = group.split(b",")
-            depth = int(nums[0])
-            for j in range(1, len(nums), 2):
-                out.update(dict.fromkeys(names.word(nums[j], nums[j + 1]), depth))
-        return out
-
-    @staticmethod
-    def instances_reply(reply: dict[Any, Any]) -> list[IndexedInstance]:
-        out = []
-        for key, raw in reply.items():
-            spec = json.loads(_text(raw))
-            out.append(
-                IndexedInstance(
-                    instance_id=_text(key),
-                    tier=Tier(spec["tier"]),
-                    datacenter=spec["datacenter"],
-                    capacity_blocks=spec["capacity_blocks"],
-                )
-            )
-        return sorted(out, key=lambda inst: inst.instance_id)
-
-
-def _retry_backoff() -> ExponentialBackoff:
-    return ExponentialBackoff(cap=0.5, base=0.01)
-
-
-# --------------------------------------------------------------------------- sync
+__all__ = ["RedisPrefixIndex", "redact_url"]
 
 
 class RedisPrefixIndex:
@@ -339,18 +48,15 @@ class RedisPrefixIndex:
         retries: int = 3,
         client: redis.Redis | None = None,
     ) -> None:
-        self._layout = _Layout(key_prefix, default_capacity_blocks, ttl_s, clock)
+        self._layout = Layout(key_prefix, default_capacity_blocks, ttl_s, clock)
         self.url = url
         if client is None:
-            with _valid_url(url):
+            with valid_url(url):
                 client = redis.Redis.from_url(
-                    url,
-                    socket_timeout=socket_timeout_s,
-                    socket_connect_timeout=socket_timeout_s,
-                    retry=Retry(_retry_backoff(), retries),
+                    url, **connect_kwargs(socket_timeout_s, retries, Retry)
                 )
         self._client: redis.Redis = client
-        self._scripts = {name: client.register_script(src) for name, src in _SCRIPTS.items()}
+        self._scripts = {name: client.register_script(src) for name, src in SCRIPTS.items()}
         try:
             self.ping()
         except UserError:
@@ -366,12 +72,12 @@ class RedisPrefixIndex:
         return self._client
 
     def _run(self, name: str, args: list[str]) -> Any:
-        with _reachable(self.url):
+        with reachable(self.url):
             return self._scripts[name](keys=[], args=args)
 
     def ping(self) -> float:
         """One PING round trip; returns its duration in seconds."""
-        with _reachable(self.url):
+        with reachable(self.url):
             start = time.perf_counter()
             self._client.ping()
             return time.perf_counter() - start
@@ -385,22 +91,22 @@ class RedisPrefixIndex:
     def unregister(self, instance_id: str) -> None:
         """Forget the instance and its blocks; an unknown id is a no-op (idempotent)."""
         top = self._run("unregister", [self.key_prefix, instance_id])
-        if top == _UNKNOWN:
+        if top == UNKNOWN:
             return
         self._clear(instance_id, str(top))
 
     def instances(self) -> list[IndexedInstance]:
-        with _reachable(self.url):
+        with reachable(self.url):
             reply = self._client.hgetall(f"{self.key_prefix}:instances")
-        return _Layout.instances_reply(reply)
+        return Layout.instances_reply(reply)
 
     def store(self, instance_id: str, chain: Sequence[int]) -> None:
         reply = self._run("store", self._layout.store_args(instance_id, chain))
-        _Layout.check_known(reply, instance_id)
+        Layout.check_known(reply, instance_id)
 
     def remove(self, instance_id: str, blocks: Sequence[int]) -> None:
         reply = self._run("remove", self._layout.remove_args(instance_id, blocks))
-        _Layout.check_known(reply, instance_id)
+        Layout.check_known(reply, instance_id)
 
     def clear(self, instance_id: str) -> None:
         self._clear(instance_id, "")
@@ -409,7 +115,7 @@ class RedisPrefixIndex:
         left = 1
         while left:
             reply = self._run("clear_some", self._layout.clear_args(instance_id, upto))
-            left, upto = _Layout.clear_reply(reply, instance_id)
+            left, upto = Layout.clear_reply(reply, instance_id)
 
     def match(
         self, chain: Sequence[int], *, tier: Tier | None = None, datacenter: str | None = None
@@ -420,13 +126,13 @@ class RedisPrefixIndex:
 
     def num_blocks(self, instance_id: str) -> int:
         reply = self._run("num_blocks", self._layout.num_blocks_args(instance_id))
-        _Layout.check_known(reply, instance_id)
+        Layout.check_known(reply, instance_id)
         return int(reply)
 
     def delete_all_keys(self) -> int:
         """Delete every key under the prefix (SCAN + UNLINK; for tests and benchmarks)."""
         deleted = 0
-        with _reachable(self.url):
+        with reachable(self.url):
             batch: list[bytes] = []
             for key in self._client.scan_iter(
                 match=f"{_glob_escape(self.key_prefix)}:*", count=1000
@@ -438,103 +144,6 @@ class RedisPrefixIndex:
             if batch:
                 deleted += int(self._client.unlink(*batch))
         return deleted
-
-
-# --------------------------------------------------------------------------- async
-
-
-class AsyncRedisPrefixIndex:
-    """The same index and key layout with redis.asyncio: every method is a coroutine.
-
-    Nothing is sent before the first call; ``await index.ping()`` checks the server.
-    """
-
-    def __init__(
-        self,
-        url: str = "redis://127.0.0.1:6379/0",
-        *,
-        key_prefix: str = "pdd",
-        default_capacity_blocks: int | None = None,
-        ttl_s: float | None = None,
-        clock: Clock = time.time,
-        socket_timeout_s: float = 1.0,
-        retries: int = 3,
-        client: aredis.Redis | None = None,
-    ) -> None:
-        self._layout = _Layout(key_prefix, default_capacity_blocks, ttl_s, clock)
-        self.url = url
-        if client is None:
-            with _valid_url(url):
-                client = aredis.Redis.from_url(
-                    url,
-                    socket_timeout=socket_timeout_s,
-                    socket_connect_timeout=socket_timeout_s,
-                    retry=AsyncRetry(_retry_backoff(), retries),
-                )
-        self._client: aredis.Redis = client
-        self._scripts = {name: client.register_script(src) for name, src in _SCRIPTS.items()}
-
-    @property
-    def key_prefix(self) -> str:
-        return self._layout.prefix
-
-    async def _run(self, name: str, args: list[str]) -> Any:
-        with _reachable(self.url):
-            return await self._scripts[name](keys=[], args=args)
-
-    async def ping(self) -> float:
-        """One PING round trip; returns its duration in seconds."""
-        with _reachable(self.url):
-            start = time.perf_counter()
-            await self._client.ping()
-            return time.perf_counter() - start
-
-    async def aclose(self) -> None:
-        await self._client.aclose()
-
-    async def register(self, instance: IndexedInstance) -> None:
-        await self._run("register", self._layout.register_args(instance))
-
-    async def unregister(self, instance_id: str) -> None:
-        """Forget the instance and its blocks; an unknown id is a no-op (idempotent)."""
-        top = await self._run("unregister", [self.key_prefix, instance_id])
-        if top == _UNKNOWN:
-            return
-        await self._clear(instance_id, str(top))
-
-    async def instances(self) -> list[IndexedInstance]:
-        with _reachable(self.url):
-            reply = await self._client.hgetall(f"{self.key_prefix}:instances")
-        return _Layout.instances_reply(reply)
-
-    async def store(self, instance_id: str, chain: Sequence[int]) -> None:
-        reply = await self._run("store", self._layout.store_args(instance_id, chain))
-        _Layout.check_known(reply, instance_id)
-
-    async def remove(self, instance_id: str, blocks: Sequence[int]) -> None:
-        reply = await self._run("remove", self._layout.remove_args(instance_id, blocks))
-        _Layout.check_known(reply, instance_id)
-
-    async def clear(self, instance_id: str) -> None:
-        await self._clear(instance_id, "")
-
-    async def _clear(self, instance_id: str, upto: str) -> None:
-        left = 1
-        while left:
-            reply = await self._run("clear_some", self._layout.clear_args(instance_id, upto))
-            left, upto = _Layout.clear_reply(reply, instance_id)
-
-    async def match(
-        self, chain: Sequence[int], *, tier: Tier | None = None, datacenter: str | None = None
-    ) -> dict[str, int]:
-        names = self._layout.names
-        reply = await self._run("match", self._layout.match_args(chain, tier, datacenter, names))
-        return self._layout.match_reply(reply, names)
-
-    async def num_blocks(self, instance_id: str) -> int:
-        reply = await self._run("num_blocks", self._layout.num_blocks_args(instance_id))
-        _Layout.check_known(reply, instance_id)
-        return int(reply)
 
 
 def _glob_escape(text: str) -> str:

@@ -46,6 +46,9 @@ def _check_prompt(svc: ServiceState, tokens: list[int], field: str) -> None:
         raise ApiError(400, f"{field} has {len(tokens)} tokens, over the limit of {limit}",
                        param=field)  # fmt: skip
     vocab = svc.settings.service.vocab_size
+    # min/max run in C; the Python scan that names the token runs only on the error path
+    if not tokens or (min(tokens) >= 0 and (vocab is None or max(tokens) < vocab)):
+        return
     bad = next((t for t in tokens if t < 0 or (vocab is not None and t >= vocab)), None)
     if bad is not None:
         bound = f"[0, {vocab})" if vocab is not None else "non-negative"
