@@ -37,7 +37,6 @@ from engines_adapter.contract import (
     EngineError,
     EngineLoad,
     GenerateRequest,
-    KVEventBatch,
     PrefillResult,
     TokenDelta,
 )
@@ -46,6 +45,7 @@ from engines_adapter.http_engine import (
     DEFAULT_TIMEOUT,
     PROBE_TIMEOUT,
     AbortableStreams,
+    HttpEngineCommon,
     check_prompt,
     engine_error,
     message_of,
@@ -77,7 +77,7 @@ def _new_tokens(output_ids: list[int], meta: dict[str, Any], seen: int) -> list[
     return output_ids[seen:] if cumulative else output_ids
 
 
-class SGLangAdapter:
+class SGLangAdapter(HttpEngineCommon):
     """One SGLang server (``python -m sglang.launch_server``), optionally a PD prefill server."""
 
     def __init__(
@@ -107,9 +107,6 @@ class SGLangAdapter:
         self._streams = AbortableStreams()
         self._prefills: dict[str, asyncio.Task[None]] = {}
         self._subscribers: set[KVEventSubscriber] = set()
-
-    def _url(self, path: str) -> str:
-        return f"{self.base_url}{path}"
 
     def _body(
         self, request: GenerateRequest, *, rid: str, max_new_tokens: int, stream: bool
@@ -272,33 +269,10 @@ class SGLangAdapter:
         except ValueError as exc:
             raise EngineError(self.instance_id, f"load: {exc}") from exc
 
-    async def health(self) -> bool:
-        """``GET /health`` answers 200."""
-        try:
-            response = await self._client.get(self._url("/health"), timeout=self._probe_timeout)
-        except httpx.HTTPError:
-            return False
-        return response.status_code == 200
-
-    async def kv_events(self) -> AsyncGenerator[KVEventBatch, None]:
-        """KV events from SGLang's ZMQ publisher (``--kv-events-config``)."""
-        if self.kv_events_endpoint is None:
-            raise EngineError(self.instance_id, "no KV-event endpoint configured", retryable=False)
-        subscriber = KVEventSubscriber(self.instance_id, self.kv_events_endpoint)
-        self._subscribers.add(subscriber)
-        try:
-            async for batch in subscriber.batches():
-                yield batch
-        finally:
-            self._subscribers.discard(subscriber)
-            subscriber.close()
-
     async def aclose(self) -> None:
         """Abort streams and PD prefills, close KV-event sockets (the client is the caller's)."""
-        await self._streams.aclose()
         tasks = list(self._prefills.values())
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        for subscriber in list(self._subscribers):
-            subscriber.close()
+        await self._close_streams_and_sockets()

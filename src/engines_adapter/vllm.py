@@ -25,7 +25,6 @@ from engines_adapter.contract import (
     EngineError,
     EngineLoad,
     GenerateRequest,
-    KVEventBatch,
     PrefillResult,
     TokenDelta,
 )
@@ -34,6 +33,7 @@ from engines_adapter.http_engine import (
     DEFAULT_TIMEOUT,
     PROBE_TIMEOUT,
     AbortableStreams,
+    HttpEngineCommon,
     check_prompt,
     engine_error,
     message_of,
@@ -65,7 +65,7 @@ def _usage_cached(chunk: dict[str, Any]) -> int | None:
     return None
 
 
-class VLLMAdapter:
+class VLLMAdapter(HttpEngineCommon):
     """One vLLM server (``vllm serve`` / ``vllm.entrypoints.openai.api_server``)."""
 
     def __init__(
@@ -111,9 +111,6 @@ class VLLMAdapter:
         if request.kv_transfer_params is not None:
             body["kv_transfer_params"] = request.kv_transfer_params
         return body
-
-    def _url(self, path: str) -> str:
-        return f"{self.base_url}{path}"
 
     async def prefill(self, request: GenerateRequest, *, targets: int = 1) -> PrefillResult:
         """One-token completion that leaves the prompt's KV for ``targets`` decode instances."""
@@ -215,34 +212,9 @@ class VLLMAdapter:
         except ValueError as exc:
             raise EngineError(self.instance_id, f"load: {exc}") from exc
 
-    async def health(self) -> bool:
-        """``GET /health`` answers 200."""
-        try:
-            response = await self._client.get(self._url("/health"), timeout=self._probe_timeout)
-        except httpx.HTTPError:
-            return False
-        return response.status_code == 200
-
-    async def kv_events(self) -> AsyncGenerator[KVEventBatch, None]:
-        """KV events from the engine's ZMQ publisher (``--kv-events-config``)."""
-        if self.kv_events_endpoint is None:
-            raise EngineError(self.instance_id, "no KV-event endpoint configured", retryable=False)
-        subscriber = KVEventSubscriber(
-            self.instance_id, self.kv_events_endpoint, replay_endpoint=self.kv_replay_endpoint
-        )
-        self._subscribers.add(subscriber)
-        try:
-            async for batch in subscriber.batches():
-                yield batch
-        finally:
-            self._subscribers.discard(subscriber)
-            subscriber.close()
-
     async def aclose(self) -> None:
         """Abort open streams and close KV-event sockets (the HTTP client belongs to the caller)."""
-        await self._streams.aclose()
-        for subscriber in list(self._subscribers):
-            subscriber.close()
+        await self._close_streams_and_sockets()
 
 
 def _error_code(chunk: dict[str, Any]) -> int:
