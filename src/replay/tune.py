@@ -13,7 +13,8 @@ of those that lose on no scenario is kept if it raises the objective by ``min_ga
 on every scenario. (A random search over all thresholds at once, also offered, found
 configurations that won 1.5% on the trace and load they were tuned on and lost on
 another; so did coordinate ascent on a single load.) Optionally the defaults and the
-best are then replayed on a check scenario, a trace the search never saw.
+best are then replayed on check scenarios, a trace the search never saw (at one or
+more loads).
 """
 
 from __future__ import annotations
@@ -35,11 +36,16 @@ Search = Literal["coordinate", "random"]
 
 
 class CheckResult(BaseModel):
-    """The defaults and the tuned configuration replayed on another scenario."""
+    """The defaults and the tuned configuration replayed on other scenarios."""
 
-    scenario: str
+    scenarios: list[str]
     default: Trial
     tuned: Trial
+
+    @property
+    def not_worse(self) -> bool:
+        """The tuned configuration's SLA goodput, summed over the check, is not lower."""
+        return self.tuned.goodput_rps >= self.default.goodput_rps
 
 
 class TuneResult(BaseModel):
@@ -122,12 +128,12 @@ def run_tune(
     min_gain: float = 0.001,
     search_seed: int = 0,
     jobs: int = 1,
-    check: TuneSetup | None = None,
+    check: Sequence[TuneSetup] = (),
     advance: Callable[[int], None] | None = None,
 ) -> TuneResult:
     """Search the policy's thresholds with at most ``trials`` configurations, each replayed
-    on every scenario of ``setups``; with ``check`` replay the defaults and the best on it
-    too (``advance(n)`` after each configuration)."""
+    on every scenario of ``setups``; with ``check`` replay the defaults and the best on
+    those scenarios too (``advance(n)`` after each configuration)."""
     if not setups:
         raise UserError("give at least one trace to tune on")
     if trials < 1:
@@ -142,15 +148,16 @@ def run_tune(
     else:
         best = _coordinate(runner, policy, objective, trials, min_gain)
     checked: CheckResult | None = None
-    if check is not None:
+    if check:
         offset = len(runner.trials)
 
         def later(n: int) -> None:
             if advance is not None:
                 advance(offset + n)
 
-        pair = run_trials([check], [(0, {}), (best.number, best.params)], jobs, later)
-        checked = CheckResult(scenario=check.label, default=pair[0], tuned=pair[1])
+        pair = run_trials(check, [(0, {}), (best.number, best.params)], jobs, later)
+        labels = [c.label for c in check]
+        checked = CheckResult(scenarios=labels, default=pair[0], tuned=pair[1])
     return TuneResult(
         policy=policy,
         objective=objective,

@@ -109,3 +109,61 @@ def test_bad_requests_are_one_line_and_exit_code_2(
     assert code == 2
     assert message in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_scenarios_mix_traces_on_their_own_presets_and_loads_and_the_check_covers_loads(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, traces: tuple[Path, Path]
+) -> None:
+    out = tmp_path / "tune.json"
+    code = main([
+        "replay", "tune", "--scenario", f"{traces[0]}:pdd-small:1.5,2",
+        "--scenario", f"{traces[1]}:pdd:1", "--policy", "pdd-adaptive",
+        "--search", "random", "--trials", "3", "--jobs", "1",
+        "--check", str(traces[1]), "--check-rate-scale", "1", "--check-rate-scale", "2",
+        "--out", str(out), "--no-progress",
+    ])  # fmt: skip
+    printed, err = capsys.readouterr()
+    assert code == 0, err
+    result: dict[str, Any] = json.loads(out.read_text())
+    assert result["scenarios"] == [
+        "agentic-1.jsonl (pdd-small, x1.5)",
+        "agentic-1.jsonl (pdd-small, x2)",
+        "agentic-2.jsonl (pdd, x1)",
+    ]
+    for trial in result["trials"]:  # the score is the sum over every scenario
+        assert trial["goodput_rps"] == pytest.approx(
+            sum(f["goodput_rps"] for f in trial["figures"]), abs=1e-6
+        )
+    check = result["check"]
+    # the check's preset defaults to the first scenario's
+    assert check["scenarios"] == [
+        "agentic-2.jsonl (pdd-small, x1)",
+        "agentic-2.jsonl (pdd-small, x2)",
+    ]
+    default, tuned = check["default"], check["tuned"]
+    assert len(default["figures"]) == len(tuned["figures"]) == 2
+    verdict = "not worse" if tuned["goodput_rps"] >= default["goodput_rps"] else "WORSE"
+    assert f"summed over the check's scenarios ({verdict})" in printed
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--scenario", "trace-only"], "--scenario must be TRACE:PRESET:R1,R2"),
+        (["--scenario", "{t}:pdd-small:fast"], "loads must be numbers, got 'fast'"),
+        (["--scenario", "{t}:pdd-small:1,-1"], "loads must be positive"),
+        (["--scenario", "missing.jsonl:pdd-small:1"], "missing.jsonl: no such trace file"),
+        (["{t}"], "--preset is required with TRACES"),
+        (["--policy", "pdd"], "give at least one trace to tune on"),
+        (["{t}", "--preset", "pdd-small", "--check-rate-scale", "0"], "must be positive"),
+    ],
+)
+def test_bad_scenarios_are_one_line_and_exit_code_2(
+    capsys: pytest.CaptureFixture[str], traces: tuple[Path, Path], argv: list[str], message: str
+) -> None:
+    args = [a.replace("{t}", str(traces[0])) for a in argv]
+    code = main(["replay", "tune", *args, "--no-progress"])
+    _, err = capsys.readouterr()
+    assert code == 2, err
+    assert message in err
+    assert len(err.strip().splitlines()) == 1

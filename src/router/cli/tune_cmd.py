@@ -100,19 +100,49 @@ def _print(result: TuneResult, top: int) -> None:
     )
     check = result.check
     if check is not None:
-        console.print(_table(f"check on {check.scenario}", [check.default, check.tuned]))
-        ok = check.tuned.goodput_rps >= check.default.goodput_rps
+        title = f"check on {', '.join(check.scenarios)}"
+        console.print(_table(title, [check.default, check.tuned]))
         console.print(
             f"tuned vs defaults on the check: goodput {check.tuned.goodput_rps:.3f} vs "
-            f"{check.default.goodput_rps:.3f} req/s ({'not worse' if ok else 'WORSE'})",
+            f"{check.default.goodput_rps:.3f} req/s, summed over the check's scenarios "
+            f"({'not worse' if check.not_worse else 'WORSE'})",
             highlight=False,
             soft_wrap=True,
         )
 
 
+def _scenario(text: str) -> tuple[Path, str, list[float]]:
+    """``TRACE:PRESET:R1,R2`` (the trace may hold colons; the last two fields may not)."""
+    from router.errors import UserError
+
+    parts = text.rsplit(":", 2)
+    if len(parts) != 3 or not all(parts):
+        raise UserError(f"--scenario must be TRACE:PRESET:R1,R2, got {text!r}")
+    trace, name, loads = parts
+    try:
+        scales = [float(v) for v in loads.split(",")]
+    except ValueError:
+        raise UserError(f"--scenario {text!r}: loads must be numbers, got {loads!r}") from None
+    if any(v <= 0 for v in scales):
+        raise UserError(f"--scenario {text!r}: loads must be positive")
+    return Path(trace), name, scales
+
+
 def tune(
-    traces: list[Path] = typer.Argument(..., help="Traces to tune on"),
-    preset: str = typer.Option(..., "--preset", help="Cluster preset (see `replay presets`)"),
+    traces: list[Path] = typer.Argument(
+        None, help="Traces to tune on, each at every --rate-scale on --preset"
+    ),
+    scenarios: list[str] = typer.Option(
+        [],
+        "--scenario",
+        metavar="TRACE:PRESET:R1,R2",
+        help="A trace on its own preset at "
+        "its own loads, beside or instead of TRACES (repeatable): tune on several kinds of "
+        "traffic at once",
+    ),
+    preset: str | None = typer.Option(
+        None, "--preset", help="Cluster preset of TRACES (see `replay presets`)"
+    ),
     objective: str = typer.Option("goodput", "--objective", help="goodput or bcr (SLA-based)"),
     policy: str | None = typer.Option(
         None, "--policy", help="Policy to tune (default: the preset's default policy)"
@@ -141,9 +171,13 @@ def tune(
         None, "--check", help="Also replay the defaults and the best on this other trace"
     ),
     check_preset: str | None = typer.Option(
-        None, "--check-preset", help="Preset of the check (default: --preset)"
+        None,
+        "--check-preset",
+        help="Preset of the check (default: --preset, else the first scenario's)",
     ),
-    check_rate_scale: float = typer.Option(1.0, "--check-rate-scale", help="Load of the check"),
+    check_rate_scale: list[float] = typer.Option(
+        [1.0], "--check-rate-scale", help="Load(s) of the check (repeatable)"
+    ),
     top: int = typer.Option(8, "--top", help="Trials shown"),
     out: Path | None = typer.Option(None, "--out", help="Write every trial as JSON here"),
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar"),
@@ -161,12 +195,22 @@ def tune(
         raise UserError(f"--search must be coordinate or random, got {search!r}")
     if sla_ttft <= 0 or sla_tpot <= 0:
         raise UserError("--sla-ttft and --sla-tpot must be positive")
-    for path in [*traces, *([check] if check is not None else [])]:
+    for value in [*rate_scale, *check_rate_scale]:
+        if value <= 0:
+            raise UserError(f"--rate-scale and --check-rate-scale must be positive, got {value}")
+    traces = traces or []
+    if traces and preset is None:
+        raise UserError("--preset is required with TRACES")
+    parsed = [_scenario(text) for text in scenarios]
+    if not traces and not parsed:
+        raise UserError("give at least one trace to tune on (TRACES or --scenario)")
+    for path in [*traces, *(t for t, _, _ in parsed), *([check] if check is not None else [])]:
         if not path.is_file():
             raise UserError(f"{path}: no such trace file")
+    first = preset if preset is not None else parsed[0][1]
     cluster = parse_overrides(overrides)
     common: dict[str, Any] = {
-        "policy": policy or load_preset(preset, cluster).spec.default_policy,
+        "policy": policy or load_preset(first, cluster).spec.default_policy,
         "seed": seed,
         "overrides": cluster,
         "sla": SlaThresholds(ttft_s=sla_ttft, tpot_s=sla_tpot),
@@ -174,18 +218,21 @@ def tune(
         "predictor": None if predictor is None else str(predictor),
     }
     setups = [
-        TuneSetup(trace=str(t), preset=preset, rate_scale=r, **common)
+        TuneSetup(trace=str(t), preset=first, rate_scale=r, **common)
         for t in traces
         for r in rate_scale
     ]
-    check_setup = None
+    setups += [
+        TuneSetup(trace=str(t), preset=name, rate_scale=r, **common)
+        for t, name, loads in parsed
+        for r in loads
+    ]
+    check_setups = []
     if check is not None:
-        check_setup = TuneSetup(
-            trace=str(check),
-            preset=check_preset or preset,
-            rate_scale=check_rate_scale,
-            **common,
-        )
+        check_setups = [
+            TuneSetup(trace=str(check), preset=check_preset or first, rate_scale=r, **common)
+            for r in check_rate_scale
+        ]
     with _bar(not no_progress, trials + (2 if check is not None else 0)) as advance:
         result = run_tune(
             setups,
@@ -195,7 +242,7 @@ def tune(
             min_gain=min_gain,
             search_seed=search_seed,
             jobs=jobs,
-            check=check_setup,
+            check=check_setups,
             advance=advance,
         )
     _print(result, top)
