@@ -9,15 +9,18 @@ which name only the engine's hash, can be applied.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from engines_adapter.contract import KVEvent, KVEventBatch
 from router.hashing import chain_hashes
 from router.index.base import PrefixIndex
 
-__all__ = ["IngestStats", "KVEventIngestor"]
+__all__ = ["IngestStats", "KVEventIngestor", "StoredObserver"]
 
 EngineHash = int | str
+StoredObserver = Callable[[str, Sequence[int]], None]
+"""Told (instance id, the router's hashes of the blocks stored) after each stored event."""
 
 
 @dataclass(slots=True)
@@ -42,11 +45,15 @@ class KVEventIngestor:
         block_size: int,
         seed: int = 0,
         max_mapped_per_instance: int = 2_000_000,
+        on_stored: StoredObserver | None = None,
     ) -> None:
+        """``on_stored`` hears every stored event once the index has it, under the router's
+        hashes (the live service reads realized hits from it)."""
         self.index = index
         self.block_size = block_size
         self.seed = seed
         self.max_mapped = max_mapped_per_instance
+        self.on_stored = on_stored
         self.stats = IngestStats()
         # per instance: engine hash -> (router hashes, how many times it is stored);
         # vLLM may store one hash twice (two requests computing the same block at once)
@@ -98,6 +105,8 @@ class KVEventIngestor:
             dual.popitem(last=False)
         self.index.store(instance_id, new)
         self.stats.stored_blocks += len(new)
+        if self.on_stored is not None:
+            self.on_stored(instance_id, new)
 
     def _removed(self, instance_id: str, event: KVEvent) -> None:
         dual = self._dual.get(instance_id)

@@ -55,13 +55,16 @@ class Scheduler:
         record_routes: bool = False,
         predictor: HitPredictor | None = None,
         clock: Clock | None = None,
+        log_fields: Mapping[str, Any] | None = None,
     ) -> None:
         """``record_routes`` is approximate mode: the scheduler stores each request's chain
         on the instances it chose (no KV events needed). ``predictor`` turns index matches
-        into predicted hits. ``clock`` times the features (default: the index's, if tracked)."""
+        into predicted hits. ``clock`` times the features (default: the index's, if tracked).
+        ``log_fields`` are added to every decision line (e.g. an experiment arm's name)."""
         self.index = index
         self.policy = policy
         self.decision_log = decision_log
+        self.log_fields = dict(log_fields or {})
         self.record_routes = record_routes
         self.predictor = predictor
         self._timer = timer
@@ -147,6 +150,7 @@ class Scheduler:
                     for i, (tier, iid) in enumerate(logged.keys)
                 },
                 "history": _history(request),
+                **self.log_fields,
             }
             if predicted is not None:
                 extra["prediction"] = {
@@ -174,7 +178,9 @@ class Scheduler:
         if outcome.output_tokens is not None:
             self.sessions.finished(outcome.session_id, outcome.output_tokens)
         if self.decision_log is not None:
-            body = outcome.model_dump(mode="json", exclude={"request_id"})
+            # ``source`` only from the live service: the simulator's lines stay as they were
+            drop = {"request_id"} if outcome.source is not None else {"request_id", "source"}
+            body = outcome.model_dump(mode="json", exclude=drop)
             record = {"kind": "outcome", "id": outcome.request_id, **body}
             self.decision_log.write(json.dumps(record, separators=(",", ":"), sort_keys=True))
             self.decision_log.write("\n")

@@ -61,6 +61,11 @@ class ServiceSettings(BaseModel):
     predictor_model: str | None = Field(
         None, description="A model from `predictor train`: decisions use predicted hits"
     )
+    decision_log: str | None = Field(
+        None,
+        description="Append each decision and each finished request's outcome to this file "
+        "as JSON lines (the replay's decision-log format: `predictor train` reads it)",
+    )
     approximate_index: bool = Field(
         False, description="Record where requests were routed in the index (no KV events)"
     )

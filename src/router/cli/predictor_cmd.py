@@ -26,7 +26,10 @@ predictor_app = typer.Typer(
     no_args_is_help=True,
 )
 
-_LOGS = typer.Argument(..., help="Decision logs (replay run --decision-log), oldest first")
+_LOGS = typer.Argument(
+    ...,
+    help="Decision logs (replay run --decision-log, or serve's service.decision_log), oldest first",
+)
 _SPLIT_HELP = "Share of each log (by time, never shuffled) that is training data"
 
 

@@ -62,5 +62,9 @@ def serve(
         from router.index.factory import build_index
 
         build_index(settings.index, settings.redis)  # fail fast, one line, if unreachable
+    if settings.service.decision_log is not None:
+        from router.service.app import open_decision_log
+
+        open_decision_log(settings.service.decision_log).close()  # fail fast, one line
     app = create_app(settings)
     uvicorn.run(app, host=settings.service.host, port=settings.service.port, log_level=log_level)

@@ -89,9 +89,9 @@ def _lines(path: Path) -> list[dict[str, Any]]:
 
 def _join(records: list[dict[str, Any]], log: int, rows: list[tuple[Any, ...]]) -> None:
     outcomes = {r["id"]: r for r in records if r.get("kind") == "outcome" and "id" in r}
-    for record in records:
-        if record.get("kind") != "decision" or "features" not in record:
-            continue
+    # a request decided again (the live service's failover) is joined by its last decision
+    decisions = {r.get("id"): r for r in records if r.get("kind") == "decision" and "features" in r}
+    for record in decisions.values():
         outcome = outcomes.get(record.get("id"))
         if outcome is None:
             continue
@@ -120,7 +120,8 @@ def read_logs(paths: Sequence[Path], advance: Advance | None = None) -> Dataset:
                 "its decisions have no outcome lines"
                 if has_decisions
                 else "it holds no decision with features (write one with "
-                "`pdd-router replay run --decision-log FILE`)"
+                "`pdd-router replay run --decision-log FILE`, or from `pdd-router serve` "
+                "with PDD_ROUTER_SERVICE__DECISION_LOG=FILE)"
             )
             raise UserError(f"{path}: nothing to learn from: {why}")
         if advance is not None:

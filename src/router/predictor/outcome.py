@@ -8,11 +8,15 @@ decision's ``id``; readers join the two by that id.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from policies.tiers import Tier
 
-__all__ = ["Outcome"]
+__all__ = ["Outcome", "OutcomeSource"]
+
+OutcomeSource = Literal["usage", "kv-events"]
 
 
 class Outcome(BaseModel):
@@ -34,6 +38,11 @@ class Outcome(BaseModel):
     wan_bytes: float = 0.0
     pipeline: str | None = None
     finished_s: float | None = None
+    source: OutcomeSource | None = Field(
+        None,
+        description="Where the live service read the realized hit: the engine's usage "
+        "(cached prompt tokens) or its KV events; None (and not logged) for the simulator",
+    )
 
     @classmethod
     def from_usage(
@@ -55,4 +64,5 @@ class Outcome(BaseModel):
             realized_hit={tier: hit},
             instances={tier: instance_id},
             output_tokens=output_tokens,
+            source="usage",
         )

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 
 from fastapi import APIRouter, Request
@@ -15,6 +16,7 @@ from policies.tiers import Tier
 from policies.types import Decision, RequestView
 from router.hashing import chain_hashes
 from router.predictor.outcome import Outcome as PredictorOutcome
+from router.predictor.outcome import OutcomeSource
 from router.service.errors import ApiError, error_body
 from router.service.experiments import Arm
 from router.service.experiments import Outcome as ExperimentOutcome
@@ -58,6 +60,7 @@ def _check_prompt(svc: ServiceState, tokens: list[int], field: str) -> None:
 def _decide(svc: ServiceState, view: RequestView) -> tuple[Decision, Arm | None]:
     """Decide with the running experiment's arm for this request, or the default policy."""
     start = time.perf_counter()
+    svc.pool.view.now = time.time()  # the decision log's ``t``
     experiment = svc.experiments.running()
     arm = experiment.assign(view) if experiment is not None else None
     scheduler = arm.scheduler if arm is not None else svc.scheduler
@@ -105,13 +108,13 @@ async def route(body: RouteRequest, request: Request) -> Decision:
         _check_prompt(svc, body.token_ids, "token_ids")
         chain = chain_hashes(body.token_ids, svc.settings.block_size, svc.settings.hash_seed)
         view = RequestView(chain.hashes, chain.block_size, chain.num_tokens, body.max_tokens,
-                           body.session_id)  # fmt: skip
+                           body.session_id, time.time(), svc.next_request_id())  # fmt: skip
     else:
         assert body.hash_ids is not None
         assert body.block_size is not None
         length = body.input_length or len(body.hash_ids) * body.block_size
         view = RequestView(tuple(body.hash_ids), body.block_size, length, body.max_tokens,
-                           body.session_id)  # fmt: skip
+                           body.session_id, time.time(), svc.next_request_id())  # fmt: skip
     return _decide(svc, view)[0]
 
 
@@ -142,7 +145,7 @@ async def completions(body: CompletionRequest, request: Request) -> object:
     chain = chain_hashes(body.prompt, svc.settings.block_size, svc.settings.hash_seed)
     request_id = svc.next_request_id()
     view = RequestView(chain.hashes, chain.block_size, chain.num_tokens, body.max_tokens,
-                       body.session_id or body.user, request_id=request_id)  # fmt: skip
+                       body.session_id or body.user, time.time(), request_id)  # fmt: skip
     timing = _Timing(time.perf_counter())
     generation = GenerateRequest(
         request_id=request_id, prompt_token_ids=body.prompt, max_tokens=max_tokens,
@@ -151,38 +154,41 @@ async def completions(body: CompletionRequest, request: Request) -> object:
 
     # Fail over until the first token: a refused or timed-out engine is marked
     # unhealthy and the request is decided again without it.
-    for attempt in range(MAX_ATTEMPTS):
-        decision, arm = _decide(svc, view)
-        outcome = Outcome(decision.pipeline)
-        up = Upstream(svc.pool, svc.metrics, svc.tracer)
-        stream = execute(up, decision, generation, outcome)
-        try:
-            first = await anext(stream, None)
-            break
-        except EngineError as exc:
-            _mark_unhealthy(svc, exc.instance_id)
-            if not exc.retryable:
-                raise ApiError(400, str(exc)) from exc
-            if attempt == MAX_ATTEMPTS - 1:
-                raise ApiError(503, f"no engine could serve the request: {exc}",
-                               type_="service_unavailable",
-                               headers={"Retry-After": "1"}) from exc  # fmt: skip
+    with _unwatched_on_error(svc, request_id):
+        for attempt in range(MAX_ATTEMPTS):
+            decision, arm = _decide(svc, view)
+            _watch(svc, view, decision)
+            outcome = Outcome(decision.pipeline)
+            up = Upstream(svc.pool, svc.metrics, svc.tracer)
+            stream = execute(up, decision, generation, outcome)
+            try:
+                first = await anext(stream, None)
+                break
+            except EngineError as exc:
+                _mark_unhealthy(svc, exc.instance_id)
+                if not exc.retryable:
+                    raise ApiError(400, str(exc)) from exc
+                if attempt == MAX_ATTEMPTS - 1:
+                    raise ApiError(503, f"no engine could serve the request: {exc}",
+                                   type_="service_unavailable",
+                                   headers={"Retry-After": "1"}) from exc  # fmt: skip
 
     created = int(time.time())
     model = body.model or "pdd-router"
     if not body.stream:
         tokens = list(first or [])
         timing.saw(len(tokens))
-        try:
-            async for ids in stream:
-                tokens.extend(ids)
-                timing.saw(len(ids))
-        except EngineError as exc:
-            _mark_unhealthy(svc, exc.instance_id)
-            raise ApiError(
-                502, f"engine failed mid-request: {exc}", type_="upstream_error"
-            ) from exc
-        _record_outcome(svc, request_id, decision, outcome, len(body.prompt), arm, timing)
+        with _unwatched_on_error(svc, request_id):
+            try:
+                async for ids in stream:
+                    tokens.extend(ids)
+                    timing.saw(len(ids))
+            except EngineError as exc:
+                _mark_unhealthy(svc, exc.instance_id)
+                raise ApiError(
+                    502, f"engine failed mid-request: {exc}", type_="upstream_error"
+                ) from exc
+        _record_outcome(svc, view, decision, outcome, arm, timing)
         return CompletionResponse(
             id=request_id, created=created, model=model,
             choices=[CompletionChoice(token_ids=tokens, finish_reason=outcome.finish_reason)],
@@ -193,30 +199,35 @@ async def completions(body: CompletionRequest, request: Request) -> object:
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
 
     async def sse() -> AsyncIterator[str]:
-        sent = 0
-        chunk = {"id": request_id, "object": "text_completion", "created": created,
-                 "model": model}  # fmt: skip
         try:
-            pending = first
-            while pending is not None:
-                sent += len(pending)
-                timing.saw(len(pending))
-                choice = {"index": 0, "text": "", "token_ids": pending, "finish_reason": None}
-                yield _data({**chunk, "choices": [choice]})
-                pending = await anext(stream, None)
-        except EngineError as exc:
-            _mark_unhealthy(svc, exc.instance_id)
-            yield _data(error_body(f"engine failed mid-stream: {exc}", "upstream_error", None, 502))
+            sent = 0
+            chunk = {"id": request_id, "object": "text_completion", "created": created,
+                     "model": model}  # fmt: skip
+            try:
+                pending = first
+                while pending is not None:
+                    sent += len(pending)
+                    timing.saw(len(pending))
+                    choice = {"index": 0, "text": "", "token_ids": pending, "finish_reason": None}
+                    yield _data({**chunk, "choices": [choice]})
+                    pending = await anext(stream, None)
+            except EngineError as exc:
+                _mark_unhealthy(svc, exc.instance_id)
+                yield _data(
+                    error_body(f"engine failed mid-stream: {exc}", "upstream_error", None, 502)
+                )
+                yield "data: [DONE]\n\n"
+                return
+            _record_outcome(svc, view, decision, outcome, arm, timing)
+            final = {"index": 0, "text": "", "token_ids": [],
+                     "finish_reason": outcome.finish_reason or "length"}  # fmt: skip
+            yield _data({**chunk, "choices": [final], "pdd": _served(decision, outcome)})
+            if include_usage:
+                usage = _usage(len(body.prompt), sent, outcome).model_dump()
+                yield _data({**chunk, "choices": [], "usage": usage})
             yield "data: [DONE]\n\n"
-            return
-        _record_outcome(svc, request_id, decision, outcome, len(body.prompt), arm, timing)
-        final = {"index": 0, "text": "", "token_ids": [],
-                 "finish_reason": outcome.finish_reason or "length"}  # fmt: skip
-        yield _data({**chunk, "choices": [final], "pdd": _served(decision, outcome)})
-        if include_usage:
-            usage = _usage(len(body.prompt), sent, outcome).model_dump()
-            yield _data({**chunk, "choices": [], "usage": usage})
-        yield "data: [DONE]\n\n"
+        finally:  # no-op once the outcome is written: a failed or dropped stream writes none
+            _unwatch(svc, request_id)
 
     headers = {"x-pdd-pipeline": decision.pipeline.value, "x-pdd-decision": decision.reason}
     return StreamingResponse(sse(), media_type="text/event-stream", headers=headers)
@@ -244,33 +255,87 @@ def _served(decision: Decision, outcome: Outcome) -> dict[str, object]:
     }
 
 
+def _watch(svc: ServiceState, view: RequestView, decision: Decision) -> None:
+    """With a decision log, watch the request's chain on its decode instances: the realized
+    hit when the engine's usage reports no cached tokens (a retry replaces the watch)."""
+    if svc.realizations is None or view.request_id is None:
+        return
+    decode = [i for i in (decision.md_instance, decision.rld_instance) if i is not None]
+    svc.realizations.begin(view.request_id, decode, view.chain, block_size=view.block_size,
+                           prompt_tokens=view.input_length)  # fmt: skip
+
+
+def _unwatch(svc: ServiceState, request_id: str) -> None:
+    if svc.realizations is not None:
+        svc.realizations.forget(request_id)
+
+
+@contextlib.contextmanager
+def _unwatched_on_error(svc: ServiceState, request_id: str) -> Iterator[None]:
+    """A request that fails writes no outcome: stop watching it."""
+    try:
+        yield
+    except BaseException:
+        _unwatch(svc, request_id)
+        raise
+
+
+def _realized(
+    svc: ServiceState, request_id: str, outcome: Outcome, prompt: int
+) -> tuple[Tier, float, OutcomeSource] | None:
+    """The decode tier that served the request and its realized hit there: the cached
+    tokens in the engine's usage, else read from its KV events (the request is no longer
+    watched). After a handoff MD's usage counts the prompt its warm-up copy brought in,
+    not what it held before, so only its KV events tell."""
+    watched = svc.realizations.finish(request_id) if svc.realizations is not None else {}
+    served = next((t for t in (Tier.MD, Tier.RLD) if t.value in outcome.instances), None)
+    if served is None:
+        return None
+    if outcome.cached_tokens is not None and outcome.handoff is None:
+        hit = min(outcome.cached_tokens, prompt) / prompt if prompt else 0.0
+        return served, hit, "usage"
+    from_events = watched.get(outcome.instances[served.value])
+    return None if from_events is None else (served, from_events, "kv-events")
+
+
 def _record_outcome(
     svc: ServiceState,
-    request_id: str,
+    view: RequestView,
     decision: Decision,
     outcome: Outcome,
-    prompt: int,
     arm: Arm | None,
     timing: _Timing,
 ) -> None:
-    """Metrics of a finished request, and its outcome in the experiment arm that served it."""
+    """Metrics of a finished request, its outcome in the scheduler that decided it (the
+    decision log's outcome line, session history) and in the experiment arm that served it."""
+    assert view.request_id is not None
+    request_id, prompt = view.request_id, view.input_length
+    realized = _realized(svc, request_id, outcome, prompt)
+    hits: dict[Tier, float] = {}
+    source: OutcomeSource | None = None
     error: float | None = None
-    if outcome.cached_tokens is not None and prompt:
-        tier = Tier.MD if "md" in outcome.instances else Tier.RLD
-        predicted = decision.predicted_hit.get(tier)
-        if predicted is not None:
-            error = abs(predicted - outcome.cached_tokens / prompt)
+    if realized is not None:
+        served, hit, source = realized
+        hits[served] = hit
+        predicted = decision.predicted_hit.get(served)
+        if predicted is not None and prompt:
+            error = abs(predicted - hit)
             svc.metrics.prediction_error.observe(error)
             svc.metrics.predicted_hit.observe(predicted)
-    served = next((t for t in (Tier.MD, Tier.RLD) if t.value in outcome.instances), None)
-    if outcome.cached_tokens is not None and served is not None:
-        scheduler = arm.scheduler if arm is not None else svc.scheduler
-        scheduler.record_outcome(
-            PredictorOutcome.from_usage(
-                request_id, served, outcome.instances[served.value], prompt_tokens=prompt,
-                cached_tokens=outcome.cached_tokens, output_tokens=timing.tokens,
-            )
-        )  # fmt: skip
+    scheduler = arm.scheduler if arm is not None else svc.scheduler
+    scheduler.record_outcome(
+        PredictorOutcome(
+            request_id=request_id,
+            session_id=view.session_id,
+            realized_hit=hits,
+            instances={Tier(tier): iid for tier, iid in outcome.instances.items()},
+            output_tokens=timing.tokens,
+            ttft_s=None if timing.first_at is None else round(timing.first_at - timing.started, 6),
+            pipeline=outcome.pipeline.value,
+            finished_s=time.time(),
+            source=source,
+        )
+    )
     if timing.first_at is None:
         return
     ttft = timing.first_at - timing.started

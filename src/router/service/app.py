@@ -8,7 +8,7 @@ import os
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import httpx
 from fastapi import FastAPI, Request
@@ -21,9 +21,11 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from engines_adapter.contract import EngineAdapter
 from policies.registry import build_policy, parse_policy
 from router import __version__
+from router.errors import UserError
 from router.index.base import PrefixIndex
 from router.index.resilient_index import ResilientIndex
 from router.kv_ingest import KVEventIngestor
+from router.predictor.tracking import TrackedIndex
 from router.scheduler import Scheduler
 from router.service.admin import admin_router
 from router.service.api import api_router
@@ -41,7 +43,7 @@ from router.service.schemas import InstanceConfig
 from router.service.state import ServiceState
 from router.settings import Settings
 
-__all__ = ["create_app"]
+__all__ = ["build_state", "create_app", "open_decision_log"]
 
 AdapterFactory = Callable[[InstanceConfig, httpx.AsyncClient], EngineAdapter]
 
@@ -63,6 +65,16 @@ def adapter_factory_for(settings: Settings) -> AdapterFactory:
         )
 
     return build
+
+
+def open_decision_log(path: str) -> TextIO:
+    """The live decision log, opened to append one line at a time (a line reaches the
+    file as soon as it is written, so a crash loses nothing); a UserError naming the
+    path when it cannot be opened."""
+    try:
+        return Path(path).open("a", encoding="utf-8", buffering=1)
+    except OSError as exc:
+        raise UserError(f"cannot open decision log {path}: {exc.strerror or exc}") from exc
 
 
 def _tracer_provider() -> TracerProvider:
@@ -103,6 +115,55 @@ class BodyLimit:
         await self.app(scope, receive, send)
 
 
+def build_state(
+    settings: Settings,
+    index: PrefixIndex | None,
+    factory: AdapterFactory,
+    provider: TracerProvider,
+    log: TextIO | None,
+) -> ServiceState:
+    """Everything a running service holds, from the settings: the index (Redis wrapped to
+    survive outages; tracked when a model or a decision log needs block ages), the policy
+    and scheduler, the engine pool, KV-event ingestion (and, with a decision log, the
+    realized hits it reads from stored events), metrics and experiments."""
+    from router.index.factory import build_index
+
+    idx = index if index is not None else build_index(settings.index, settings.redis)
+    if settings.index.backend == "redis" and not isinstance(idx, ResilientIndex):
+        idx = ResilientIndex(
+            idx, default_capacity_blocks=settings.index.capacity_blocks,
+            ttl_s=settings.index.ttl_s,
+        )  # fmt: skip
+    policy = build_policy(parse_policy(settings.policy.name, settings.policy.params))
+    predictor = None
+    if settings.service.predictor_model is not None:
+        from router.predictor.persist import load_predictor
+
+        predictor = load_predictor(Path(settings.service.predictor_model))
+    realizations = None
+    if predictor is not None or log is not None:
+        idx = TrackedIndex(idx, time.time)  # the features need when blocks were stored
+    if log is not None:
+        from router.predictor.realization import KVRealizations
+
+        realizations = KVRealizations()
+    timeout = httpx.Timeout(settings.service.engine_timeout_s, connect=2.0)
+    http = httpx.AsyncClient(timeout=timeout, limits=httpx.Limits(max_connections=512))
+    return ServiceState(
+        settings=settings, index=idx,
+        pool=InstancePool(idx, settings.cluster, lambda cfg: factory(cfg, http)),
+        scheduler=Scheduler(idx, policy, predictor=predictor, decision_log=log,
+                            record_routes=settings.service.approximate_index),
+        ingestor=KVEventIngestor(
+            idx, block_size=settings.block_size, seed=settings.hash_seed,
+            on_stored=realizations.stored if realizations is not None else None,
+        ),
+        metrics=ServiceMetrics(), http=http, tracer=provider.get_tracer("pdd_router"),
+        experiments=Experiments(idx, decision_log=log),
+        realizations=realizations,
+    )  # fmt: skip
+
+
 def create_app(
     settings: Settings,
     *,
@@ -116,47 +177,23 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, Any]]:
-        from router.index.factory import build_index
-
-        idx = index if index is not None else build_index(settings.index, settings.redis)
-        if settings.index.backend == "redis" and not isinstance(idx, ResilientIndex):
-            idx = ResilientIndex(
-                idx, default_capacity_blocks=settings.index.capacity_blocks,
-                ttl_s=settings.index.ttl_s,
-            )  # fmt: skip
-        timeout = httpx.Timeout(settings.service.engine_timeout_s, connect=2.0)
-        http = httpx.AsyncClient(timeout=timeout, limits=httpx.Limits(max_connections=512))
-        policy = build_policy(parse_policy(settings.policy.name, settings.policy.params))
-        predictor = None
-        if settings.service.predictor_model is not None:
-            from router.predictor.persist import load_predictor
-            from router.predictor.tracking import TrackedIndex
-
-            predictor = load_predictor(Path(settings.service.predictor_model))
-            idx = TrackedIndex(idx, time.time)  # the features need when blocks were stored
-        metrics = ServiceMetrics()
-        pool = InstancePool(idx, settings.cluster, lambda cfg: factory(cfg, http))
-        svc = ServiceState(
-            settings=settings, index=idx, pool=pool,
-            scheduler=Scheduler(idx, policy, predictor=predictor,
-                                record_routes=settings.service.approximate_index),
-            ingestor=KVEventIngestor(idx, block_size=settings.block_size,
-                                     seed=settings.hash_seed),
-            metrics=metrics, http=http, tracer=provider.get_tracer("pdd_router"),
-            experiments=Experiments(idx),
-        )  # fmt: skip
-        if settings.service.instances_file:
-            for config in load_instances_file(settings.service.instances_file):
-                await attach_instance(svc, config)
-        svc.background.append(asyncio.create_task(poll_loads(svc)))
-        try:
-            yield {"svc": svc}
-        finally:
-            for task in svc.background:
-                task.cancel()
-            for iid in list(pool.configs):
-                await detach_instance(svc, iid)
-            await http.aclose()
+        with contextlib.ExitStack() as files:
+            log = None
+            if settings.service.decision_log is not None:
+                log = files.enter_context(open_decision_log(settings.service.decision_log))
+            svc = build_state(settings, index, factory, provider, log)
+            try:
+                if settings.service.instances_file:
+                    for config in load_instances_file(settings.service.instances_file):
+                        await attach_instance(svc, config)
+                svc.background.append(asyncio.create_task(poll_loads(svc)))
+                yield {"svc": svc}
+            finally:
+                for task in svc.background:
+                    task.cancel()
+                for iid in list(svc.pool.configs):
+                    await detach_instance(svc, iid)
+                await svc.http.aclose()
 
     app = FastAPI(
         title="pdd-router",
@@ -184,7 +221,8 @@ def create_app(
         svc: ServiceState = request.state.svc
         tiers = {t.value: ok for t, ok in svc.pool.ready_tiers().items()}
         ready = all(tiers.values())
-        degraded = isinstance(svc.index, ResilientIndex) and svc.index.degraded
+        base = svc.index.inner if isinstance(svc.index, TrackedIndex) else svc.index
+        degraded = isinstance(base, ResilientIndex) and base.degraded
         svc.metrics.index_degraded.set(1 if degraded else 0)
         body = {
             "ready": ready,

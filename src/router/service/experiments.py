@@ -12,7 +12,7 @@ import hashlib
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TextIO
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -100,25 +100,31 @@ class Experiment:
 class Experiments:
     """The service's experiments; at most one runs at a time and receives the traffic."""
 
-    def __init__(self, index: PrefixIndex) -> None:
+    def __init__(self, index: PrefixIndex, *, decision_log: TextIO | None = None) -> None:
+        """With ``decision_log``, arms log their decisions there too, tagged with the
+        experiment's id and the arm's name."""
         self._index = index
+        self._decision_log = decision_log
         self.by_id: dict[str, Experiment] = {}
 
     def create(self, spec: ExperimentSpec) -> Experiment:
         """Start an experiment (ValueError naming the bad arm); stops the running one."""
+        experiment_id = uuid.uuid4().hex[:12]
         arms = []
         for arm in spec.arms:
             try:
                 policy = build_policy(parse_policy(arm.policy, arm.params))
             except ValueError as exc:
                 raise ValueError(f"arm {arm.name}: {exc}") from exc
-            scheduler = Scheduler(self._index, policy)
+            tags = {"experiment": experiment_id, "arm": arm.name}
+            scheduler = Scheduler(self._index, policy, decision_log=self._decision_log,
+                                  log_fields=tags)  # fmt: skip
             scheduler.refresh_instances()
             arms.append(Arm(arm, policy, scheduler))
         running = self.running()
         if running is not None:
             self.stop(running.id)
-        experiment = Experiment(uuid.uuid4().hex[:12], spec, arms, created=time.time())
+        experiment = Experiment(experiment_id, spec, arms, created=time.time())
         self.by_id[experiment.id] = experiment
         return experiment
 

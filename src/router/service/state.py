@@ -10,6 +10,7 @@ from opentelemetry.trace import Tracer
 
 from router.index.base import PrefixIndex
 from router.kv_ingest import KVEventIngestor
+from router.predictor.realization import KVRealizations
 from router.scheduler import Scheduler
 from router.service.experiments import Experiments
 from router.service.metrics import ServiceMetrics
@@ -30,6 +31,7 @@ class ServiceState:
     http: httpx.AsyncClient
     tracer: Tracer
     experiments: Experiments
+    realizations: KVRealizations | None = None  # with a decision log: hits from KV events
     event_tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     background: list[asyncio.Task[None]] = field(default_factory=list)
     request_counter: int = 0

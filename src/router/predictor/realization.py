@@ -1,0 +1,176 @@
+"""Realized hits read from KV events, for engines whose usage reports no cached tokens.
+
+A request's realized hit on its serving instance is the share of its prompt that
+instance already held when the request was served. An engine that does not report
+``usage.prompt_tokens_details.cached_tokens`` still tells it through its KV events:
+serving the request stores every block of the prompt the instance did not hold, so
+the first position of the request's chain stored on that instance *after the
+decision* is where its cache hit ended. ``KVRealizations`` remembers, per in-flight
+request, its chain (block hash -> position) on each instance it may be served by, and
+hears every stored event (``KVEventIngestor(on_stored=...)``); when the request ends
+its realized hit is that position's blocks * block size / prompt tokens, or all of the
+chain's full blocks when none of them was stored meanwhile, provided the instance has
+published a stored event at all (one that publishes none, as in approximate mode, says
+nothing: no hit is reported for it). Engines compute at least the last prompt token
+even when the whole prompt is cached (vLLM does, and so does the simulated engine), so
+by default the hit stops at the last full block before that token: a 640-token prompt
+held whole counts 624 tokens (39 blocks of 16), as their usage says.
+
+The caveat: a stored event is attributed to every pending request whose chain holds
+the block on that instance. When two requests with the same prefix are routed to one
+instance, the one that computes the prefix first stores it; the other counts it as a
+hit only if those events arrived before its own decision. If they arrive after it (the
+two were in flight together), both count a miss from that position, even if the
+engine served the later one from the earlier one's blocks. Events that arrive after
+the request ended are not seen (the request then counts as a full hit), nor are
+batches the subscriber lost.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+__all__ = ["KVRealizations"]
+
+DEFAULT_MAX_PENDING = 10_000
+
+
+@dataclass(slots=True)
+class _Pending:
+    positions: dict[int, int]  # full-block hash -> its position in the chain
+    instances: tuple[str, ...]
+    block_size: int
+    prompt_tokens: int
+    first_stored: dict[str, int] = field(default_factory=dict)  # instance -> least position
+
+
+class KVRealizations:
+    """In-flight requests' chains, and the first position of each stored since its decision.
+
+    Per instance, a map from block hash to the pending requests whose chain holds it, so
+    a stored event costs O(blocks in the event), not O(pending requests x chain).
+    At most ``max_pending`` requests are remembered; beyond, the oldest is forgotten
+    (counted in ``dropped``): a request that never finishes cannot leak.
+    """
+
+    def __init__(
+        self, max_pending: int = DEFAULT_MAX_PENDING, *, last_token_computed: bool = True
+    ) -> None:
+        """``last_token_computed``: cap hits at the full blocks before the prompt's last token
+        (what an engine that always computes it reports as cached tokens)."""
+        if max_pending <= 0:
+            raise ValueError(f"max_pending must be positive, got {max_pending}")
+        self.max_pending = max_pending
+        self.last_token_computed = last_token_computed
+        self.dropped = 0
+        self._pending: OrderedDict[str, _Pending] = OrderedDict()
+        self._waiting: dict[str, dict[int, set[str]]] = {}  # instance -> hash -> request ids
+        self._heard: set[str] = set()  # instances that published a stored event
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    def __contains__(self, request_id: object) -> bool:
+        return request_id in self._pending
+
+    def begin(
+        self,
+        request_id: str,
+        instances: Iterable[str],
+        chain: Sequence[int],
+        *,
+        block_size: int,
+        prompt_tokens: int,
+    ) -> None:
+        """A request was decided: watch its chain's full blocks on ``instances``.
+
+        Beginning an id again (a retry decided anew) replaces what was watched."""
+        if block_size <= 0:
+            raise ValueError(f"block_size must be positive, got {block_size}")
+        self.forget(request_id)
+        full = min(len(chain), prompt_tokens // block_size)
+        # chained hashes do not repeat; if one did, its first position is kept
+        positions = dict(zip(reversed(chain[:full]), range(full - 1, -1, -1), strict=True))
+        pending = _Pending(positions, tuple(dict.fromkeys(instances)), block_size, prompt_tokens)
+        for iid in pending.instances:
+            waiting = self._waiting.setdefault(iid, {})
+            for block in positions:
+                ids = waiting.get(block)
+                if ids is None:
+                    waiting[block] = {request_id}
+                else:
+                    ids.add(request_id)
+        self._pending[request_id] = pending
+        while len(self._pending) > self.max_pending:
+            self.forget(next(iter(self._pending)))
+            self.dropped += 1
+
+    def stored(self, instance_id: str, blocks: Sequence[int]) -> None:
+        """An instance stored these blocks (the router's hashes): the ingestor's observer."""
+        self._heard.add(instance_id)
+        waiting = self._waiting.get(instance_id)
+        if not waiting:
+            return
+        pending = self._pending
+        for block in blocks:
+            ids = waiting.get(block)
+            if ids is None:
+                continue
+            for request_id in ids:
+                request = pending[request_id]
+                position = request.positions[block]
+                first = request.first_stored.get(instance_id)
+                if first is None or position < first:
+                    request.first_stored[instance_id] = position
+
+    def realized(self, request_id: str, instance_id: str) -> float | None:
+        """The request's hit on the instance so far (None if it is not watched there, or
+        if the instance never published a stored event)."""
+        request = self._pending.get(request_id)
+        if request is None or instance_id not in request.instances:
+            return None
+        if instance_id not in self._heard:
+            return None
+        if request.prompt_tokens <= 0:
+            return 0.0
+        blocks = request.first_stored.get(instance_id, len(request.positions))
+        if self.last_token_computed:
+            blocks = min(blocks, (request.prompt_tokens - 1) // request.block_size)
+        return min(blocks * request.block_size / request.prompt_tokens, 1.0)
+
+    def finish(self, request_id: str) -> dict[str, float]:
+        """The request ended: its realized hit on each watched instance; then forget it."""
+        request = self._pending.get(request_id)
+        if request is None:
+            return {}
+        hits: dict[str, float] = {}
+        for iid in request.instances:
+            hit = self.realized(request_id, iid)
+            if hit is not None:
+                hits[iid] = hit
+        self.forget(request_id)
+        return hits
+
+    def forget(self, request_id: str) -> None:
+        """Stop watching a request (unknown ids are ignored)."""
+        request = self._pending.pop(request_id, None)
+        if request is None:
+            return
+        for iid in request.instances:
+            waiting = self._waiting.get(iid)
+            if waiting is None:
+                continue
+            for block in request.positions:
+                ids = waiting.get(block)
+                if ids is not None:
+                    ids.discard(request_id)
+                    if not ids:
+                        del waiting[block]
+            if not waiting:
+                del self._waiting[iid]
+
+    def watched_blocks(self, instance_id: str) -> int:
+        """Distinct block hashes watched on an instance (for tests and metrics)."""
+        return len(self._waiting.get(instance_id, ()))

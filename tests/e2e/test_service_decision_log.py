@@ -1,0 +1,249 @@
+"""The live service's decision log: decisions joined with outcomes from usage or KV events."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import AsyncGenerator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+from service_support import PROMPT, VOCAB, Engines, make_client, register
+
+from engines_adapter.contract import EngineAdapter, GenerateRequest, PrefillResult, TokenDelta
+from engines_adapter.sim_engine import SimEngine, SimEngineConfig
+from router.errors import UserError
+from router.index.memory_index import MemoryPrefixIndex
+from router.index.resilient_index import ResilientIndex
+from router.predictor.dataset import read_logs
+from router.service.app import create_app
+from router.service.schemas import InstanceConfig
+from router.settings import Settings
+
+TOPOLOGY = (("p0", "p", "A"), ("rld0", "rld", "A"), ("md0", "md", "B"))
+# the same prompt twice, then one sharing its first 20 blocks (320 tokens) only
+PROMPTS = [PROMPT, PROMPT, PROMPT[:320] + [(5 * i + 1) % VOCAB for i in range(320)]]
+
+
+class NoUsageSim(SimEngine):
+    """A simulated engine whose usage carries no cached tokens (like vLLM without
+    ``--enable-prompt-tokens-details``); it keeps what it would have reported."""
+
+    def __init__(self, instance_id: str, config: SimEngineConfig, hidden: dict[str, int]) -> None:
+        super().__init__(instance_id, config)
+        self.hidden = hidden
+
+    async def generate(self, request: GenerateRequest) -> AsyncGenerator[TokenDelta, None]:
+        async for delta in super().generate(request):
+            if delta.cached_tokens is not None:
+                self.hidden[request.request_id] = delta.cached_tokens
+            yield delta.model_copy(update={"cached_tokens": None})
+
+
+class NoUsageEngines(Engines):
+    def __init__(self) -> None:
+        super().__init__()
+        self.hidden: dict[str, int] = {}
+
+    def __call__(self, config: InstanceConfig, _: httpx.AsyncClient) -> EngineAdapter:
+        engine = NoUsageSim(config.instance_id, SimEngineConfig(vocab_size=VOCAB), self.hidden)
+        self.by_id[config.instance_id] = engine
+        return engine
+
+
+def records(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def complete(client: TestClient, prompt: list[int], *, stream: bool) -> tuple[str, int | None]:
+    """Send a completion; (the service's request id, the cached tokens its usage reports)."""
+    body: dict[str, Any] = {"prompt": prompt, "max_tokens": 8, "session_id": "s1"}
+    if not stream:
+        response = client.post("/v1/completions", json=body)
+        assert response.status_code == 200, response.text
+        usage = response.json()["usage"]
+        details = usage["prompt_tokens_details"]
+        return response.json()["id"], None if details is None else details["cached_tokens"]
+    body |= {"stream": True, "stream_options": {"include_usage": True}}
+    events = []
+    with client.stream("POST", "/v1/completions", json=body) as response:
+        assert response.status_code == 200
+        for line in response.iter_lines():
+            if line.startswith("data: ") and line != "data: [DONE]":
+                events.append(json.loads(line[6:]))
+    details = events[-1]["usage"]["prompt_tokens_details"]
+    return events[-1]["id"], None if details is None else details["cached_tokens"]
+
+
+def run(engines: Engines, path: Path) -> tuple[list[tuple[str, int | None]], list[dict[str, Any]]]:
+    with make_client(engines, decision_log=str(path)) as client:
+        register(client, *TOPOLOGY)
+        sent = [complete(client, p, stream=i == 1) for i, p in enumerate(PROMPTS)]
+        # each line is in the file as soon as it is written, before shutdown
+        written = records(path)
+    assert records(path) == written
+    return sent, written
+
+
+def joined(lines: list[dict[str, Any]], request_id: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    decisions = [r for r in lines if r["kind"] == "decision" and r["id"] == request_id]
+    outcomes = [r for r in lines if r["kind"] == "outcome" and r["id"] == request_id]
+    assert len(decisions) == 1
+    assert len(outcomes) == 1
+    return decisions[0], outcomes[0]
+
+
+def test_usage_outcomes_join_the_decisions_and_train(tmp_path: Path) -> None:
+    path = tmp_path / "live.jsonl"
+    sent, lines = run(Engines(), path)
+    assert [cached for _, cached in sent] == [0, 624, 320]  # as the sim engine reported them
+    for n, (request_id, cached) in enumerate(sent):
+        decision, outcome = joined(lines, request_id)
+        assert cached is not None
+        assert decision["features"]["md"]["instance"] == "md0"
+        assert decision["t"] > 0
+        assert outcome["source"] == "usage"
+        assert outcome["instances"] == {"p": "p0", "md": "md0"}
+        assert outcome["realized_hit"] == {"md": pytest.approx(cached / 640)}
+        assert outcome["output_tokens"] == 8
+        assert outcome["pipeline"] == "P-MD"
+        assert outcome["session_id"] == "s1"
+        # the session's earlier outputs fed its history
+        assert (decision["history"] or {}).get("outputs_known", 0) == n
+    first, second = (joined(lines, rid)[1]["realized_hit"]["md"] for rid, _ in sent[:2])
+    assert first == 0.0
+    assert second > 0
+
+    data = read_logs([path])  # what `pdd-router predictor train` reads
+    assert len(data) == 3
+    assert list(data.tier) == ["md", "md", "md"]
+    assert data.y.tolist() == pytest.approx([0.0, 624 / 640, 0.5])
+    assert data.raw.tolist() == pytest.approx([0.0, 1.0, 0.5])  # the index's match
+
+
+def test_kv_events_give_the_hit_when_usage_has_none(tmp_path: Path) -> None:
+    path = tmp_path / "live.jsonl"
+    engines = NoUsageEngines()
+    sent, lines = run(engines, path)
+    assert [cached for _, cached in sent] == [None, None, None]
+    hits = []
+    for request_id, _ in sent:
+        _, outcome = joined(lines, request_id)
+        assert outcome["source"] == "kv-events"
+        assert outcome["instances"] == {"p": "p0", "md": "md0"}
+        # what the engine would have reported as cached tokens, read from its KV events
+        assert outcome["realized_hit"]["md"] == pytest.approx(engines.hidden[request_id] / 640)
+        hits.append(outcome["realized_hit"]["md"])
+    assert hits == pytest.approx([0.0, 624 / 640, 0.5])
+    assert read_logs([path]).y.tolist() == pytest.approx(hits)
+
+
+class WarmUpRecordingEngines(Engines):
+    """Simulated engines that keep the cached tokens of every prefill (MD's warm-ups)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.prefilled: dict[str, int | None] = {}
+
+    def __call__(self, config: InstanceConfig, client: httpx.AsyncClient) -> EngineAdapter:
+        engine = super().__call__(config, client)
+        prefill = engine.prefill
+
+        async def recording(request: GenerateRequest, *, targets: int = 1) -> PrefillResult:
+            result = await prefill(request, targets=targets)
+            self.prefilled[request.request_id] = result.cached_tokens
+            return result
+
+        engine.prefill = recording  # type: ignore[method-assign]
+        return engine
+
+
+def test_after_a_handoff_mds_hit_comes_from_its_kv_events(tmp_path: Path) -> None:
+    """MD's usage after a handoff counts the prompt its warm-up copy brought (all of it):
+    the hit it had before is what the first warm-up found cached, which its events tell."""
+    path = tmp_path / "live.jsonl"
+    engines = WarmUpRecordingEngines()
+    with make_client(engines, decision_log=str(path), policy={"wan_budget_s": 1e-9}) as client:
+        register(client, *TOPOLOGY)
+        # a prompt held whole on MD would go P-MD: a cold one, then one sharing half of it
+        sent = [complete(client, p, stream=False) for p in (PROMPTS[0], PROMPTS[2])]
+    lines = records(path)
+    assert sent[0][1] == 640  # the usage says a cold prompt was all cached: no use as a hit
+    hits = []
+    for request_id, _ in sent:
+        decision, outcome = joined(lines, request_id)
+        assert decision["decision"]["pipeline"] == "P-RLD-MD"
+        assert outcome["pipeline"] == "P-RLD-MD"
+        assert outcome["source"] == "kv-events"
+        warm_up = engines.prefilled[f"{request_id}-md0"]
+        assert warm_up is not None
+        assert outcome["realized_hit"] == {"md": pytest.approx(warm_up / 640)}
+        hits.append(outcome["realized_hit"]["md"])
+    assert hits == pytest.approx([0.0, 0.5])
+
+
+def test_experiment_arms_log_to_the_same_file(tmp_path: Path) -> None:
+    path = tmp_path / "live.jsonl"
+    arms = [
+        {"name": "paper", "policy": "pdd"},
+        {"name": "relay", "policy": "pdd", "params": {"wan_budget_s": 1e-9}},
+    ]
+    with make_client(Engines(), decision_log=str(path)) as client:
+        register(client, *TOPOLOGY)
+        created = client.post("/v1/experiments", json={"name": "x", "arms": arms})
+        assert created.status_code == 201
+        ids = []
+        for s in range(8):
+            prompt = [(s * 31 + 7 * i) % VOCAB for i in range(320)]
+            body = {"prompt": prompt, "max_tokens": 4, "session_id": f"s{s}"}
+            ids.append(client.post("/v1/completions", json=body).json()["id"])
+    lines = records(path)
+    seen = set()
+    for request_id in ids:
+        decision, outcome = joined(lines, request_id)
+        assert decision["experiment"] == created.json()["id"]
+        seen.add(decision["arm"])
+        relay = decision["arm"] == "relay"
+        assert decision["decision"]["pipeline"] == ("P-RLD-MD" if relay else "P-MD")
+        assert outcome["instances"]["md"] == "md0"
+        assert outcome["source"] == ("kv-events" if relay else "usage")
+    assert seen == {"paper", "relay"}
+    assert len(read_logs([path])) == len(ids)
+
+
+def test_a_log_that_cannot_be_opened_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "no-such-dir" / "live.jsonl"
+    client = make_client(Engines(), decision_log=str(path))
+    with pytest.raises(UserError, match=re.escape(f"cannot open decision log {path}")), client:
+        pass
+
+
+def test_a_request_decided_again_after_failover_joins_once(tmp_path: Path) -> None:
+    path = tmp_path / "live.jsonl"
+    engines = Engines()
+    with make_client(engines, decision_log=str(path)) as client:
+        register(client, *TOPOLOGY, ("p1", "p", "A"))
+        engines.by_id["p0"].faults.refuse = True
+        request_id, cached = complete(client, PROMPT, stream=False)
+    lines = records(path)
+    decided = [r for r in lines if r["kind"] == "decision" and r["id"] == request_id]
+    tried = [r["decision"]["p_instance"] for r in decided]
+    assert tried == ["p0", "p1"]  # one line per attempt, under the service's request id
+    assert [r["id"] for r in lines if r["kind"] == "outcome"] == [request_id]
+    assert cached is not None
+    data = read_logs([path])
+    assert len(data) == 1  # the last decision, the one served, joins its outcome
+    assert data.y.tolist() == [cached / 640]
+
+
+def test_readiness_still_reports_a_degraded_shared_index(tmp_path: Path) -> None:
+    """With a decision log the index is wrapped to track block ages; /readyz looks inside."""
+    shared = ResilientIndex(MemoryPrefixIndex())
+    settings = Settings(service={"vocab_size": VOCAB, "decision_log": str(tmp_path / "l.jsonl")})
+    with TestClient(create_app(settings, index=shared, adapter_factory=Engines())) as client:
+        assert client.get("/readyz").json()["index_degraded"] is False
+        shared.degraded = True  # what an unreachable Redis does
+        assert client.get("/readyz").json()["index_degraded"] is True
