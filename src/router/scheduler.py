@@ -178,8 +178,9 @@ class Scheduler:
         if outcome.output_tokens is not None:
             self.sessions.finished(outcome.session_id, outcome.output_tokens)
         if self.decision_log is not None:
-            # ``source`` only from the live service: the simulator's lines stay as they were
-            drop = {"request_id"} if outcome.source is not None else {"request_id", "source"}
+            # live-service fields are left out when unset: the simulator's lines stay as they were
+            live = ("source", "events_hit")
+            drop = {"request_id", *(k for k in live if getattr(outcome, k) is None)}
             body = outcome.model_dump(mode="json", exclude=drop)
             record = {"kind": "outcome", "id": outcome.request_id, **body}
             self.decision_log.write(json.dumps(record, separators=(",", ":"), sort_keys=True))

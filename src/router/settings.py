@@ -69,6 +69,10 @@ class ServiceSettings(BaseModel):
     approximate_index: bool = Field(
         False, description="Record where requests were routed in the index (no KV events)"
     )
+    kv_events_grace_s: float = Field(
+        0.5, ge=0, description="With a decision log: how long an outcome whose hit is read "
+        "from KV events waits for the request's last stored events after it ends",
+    )  # fmt: skip
     sla_ttft_s: float = Field(10.0, gt=0, description="SLA on time to first token")
     sla_tpot_s: float = Field(0.1, gt=0, description="SLA on time per output token")
 

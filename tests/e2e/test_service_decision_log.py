@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import Any
@@ -78,10 +79,18 @@ def complete(client: TestClient, prompt: list[int], *, stream: bool) -> tuple[st
     return events[-1]["id"], None if details is None else details["cached_tokens"]
 
 
+def outcomes_in(path: Path) -> int:
+    return sum(1 for r in records(path) if r["kind"] == "outcome")
+
+
 def run(engines: Engines, path: Path) -> tuple[list[tuple[str, int | None]], list[dict[str, Any]]]:
-    with make_client(engines, decision_log=str(path)) as client:
+    with make_client(engines, decision_log=str(path), kv_events_grace_s=0.05) as client:
         register(client, *TOPOLOGY)
         sent = [complete(client, p, stream=i == 1) for i, p in enumerate(PROMPTS)]
+        # an outcome read from KV events waits the grace period for late events
+        deadline = time.monotonic() + 10
+        while outcomes_in(path) < len(PROMPTS) and time.monotonic() < deadline:
+            time.sleep(0.02)
         # each line is in the file as soon as it is written, before shutdown
         written = records(path)
     assert records(path) == written
@@ -108,6 +117,8 @@ def test_usage_outcomes_join_the_decisions_and_train(tmp_path: Path) -> None:
         assert outcome["source"] == "usage"
         assert outcome["instances"] == {"p": "p0", "md": "md0"}
         assert outcome["realized_hit"] == {"md": pytest.approx(cached / 640)}
+        # the same hit read from the engine's KV events: the two sources agree
+        assert outcome["events_hit"] == {"md": pytest.approx(cached / 640)}
         assert outcome["output_tokens"] == 8
         assert outcome["pipeline"] == "P-MD"
         assert outcome["session_id"] == "s1"
@@ -139,6 +150,18 @@ def test_kv_events_give_the_hit_when_usage_has_none(tmp_path: Path) -> None:
         hits.append(outcome["realized_hit"]["md"])
     assert hits == pytest.approx([0.0, 624 / 640, 0.5])
     assert read_logs([path]).y.tolist() == pytest.approx(hits)
+
+
+def test_outcomes_still_waiting_for_kv_events_are_written_at_shutdown(tmp_path: Path) -> None:
+    path = tmp_path / "live.jsonl"
+    engines = NoUsageEngines()
+    with make_client(engines, decision_log=str(path), kv_events_grace_s=600) as client:
+        register(client, *TOPOLOGY)
+        sent = [complete(client, p, stream=False) for p in PROMPTS]
+        assert outcomes_in(path) == 0  # each waits for late stored events
+    lines = records(path)
+    hits = [joined(lines, request_id)[1]["realized_hit"]["md"] for request_id, _ in sent]
+    assert hits == pytest.approx([0.0, 624 / 640, 0.5])
 
 
 class WarmUpRecordingEngines(Engines):

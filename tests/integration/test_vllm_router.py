@@ -12,6 +12,7 @@ import json
 import random
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -26,11 +27,11 @@ from vllm_launcher import BLOCK_SIZE, VOCAB, Endpoint
 pytestmark = pytest.mark.vllm
 
 
-def router(pair: list[Endpoint], policy_params: dict[str, Any]) -> TestClient:
+def router(pair: list[Endpoint], policy_params: dict[str, Any], **service: Any) -> TestClient:
     a, b = pair
     settings = Settings(
         block_size=16,
-        service={"vocab_size": VOCAB, "load_poll_s": 0.5, "engine_timeout_s": 120},
+        service={"vocab_size": VOCAB, "load_poll_s": 0.5, "engine_timeout_s": 120, **service},
         policy={"name": "pdd", "params": policy_params},
     )
     client = TestClient(create_app(settings))
@@ -56,8 +57,14 @@ def relay_router(vllm_pair: list[Endpoint]) -> Iterator[TestClient]:
 
 
 @pytest.fixture
-def default_router(vllm_pair: list[Endpoint]) -> Iterator[TestClient]:
-    client = router(vllm_pair, {})
+def decision_log(tmp_path: Path) -> Path:
+    return tmp_path / "decisions.jsonl"
+
+
+@pytest.fixture
+def default_router(vllm_pair: list[Endpoint], decision_log: Path) -> Iterator[TestClient]:
+    """The default policy, logging its decisions and their outcomes."""
+    client = router(vllm_pair, {}, decision_log=str(decision_log))
     yield client
     client.__exit__(None, None, None)
 
@@ -115,7 +122,7 @@ def test_p_rld_md_streams_from_rld_and_hands_off_to_md_exactly(
 
 
 def test_kv_events_make_the_predicted_hit_match_what_vllm_counts(
-    default_router: TestClient, vllm_pair: list[Endpoint]
+    default_router: TestClient, vllm_pair: list[Endpoint], decision_log: Path
 ) -> None:
     md_url = vllm_pair[1].url
     first = fresh_prompt(8 * BLOCK_SIZE, seed=2)
@@ -138,3 +145,17 @@ def test_kv_events_make_the_predicted_hit_match_what_vllm_counts(
     counted = prefix_hits(md_url) - before
     assert counted == 6 * BLOCK_SIZE
     assert abs(predicted - counted) <= BLOCK_SIZE  # within one block
+    # the decision log joins the request with its realized hit, which is what vLLM
+    # counted
+    request_id = r.json()["id"]
+    deadline = time.monotonic() + 30
+    outcome: dict[str, Any] | None = None
+    while outcome is None and time.monotonic() < deadline:
+        lines = [json.loads(line) for line in decision_log.read_text().splitlines()]
+        outcome = next((x for x in lines if x["kind"] == "outcome" and x["id"] == request_id), None)
+        time.sleep(0.1)
+    assert outcome is not None, "no outcome line for the request"
+    assert outcome["source"] == "usage"  # the engines run with --enable-prompt-tokens-details
+    assert outcome["realized_hit"]["md"] * len(second) == pytest.approx(counted)
+    # and the same hit read from vLLM's KV events (what engines without usage details give)
+    assert outcome["events_hit"]["md"] * len(second) == pytest.approx(counted)

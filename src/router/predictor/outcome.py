@@ -43,6 +43,11 @@ class Outcome(BaseModel):
         description="Where the live service read the realized hit: the engine's usage "
         "(cached prompt tokens) or its KV events; None (and not logged) for the simulator",
     )
+    events_hit: dict[Tier, float] | None = Field(
+        None,
+        description="Live service, when the hit came from usage: the same hit read from the "
+        "instance's KV events, a cross-check of the two sources (None: not logged)",
+    )
 
     @classmethod
     def from_usage(

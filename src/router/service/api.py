@@ -199,6 +199,7 @@ async def completions(body: CompletionRequest, request: Request) -> object:
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
 
     async def sse() -> AsyncIterator[str]:
+        recorded = False
         try:
             sent = 0
             chunk = {"id": request_id, "object": "text_completion", "created": created,
@@ -219,6 +220,7 @@ async def completions(body: CompletionRequest, request: Request) -> object:
                 yield "data: [DONE]\n\n"
                 return
             _record_outcome(svc, view, decision, outcome, arm, timing)
+            recorded = True
             final = {"index": 0, "text": "", "token_ids": [],
                      "finish_reason": outcome.finish_reason or "length"}  # fmt: skip
             yield _data({**chunk, "choices": [final], "pdd": _served(decision, outcome)})
@@ -226,8 +228,9 @@ async def completions(body: CompletionRequest, request: Request) -> object:
                 usage = _usage(len(body.prompt), sent, outcome).model_dump()
                 yield _data({**chunk, "choices": [], "usage": usage})
             yield "data: [DONE]\n\n"
-        finally:  # no-op once the outcome is written: a failed or dropped stream writes none
-            _unwatch(svc, request_id)
+        finally:  # a failed or dropped stream writes no outcome: stop watching it
+            if not recorded:
+                _unwatch(svc, request_id)
 
     headers = {"x-pdd-pipeline": decision.pipeline.value, "x-pdd-decision": decision.reason}
     return StreamingResponse(sse(), media_type="text/event-stream", headers=headers)
@@ -280,9 +283,17 @@ def _unwatched_on_error(svc: ServiceState, request_id: str) -> Iterator[None]:
         raise
 
 
+@dataclass(frozen=True, slots=True)
+class _Realized:
+    tier: Tier
+    hit: float
+    source: OutcomeSource
+    events_hit: float | None  # from KV events too, when usage gave ``hit``
+
+
 def _realized(
     svc: ServiceState, request_id: str, outcome: Outcome, prompt: int
-) -> tuple[Tier, float, OutcomeSource] | None:
+) -> _Realized | None:
     """The decode tier that served the request and its realized hit there: the cached
     tokens in the engine's usage, else read from its KV events (the request is no longer
     watched). After a handoff MD's usage counts the prompt its warm-up copy brought in,
@@ -291,11 +302,11 @@ def _realized(
     served = next((t for t in (Tier.MD, Tier.RLD) if t.value in outcome.instances), None)
     if served is None:
         return None
+    from_events = watched.get(outcome.instances[served.value])
     if outcome.cached_tokens is not None and outcome.handoff is None:
         hit = min(outcome.cached_tokens, prompt) / prompt if prompt else 0.0
-        return served, hit, "usage"
-    from_events = watched.get(outcome.instances[served.value])
-    return None if from_events is None else (served, from_events, "kv-events")
+        return _Realized(served, hit, "usage", from_events)
+    return None if from_events is None else _Realized(served, from_events, "kv-events", None)
 
 
 def _record_outcome(
@@ -307,19 +318,50 @@ def _record_outcome(
     timing: _Timing,
 ) -> None:
     """Metrics of a finished request, its outcome in the scheduler that decided it (the
-    decision log's outcome line, session history) and in the experiment arm that served it."""
+    decision log's outcome line, session history) and in the experiment arm that served it.
+
+    When the hit must be read from KV events (the engine's usage does not tell it), the
+    outcome waits ``kv_events_grace_s`` for the request's last stored events, which an
+    engine publishes asynchronously and can reach the router after the response; pending
+    outcomes are written at shutdown, not lost."""
+    finished_s = time.time()
+
+    def record() -> None:
+        _write_outcome(svc, view, decision, outcome, arm, timing, finished_s)
+
+    grace = svc.settings.service.kv_events_grace_s
+    from_events = outcome.cached_tokens is None or outcome.handoff is not None
+    watched = svc.realizations is not None and view.request_id in svc.realizations
+    if grace > 0 and from_events and watched:
+        svc.defer(grace, record)
+    else:
+        record()
+
+
+def _write_outcome(
+    svc: ServiceState,
+    view: RequestView,
+    decision: Decision,
+    outcome: Outcome,
+    arm: Arm | None,
+    timing: _Timing,
+    finished_s: float,
+) -> None:
     assert view.request_id is not None
     request_id, prompt = view.request_id, view.input_length
     realized = _realized(svc, request_id, outcome, prompt)
     hits: dict[Tier, float] = {}
     source: OutcomeSource | None = None
+    events_hit: dict[Tier, float] | None = None
     error: float | None = None
     if realized is not None:
-        served, hit, source = realized
-        hits[served] = hit
+        served, source = realized.tier, realized.source
+        hits[served] = realized.hit
+        if realized.events_hit is not None:
+            events_hit = {served: realized.events_hit}
         predicted = decision.predicted_hit.get(served)
         if predicted is not None and prompt:
-            error = abs(predicted - hit)
+            error = abs(predicted - realized.hit)
             svc.metrics.prediction_error.observe(error)
             svc.metrics.predicted_hit.observe(predicted)
     scheduler = arm.scheduler if arm is not None else svc.scheduler
@@ -332,8 +374,9 @@ def _record_outcome(
             output_tokens=timing.tokens,
             ttft_s=None if timing.first_at is None else round(timing.first_at - timing.started, 6),
             pipeline=outcome.pipeline.value,
-            finished_s=time.time(),
+            finished_s=finished_s,
             source=source,
+            events_hit=events_hit,
         )
     )
     if timing.first_at is None:

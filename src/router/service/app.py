@@ -189,6 +189,7 @@ def create_app(
                 svc.background.append(asyncio.create_task(poll_loads(svc)))
                 yield {"svc": svc}
             finally:
+                svc.flush_deferred()  # outcomes still waiting for KV events reach the log
                 for task in svc.background:
                     task.cancel()
                 for iid in list(svc.pool.configs):
