@@ -176,7 +176,15 @@ class Scheduler:
     def record_outcome(self, outcome: Outcome) -> None:
         """What happened to a decided request: session history, and an outcome log line."""
         if outcome.output_tokens is not None:
-            self.sessions.finished(outcome.session_id, outcome.output_tokens)
+            self.record_output(outcome.session_id, outcome.output_tokens)
+        self.log_outcome(outcome)
+
+    def record_output(self, session_id: str | None, output_tokens: int) -> None:
+        """A request of the session produced this many tokens (its history, at once)."""
+        self.sessions.finished(session_id, output_tokens)
+
+    def log_outcome(self, outcome: Outcome) -> None:
+        """The outcome line of the decision log (nothing without a log)."""
         if self.decision_log is not None:
             # live-service fields are left out when unset: the simulator's lines stay as they were
             live = ("source", "events_hit")

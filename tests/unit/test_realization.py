@@ -110,7 +110,7 @@ def test_a_request_is_forgotten_once_its_outcome_is_taken() -> None:
     assert tracker.finish("r1") == {}
     assert tracker.realized("r1", "md0") is None
     assert tracker.watched_blocks("md0") == 5  # only r2's blocks are left
-    tracker.stored("md0", CHAIN[:10])  # r1's blocks reach nobody but r2
+    tracker.stored("md0", CHAIN[:5])  # r2's blocks, r1 no longer hears them
     assert tracker.finish("r2") == {"md0": 0.0}
     assert len(tracker) == 0
     assert tracker.watched_blocks("md0") == 0
@@ -136,6 +136,26 @@ def test_the_oldest_pending_request_goes_over_the_bound() -> None:
     assert tracker.finish("c") == {"md0": 0.0}
     with pytest.raises(ValueError, match="max_pending"):
         KVRealizations(max_pending=0)
+
+
+def test_another_prompt_sharing_only_a_prefix_does_not_count() -> None:
+    """A run ending in a block of another prompt is that prompt's prefill, not this one's."""
+    shared = PROMPT[: 4 * BS] + [t + 3000 for t in PROMPT[4 * BS :]]
+    theirs = chain_hashes(shared, BS).hashes
+    assert theirs[:4] == CHAIN[:4]
+    assert theirs[4] != CHAIN[4]
+    tracker = watched()
+    tracker.stored("md0", theirs[:10])  # computed after r1's decision, from block 0
+    assert tracker.realized("r1", "md0") == pytest.approx(160 / 165)  # not r1's miss
+    tracker.stored("md0", CHAIN[4:10])  # r1's own prefill: the shared 4 blocks were a hit
+    assert tracker.finish("r1") == {"md0": pytest.approx(4 * BS / 165)}
+
+
+def test_a_run_in_chunks_counts_from_its_first_chunk() -> None:
+    tracker = watched()
+    for start, end in ((8, 10), (6, 8), (3, 6)):  # chunks of one prefill, in any order
+        tracker.stored("md0", CHAIN[start:end])
+    assert tracker.finish("r1") == {"md0": pytest.approx(3 * BS / 165)}
 
 
 def test_two_in_flight_requests_with_one_prefix_both_count_its_store_as_a_miss() -> None:

@@ -16,14 +16,18 @@ even when the whole prompt is cached (vLLM does, and so does the simulated engin
 by default the hit stops at the last full block before that token: a 640-token prompt
 held whole counts 624 tokens (39 blocks of 16), as their usage says.
 
-The caveat: a stored event is attributed to every pending request whose chain holds
-the block on that instance. When two requests with the same prefix are routed to one
-instance, the one that computes the prefix first stores it; the other counts it as a
-hit only if those events arrived before its own decision. If they arrive after it (the
-two were in flight together), both count a miss from that position, even if the
-engine served the later one from the earlier one's blocks. Events that arrive after
-the request ended are not seen (the request then counts as a full hit), nor are
-batches the subscriber lost.
+KV events name no request, so a stored run is attributed by its shape: it counts for a
+pending request when its last block is in the request's chain (then, the hashes being
+chained, all of it is), as the request's own prefill stores a run ending at its own
+last full block (or chunks of it). A run of another prompt that only shares a prefix
+with the request ends in a block of its own and does not count: a concurrent request
+of the same system prompt computing that prompt after this one's decision is not
+mistaken for this one's miss. The caveat left: a concurrent request whose prompt is
+this one's prefix (or the same prompt) stores a run of this chain; after this
+request's decision it counts as this request's miss from that position, even if the
+engine served this request from those blocks. Events that arrive after the request
+ended are not seen (the request then counts as a full hit), nor are batches the
+subscriber lost.
 """
 
 from __future__ import annotations
@@ -108,22 +112,28 @@ class KVRealizations:
             self.dropped += 1
 
     def stored(self, instance_id: str, blocks: Sequence[int]) -> None:
-        """An instance stored these blocks (the router's hashes): the ingestor's observer."""
+        """An instance stored these blocks (the router's hashes of one event's run, parent
+        first): the ingestor's observer.
+
+        A run counts for a pending request only if its *last* block is in the request's
+        chain: the hashes are chained, so the whole run is then a stretch of that chain,
+        as the request's own prefill stores it. A run ending in a block the request does
+        not have is another request's prompt that shares only a prefix with it."""
         self._heard.add(instance_id)
         waiting = self._waiting.get(instance_id)
-        if not waiting:
+        if not waiting or not blocks:
+            return
+        ids = waiting.get(blocks[-1])
+        if ids is None:
             return
         pending = self._pending
-        for block in blocks:
-            ids = waiting.get(block)
-            if ids is None:
-                continue
-            for request_id in ids:
-                request = pending[request_id]
-                position = request.positions[block]
-                first = request.first_stored.get(instance_id)
-                if first is None or position < first:
-                    request.first_stored[instance_id] = position
+        for request_id in ids:
+            request = pending[request_id]
+            last = request.positions[blocks[-1]]
+            position = request.positions.get(blocks[0], last - len(blocks) + 1)
+            first = request.first_stored.get(instance_id)
+            if first is None or position < first:
+                request.first_stored[instance_id] = max(position, 0)
 
     def realized(self, request_id: str, instance_id: str) -> float | None:
         """The request's hit on the instance so far (None if it is not watched there, or

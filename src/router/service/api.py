@@ -320,19 +320,21 @@ def _record_outcome(
     """Metrics of a finished request, its outcome in the scheduler that decided it (the
     decision log's outcome line, session history) and in the experiment arm that served it.
 
-    When the hit must be read from KV events (the engine's usage does not tell it), the
+    When the request's chain is watched for KV events (a decision log is kept), the
     outcome waits ``kv_events_grace_s`` for the request's last stored events, which an
-    engine publishes asynchronously and can reach the router after the response; pending
-    outcomes are written at shutdown, not lost."""
+    engine publishes asynchronously and can reach the router after the response: they
+    give the hit when the usage does not, and the ``events_hit`` cross-check when it
+    does. Pending outcomes are written at shutdown, not lost."""
     finished_s = time.time()
+    scheduler = arm.scheduler if arm is not None else svc.scheduler
+    scheduler.record_output(view.session_id, timing.tokens)  # the session's next turn sees it
 
     def record() -> None:
         _write_outcome(svc, view, decision, outcome, arm, timing, finished_s)
 
     grace = svc.settings.service.kv_events_grace_s
-    from_events = outcome.cached_tokens is None or outcome.handoff is not None
     watched = svc.realizations is not None and view.request_id in svc.realizations
-    if grace > 0 and from_events and watched:
+    if grace > 0 and watched:
         svc.defer(grace, record)
     else:
         record()
@@ -365,7 +367,7 @@ def _write_outcome(
             svc.metrics.prediction_error.observe(error)
             svc.metrics.predicted_hit.observe(predicted)
     scheduler = arm.scheduler if arm is not None else svc.scheduler
-    scheduler.record_outcome(
+    scheduler.log_outcome(
         PredictorOutcome(
             request_id=request_id,
             session_id=view.session_id,
