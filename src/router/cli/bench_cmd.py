@@ -12,7 +12,7 @@ bench_app = typer.Typer(help="Benchmarks that print figures.", no_args_is_help=T
 @bench_app.command("index")
 def index(
     redis_url: str | None = typer.Option(
-        None, "--redis-url", help="Redis of the shared index [default: settings redis.url]"
+        None, "--redis-url", help="Redis of the shared index (default: the settings' redis.url)"
     ),
     repeats: int = typer.Option(200, "--repeats", min=10, help="Matches timed per configuration"),
     no_redis: bool = typer.Option(False, "--no-redis", help="Measure the in-memory index only"),
@@ -37,7 +37,7 @@ def index(
 @bench_app.command("route")
 def route(
     redis_url: str | None = typer.Option(
-        None, "--redis-url", help="Redis of the shared index [default: settings redis.url]"
+        None, "--redis-url", help="Redis of the shared index (default: the settings' redis.url)"
     ),
     repeats: int = typer.Option(200, "--repeats", min=10, help="Decisions timed per row"),
     no_redis: bool = typer.Option(False, "--no-redis", help="Measure the in-memory index only"),

@@ -6,25 +6,34 @@ from pathlib import Path
 
 import typer
 
+from policies.registry import policy_names
+
 __all__ = ["serve"]
 
 
 def serve(
-    host: str | None = typer.Option(None, help="Interface to listen on [default: 127.0.0.1]"),
-    port: int | None = typer.Option(None, help="Port to listen on [default: 8000]"),
+    host: str | None = typer.Option(None, help="Interface to listen on (default: 127.0.0.1)"),
+    port: int | None = typer.Option(None, help="Port to listen on (default: 8000)"),
     instances: Path | None = typer.Option(
         None, "--instances", help="YAML or JSON list of engine instances to drive"
     ),
     redis_url: str | None = typer.Option(
         None, "--redis-url", help="Share the prefix index through this Redis (default: in memory)"
     ),
-    policy: str | None = typer.Option(None, help="Policy name: idc-pd, xdc-pd or pdd"),
+    policy: str | None = typer.Option(
+        None, help=f"Policy name: {', '.join(policy_names())} (default: pdd)"
+    ),
     config: Path | None = typer.Option(
         None, "--config", help="YAML settings file (also PDD_ROUTER_CONFIG)"
     ),
     log_level: str = typer.Option("info", help="uvicorn log level"),
 ) -> None:
-    """Serve the REST API (route, completions, kv-events, instances, metrics)."""
+    """Serve the REST API (route, completions, kv-events, instances, experiments, metrics).
+
+    Settings not given as options come from PDD_ROUTER_* variables or --config, e.g.
+    PDD_ROUTER_SERVICE__DECISION_LOG=decisions.jsonl to log every decision and its
+    outcome for `predictor train`, PDD_ROUTER_SERVICE__PREDICTOR_MODEL=model.skops to
+    decide with a trained hit-rate model."""
     import os
 
     import uvicorn
