@@ -194,6 +194,10 @@ class VLLMAdapter(HttpEngineCommon):
             raise EngineError(self.instance_id, f"generate: {exc}") from exc
         if final is None:
             raise EngineError(self.instance_id, "generate: stream ended without a finish_reason")
+        if "kv_transfer_params" in body:
+            # KV received over a connector counts in vLLM's cached tokens (its computed
+            # tokens include the external ones): not what this engine's prefix cache held
+            cached = None
         await emit(final.model_copy(update={"cached_tokens": cached}))
 
     async def abort(self, request_id: str) -> None:

@@ -9,18 +9,30 @@ which name only the engine's hash, can be applied.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from engines_adapter.contract import KVEvent, KVEventBatch
 from router.hashing import chain_hashes
 from router.index.base import PrefixIndex
 
-__all__ = ["IngestStats", "KVEventIngestor", "StoredObserver"]
+__all__ = ["IngestStats", "KVEventIngestor", "KVObserver"]
 
 EngineHash = int | str
-StoredObserver = Callable[[str, Sequence[int]], None]
-"""Told (instance id, the router's hashes of the blocks stored) after each stored event."""
+
+
+class KVObserver(Protocol):
+    """Hears what the ingestor applied (the live service reads realized hits from it)."""
+
+    def stored(self, instance_id: str, blocks: Sequence[int], engine_block_size: int) -> None:
+        """One stored event's run, under the router's hashes (parent first)."""
+        ...
+
+    def lost(self, instance_id: str) -> None:
+        """Stored events of the instance were lost or could not be applied (a gap, an
+        unknown parent, blocks not a whole number of router blocks)."""
+        ...
 
 
 @dataclass(slots=True)
@@ -45,15 +57,15 @@ class KVEventIngestor:
         block_size: int,
         seed: int = 0,
         max_mapped_per_instance: int = 2_000_000,
-        on_stored: StoredObserver | None = None,
+        observer: KVObserver | None = None,
     ) -> None:
-        """``on_stored`` hears every stored event once the index has it, under the router's
-        hashes (the live service reads realized hits from it)."""
+        """``observer`` hears every stored event once the index has it, under the router's
+        hashes, and every loss (the live service reads realized hits from it)."""
         self.index = index
         self.block_size = block_size
         self.seed = seed
         self.max_mapped = max_mapped_per_instance
-        self.on_stored = on_stored
+        self.observer = observer
         self.stats = IngestStats()
         # per instance: engine hash -> (router hashes, how many times it is stored);
         # vLLM may store one hash twice (two requests computing the same block at once)
@@ -66,6 +78,8 @@ class KVEventIngestor:
 
     def apply(self, batch: KVEventBatch) -> None:
         self.stats.batches += 1
+        if batch.gap and self.observer is not None:
+            self.observer.lost(batch.instance_id)
         for event in batch.events:
             if event.type == "BlockStored":
                 self._stored(batch.instance_id, event)
@@ -84,12 +98,14 @@ class KVEventIngestor:
         engine_bs = event.block_size or len(event.token_ids) // n
         if engine_bs <= 0 or engine_bs % self.block_size or len(event.token_ids) < n * engine_bs:
             self.stats.unaligned += n
+            self._lost(instance_id)
             return
         parent: int | None = None
         if event.parent_block_hash is not None:
             known = dual.get(event.parent_block_hash)
             if known is None:
                 self.stats.orphans += n
+                self._lost(instance_id)
                 return
             parent = known[0][-1]
         new: list[int] = []
@@ -105,8 +121,12 @@ class KVEventIngestor:
             dual.popitem(last=False)
         self.index.store(instance_id, new)
         self.stats.stored_blocks += len(new)
-        if self.on_stored is not None:
-            self.on_stored(instance_id, new)
+        if self.observer is not None:
+            self.observer.stored(instance_id, new, engine_bs)
+
+    def _lost(self, instance_id: str) -> None:
+        if self.observer is not None:
+            self.observer.lost(instance_id)
 
     def _removed(self, instance_id: str, event: KVEvent) -> None:
         dual = self._dual.get(instance_id)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -20,6 +20,7 @@ __all__ = [
     "RedisSettings",
     "ServiceSettings",
     "Settings",
+    "settings_errors",
 ]
 
 CONFIG_FILE_ENV = "PDD_ROUTER_CONFIG"
@@ -125,3 +126,12 @@ class Settings(BaseSettings):
         if config_file:
             sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=config_file))
         return tuple(sources)
+
+
+def settings_errors(exc: ValidationError) -> str:
+    """A settings validation error on one line, naming each bad setting by its variable."""
+    parts = []
+    for error in exc.errors():
+        path = "__".join(str(part) for part in error["loc"]).upper()
+        parts.append(f"PDD_ROUTER_{path}: {error['msg']} (got {error.get('input')!r})")
+    return "; ".join(parts)

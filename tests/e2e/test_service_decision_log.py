@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import time
@@ -14,8 +15,15 @@ import pytest
 from fastapi.testclient import TestClient
 from service_support import PROMPT, VOCAB, Engines, make_client, register
 
-from engines_adapter.contract import EngineAdapter, GenerateRequest, PrefillResult, TokenDelta
+from engines_adapter.contract import (
+    EngineAdapter,
+    GenerateRequest,
+    KVEventBatch,
+    PrefillResult,
+    TokenDelta,
+)
 from engines_adapter.sim_engine import SimEngine, SimEngineConfig
+from router.cli.app import main
 from router.errors import UserError
 from router.index.memory_index import MemoryPrefixIndex
 from router.index.resilient_index import ResilientIndex
@@ -86,10 +94,11 @@ def outcomes_in(path: Path) -> int:
 def run(engines: Engines, path: Path) -> tuple[list[tuple[str, int | None]], list[dict[str, Any]]]:
     with make_client(engines, decision_log=str(path), kv_events_grace_s=0.05) as client:
         register(client, *TOPOLOGY)
+        before = outcomes_in(path) if path.exists() else 0
         sent = [complete(client, p, stream=i == 1) for i, p in enumerate(PROMPTS)]
         # an outcome read from KV events waits the grace period for late events
         deadline = time.monotonic() + 10
-        while outcomes_in(path) < len(PROMPTS) and time.monotonic() < deadline:
+        while outcomes_in(path) < before + len(PROMPTS) and time.monotonic() < deadline:
             time.sleep(0.02)
         # each line is in the file as soon as it is written, before shutdown
         written = records(path)
@@ -270,3 +279,80 @@ def test_readiness_still_reports_a_degraded_shared_index(tmp_path: Path) -> None
         assert client.get("/readyz").json()["index_degraded"] is False
         shared.degraded = True  # what an unreachable Redis does
         assert client.get("/readyz").json()["index_degraded"] is True
+
+
+class LateEventsSim(SimEngine):
+    """A simulated engine whose KV events reach the router 0.2 s late (as over ZMQ from a
+    busy engine): a request's own stored events arrive after its response."""
+
+    async def kv_events(self) -> AsyncGenerator[KVEventBatch, None]:
+        async for batch in super().kv_events():
+            await asyncio.sleep(0.2)
+            yield batch
+
+
+class LateEventsEngines(Engines):
+    def __call__(self, config: InstanceConfig, _: httpx.AsyncClient) -> EngineAdapter:
+        engine = LateEventsSim(config.instance_id, SimEngineConfig(vocab_size=VOCAB))
+        self.by_id[config.instance_id] = engine
+        return engine
+
+
+@pytest.mark.parametrize("grace", [1.0, 0.0])
+def test_the_outcome_line_waits_for_late_kv_events(tmp_path: Path, grace: float) -> None:
+    path = tmp_path / "live.jsonl"
+    engines = LateEventsEngines()
+    with make_client(engines, decision_log=str(path), kv_events_grace_s=grace) as client:
+        register(client, *TOPOLOGY)
+        complete(client, PROMPTS[2], stream=False)  # md0 publishes a first event
+        time.sleep(0.5)
+        request_id, cached = complete(client, PROMPTS[0], stream=False)
+        time.sleep(1.5)
+    _, outcome = joined(records(path), request_id)
+    assert cached == 320  # the half it shares with the first prompt
+    assert outcome["realized_hit"] == {"md": pytest.approx(0.5)}
+    # the same hit read from the KV events, once they have arrived
+    expected = 0.5 if grace else 624 / 640  # without waiting, its own stores are missed
+    assert outcome["events_hit"] == {"md": pytest.approx(expected)}
+
+
+def test_history_ttft_and_arms_do_not_wait_for_the_outcome_line(tmp_path: Path) -> None:
+    path = tmp_path / "live.jsonl"
+    arms = [
+        {"name": "paper", "policy": "pdd"},
+        {"name": "relay", "policy": "pdd", "params": {"wan_budget_s": 1e-9}},
+    ]
+    with make_client(Engines(), decision_log=str(path), kv_events_grace_s=600) as client:
+        register(client, *TOPOLOGY)
+        response = client.post("/v1/experiments", json={"name": "x", "arms": arms})
+        assert response.status_code == 201, response.text
+        created = response.json()
+        ids = [complete(client, p, stream=False)[0] for p in PROMPTS]
+        lines = records(path)
+        assert not [r for r in lines if r["kind"] == "outcome"]  # every line still waits
+        outputs = [next(r for r in lines if r.get("id") == i)["history"] for i in ids]
+        assert [(h or {}).get("outputs_known", 0) for h in outputs] == [0, 1, 2]
+        report = client.get(f"/v1/experiments/{created['id']}").json()
+        assert sum(arm["requests"] for arm in report["arms"]) == len(PROMPTS)
+        assert "pdd_router_ttft_seconds_count" in client.get("/metrics").text
+    assert len([r for r in records(path) if r["kind"] == "outcome"]) == len(PROMPTS)
+
+
+def test_a_restarted_service_appending_to_the_log_reuses_no_id(tmp_path: Path) -> None:
+    path = tmp_path / "live.jsonl"
+    first = run(Engines(), path)[0]
+    second = run(Engines(), path)[0]
+    assert not {i for i, _ in first} & {i for i, _ in second}
+    assert len(read_logs([path])) == 2 * len(PROMPTS)
+
+
+def test_a_bad_setting_stops_serve_with_one_line(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PDD_ROUTER_SERVICE__KV_EVENTS_GRACE_S", "-1")
+    assert main(["serve"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.splitlines() == [err]
+    assert (
+        "PDD_ROUTER_SERVICE__KV_EVENTS_GRACE_S: Input should be greater than or equal to 0" in err
+    )

@@ -80,7 +80,12 @@ async def test_generate_sends_token_ids_and_parses_the_stream(adapter: VLLMAdapt
     assert [d.token_ids for d in deltas] == [[7], [8, 9], []]
     assert deltas[-1].finished
     assert deltas[-1].finish_reason == "length"
-    assert deltas[-1].cached_tokens == 2  # from the usage chunk after the last token
+    # with KV handed over by a connector, vLLM's cached tokens count the transferred ones:
+    # not a prefix-cache hit, so none is reported (the router reads the KV events instead)
+    assert deltas[-1].cached_tokens is None
+    plain = await _collect(adapter, _req())
+    assert "kv_transfer_params" not in json.loads(route.calls.last.request.content)
+    assert plain[-1].cached_tokens == 2  # from the usage chunk after the last token
 
 
 @respx.mock

@@ -175,7 +175,7 @@ def test_the_ingestor_reports_stores_under_the_routers_hashes() -> None:
     index = MemoryPrefixIndex()
     index.register(IndexedInstance("md0", Tier.MD, "B"))
     tracker = KVRealizations()
-    ingest = KVEventIngestor(index, block_size=BS, on_stored=tracker.stored)
+    ingest = KVEventIngestor(index, block_size=BS, observer=tracker)
     tracker.begin("r1", ["md0"], CHAIN, block_size=BS, prompt_tokens=len(PROMPT))
 
     def stored(hashes: list[int], parent: int | None, first: int) -> KVEventBatch:
@@ -191,3 +191,40 @@ def test_the_ingestor_reports_stores_under_the_routers_hashes() -> None:
     tracker.begin("r2", ["md0"], CHAIN, block_size=BS, prompt_tokens=len(PROMPT))
     ingest.apply(stored([905], 904, 4))  # router blocks 8 and 9: the first new one is 8
     assert tracker.finish("r2") == {"md0": pytest.approx(8 * BS / 165)}
+
+
+def test_lost_stored_events_make_the_hit_unknown_not_full() -> None:
+    tracker = watched()
+    tracker.begin("r2", ["md1"], CHAIN, block_size=BS, prompt_tokens=len(PROMPT))
+    heard(tracker, "md1")
+    tracker.lost("md0")  # e.g. a gap: r1's own stores may be among the lost events
+    assert tracker.finish("r1") == {}
+    assert tracker.finish("r2") == {"md1": pytest.approx(160 / 165)}  # md1 lost nothing
+    tracker.begin("r3", ["md0"], CHAIN, block_size=BS, prompt_tokens=len(PROMPT))
+    assert tracker.finish("r3") == {"md0": pytest.approx(160 / 165)}  # decided after it
+
+
+def test_a_prompt_held_whole_stops_at_the_engines_last_full_block() -> None:
+    prompt = PROMPT[: 10 * BS]  # 160 tokens: with engine blocks of 64, 128 are cached
+    chain = chain_hashes(prompt, BS).hashes
+    tracker = KVRealizations()
+    tracker.stored("md0", UNRELATED, 64)
+    tracker.begin("r", ["md0"], chain, block_size=BS, prompt_tokens=len(prompt))
+    assert tracker.finish("r") == {"md0": pytest.approx(128 / 160)}
+
+
+def test_the_ingestor_reports_what_it_cannot_apply_as_lost() -> None:
+    index = MemoryPrefixIndex()
+    index.register(IndexedInstance("md0", Tier.MD, "B"))
+    tracker = watched()
+    ingest = KVEventIngestor(index, block_size=BS, observer=tracker)
+    orphan = KVEvent(
+        type="BlockStored", block_hashes=[7], parent_block_hash=999,
+        token_ids=PROMPT[:BS], block_size=BS,
+    )  # fmt: skip
+    ingest.apply(KVEventBatch(instance_id="md0", timestamp=0.0, events=[orphan]))
+    assert ingest.stats.orphans == 1
+    assert tracker.finish("r1") == {}
+    tracker.begin("r2", ["md0"], CHAIN, block_size=BS, prompt_tokens=len(PROMPT))
+    ingest.apply(KVEventBatch(instance_id="md0", timestamp=1.0, events=[], gap=True))
+    assert tracker.finish("r2") == {}

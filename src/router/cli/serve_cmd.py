@@ -37,17 +37,21 @@ def serve(
     import os
 
     import uvicorn
+    from pydantic import ValidationError
 
     from policies.registry import UnknownPolicyError, parse_policy
     from router.errors import UserError
     from router.service.app import create_app
-    from router.settings import CONFIG_FILE_ENV, Settings
+    from router.settings import CONFIG_FILE_ENV, Settings, settings_errors
 
     if config is not None:
         if not config.is_file():
             raise UserError(f"settings file {config} does not exist")
         os.environ[CONFIG_FILE_ENV] = str(config)
-    settings = Settings()
+    try:
+        settings = Settings()
+    except ValidationError as exc:
+        raise UserError(f"invalid settings: {settings_errors(exc)}") from None
     updates: dict[str, object] = {}
     service = settings.service.model_copy(
         update={k: v for k, v in {"host": host, "port": port}.items() if v is not None}

@@ -8,6 +8,7 @@ The command parses options, shows progress and prints; the search is ``replay.tu
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -123,8 +124,8 @@ def _scenario(text: str) -> tuple[Path, str, list[float]]:
         scales = [float(v) for v in loads.split(",")]
     except ValueError:
         raise UserError(f"--scenario {text!r}: loads must be numbers, got {loads!r}") from None
-    if any(v <= 0 for v in scales):
-        raise UserError(f"--scenario {text!r}: loads must be positive")
+    if not all(math.isfinite(v) and v > 0 for v in scales):
+        raise UserError(f"--scenario {text!r}: loads must be positive numbers")
     return Path(trace), name, scales
 
 
@@ -196,11 +197,15 @@ def tune(
     if sla_ttft <= 0 or sla_tpot <= 0:
         raise UserError("--sla-ttft and --sla-tpot must be positive")
     for value in [*rate_scale, *check_rate_scale]:
-        if value <= 0:
+        if not (math.isfinite(value) and value > 0):
             raise UserError(f"--rate-scale and --check-rate-scale must be positive, got {value}")
     traces = traces or []
     if traces and preset is None:
         raise UserError("--preset is required with TRACES")
+    if not traces and preset is not None:
+        raise UserError("--preset names the preset of TRACES; give TRACES (or drop it)")
+    if not traces and rate_scale != [1.0]:
+        raise UserError("--rate-scale sets the loads of TRACES; a --scenario has its own")
     parsed = [_scenario(text) for text in scenarios]
     if not traces and not parsed:
         raise UserError("give at least one trace to tune on (TRACES or --scenario)")
@@ -209,6 +214,9 @@ def tune(
             raise UserError(f"{path}: no such trace file")
     first = preset if preset is not None else parsed[0][1]
     cluster = parse_overrides(overrides)
+    names = {first, *(name for _, name, _ in parsed), *([check_preset] if check_preset else [])}
+    for name in sorted(names):  # an unknown preset is refused before any replay
+        load_preset(name, cluster)
     common: dict[str, Any] = {
         "policy": policy or load_preset(first, cluster).spec.default_policy,
         "seed": seed,

@@ -7,14 +7,17 @@ serving the request stores every block of the prompt the instance did not hold, 
 the first position of the request's chain stored on that instance *after the
 decision* is where its cache hit ended. ``KVRealizations`` remembers, per in-flight
 request, its chain (block hash -> position) on each instance it may be served by, and
-hears every stored event (``KVEventIngestor(on_stored=...)``); when the request ends
+hears every stored event (``KVEventIngestor(observer=...)``); when the request ends
 its realized hit is that position's blocks * block size / prompt tokens, or all of the
 chain's full blocks when none of them was stored meanwhile, provided the instance has
 published a stored event at all (one that publishes none, as in approximate mode, says
 nothing: no hit is reported for it). Engines compute at least the last prompt token
 even when the whole prompt is cached (vLLM does, and so does the simulated engine), so
-by default the hit stops at the last full block before that token: a 640-token prompt
-held whole counts 624 tokens (39 blocks of 16), as their usage says.
+by default the hit stops at the last full *engine* block before that token (the block
+size the instance's events carry): a 640-token prompt held whole counts 624 tokens with
+blocks of 16, 512 with blocks of 128, as their usage says. When the instance's stored
+events were lost or could not be applied (a gap, an unknown parent) while a request
+was watched, its hit there is unknown: none is reported rather than a full one.
 
 KV events name no request, so a stored run is attributed by its shape: it counts for a
 pending request when its last block is in the request's chain (then, the hashes being
@@ -47,6 +50,7 @@ class _Pending:
     instances: tuple[str, ...]
     block_size: int
     prompt_tokens: int
+    losses: dict[str, int]  # instance -> its loss count when the request was decided
     first_stored: dict[str, int] = field(default_factory=dict)  # instance -> least position
 
 
@@ -71,7 +75,8 @@ class KVRealizations:
         self.dropped = 0
         self._pending: OrderedDict[str, _Pending] = OrderedDict()
         self._waiting: dict[str, dict[int, set[str]]] = {}  # instance -> hash -> request ids
-        self._heard: set[str] = set()  # instances that published a stored event
+        self._engine_block: dict[str, int] = {}  # instances heard -> their block size
+        self._losses: dict[str, int] = {}  # instance -> stored events lost so far (count)
 
     def __len__(self) -> int:
         return len(self._pending)
@@ -97,7 +102,9 @@ class KVRealizations:
         full = min(len(chain), prompt_tokens // block_size)
         # chained hashes do not repeat; if one did, its first position is kept
         positions = dict(zip(reversed(chain[:full]), range(full - 1, -1, -1), strict=True))
-        pending = _Pending(positions, tuple(dict.fromkeys(instances)), block_size, prompt_tokens)
+        where = tuple(dict.fromkeys(instances))
+        losses = {iid: self._losses.get(iid, 0) for iid in where}
+        pending = _Pending(positions, where, block_size, prompt_tokens, losses)
         for iid in pending.instances:
             waiting = self._waiting.setdefault(iid, {})
             for block in positions:
@@ -111,7 +118,17 @@ class KVRealizations:
             self.forget(next(iter(self._pending)))
             self.dropped += 1
 
-    def stored(self, instance_id: str, blocks: Sequence[int]) -> None:
+    def heard(self, instance_id: str) -> bool:
+        """Whether the instance has published a stored event (it publishes KV events)."""
+        return instance_id in self._engine_block
+
+    def lost(self, instance_id: str) -> None:
+        """Stored events of the instance were lost: its watched requests' hits are unknown."""
+        self._losses[instance_id] = self._losses.get(instance_id, 0) + 1
+
+    def stored(
+        self, instance_id: str, blocks: Sequence[int], engine_block_size: int | None = None
+    ) -> None:
         """An instance stored these blocks (the router's hashes of one event's run, parent
         first): the ingestor's observer.
 
@@ -119,7 +136,8 @@ class KVRealizations:
         chain: the hashes are chained, so the whole run is then a stretch of that chain,
         as the request's own prefill stores it. A run ending in a block the request does
         not have is another request's prompt that shares only a prefix with it."""
-        self._heard.add(instance_id)
+        known = self._engine_block.get(instance_id)
+        self._engine_block[instance_id] = engine_block_size or known or 0
         waiting = self._waiting.get(instance_id)
         if not waiting or not blocks:
             return
@@ -141,14 +159,18 @@ class KVRealizations:
         request = self._pending.get(request_id)
         if request is None or instance_id not in request.instances:
             return None
-        if instance_id not in self._heard:
+        if not self.heard(instance_id):
             return None
-        if request.prompt_tokens <= 0:
+        if self._losses.get(instance_id, 0) != request.losses[instance_id]:
+            return None  # some of its stored events may be among those lost
+        prompt = request.prompt_tokens
+        if prompt <= 0:
             return 0.0
-        blocks = request.first_stored.get(instance_id, len(request.positions))
+        tokens = request.first_stored.get(instance_id, len(request.positions)) * request.block_size
         if self.last_token_computed:
-            blocks = min(blocks, (request.prompt_tokens - 1) // request.block_size)
-        return min(blocks * request.block_size / request.prompt_tokens, 1.0)
+            engine_block = self._engine_block[instance_id] or request.block_size
+            tokens = min(tokens, (prompt - 1) // engine_block * engine_block)
+        return min(tokens / prompt, 1.0)
 
     def finish(self, request_id: str) -> dict[str, float]:
         """The request ended: its realized hit on each watched instance; then forget it."""

@@ -2,25 +2,20 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import time
-from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator
 
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
 from engines_adapter.contract import EngineError, GenerateRequest
-from policies.tiers import Tier
 from policies.types import Decision, RequestView
 from router.hashing import chain_hashes
-from router.predictor.outcome import Outcome as PredictorOutcome
-from router.predictor.outcome import OutcomeSource
 from router.service.errors import ApiError, error_body
 from router.service.experiments import Arm
-from router.service.experiments import Outcome as ExperimentOutcome
 from router.service.orchestrator import Outcome, Upstream, execute
+from router.service.outcomes import Timing, record_outcome, unwatch, unwatched_on_error, watch
 from router.service.schemas import (
     ERROR_RESPONSES,
     CompletionChoice,
@@ -82,24 +77,6 @@ def _decide(svc: ServiceState, view: RequestView) -> tuple[Decision, Arm | None]
     return decision, arm
 
 
-@dataclass(slots=True)
-class _Timing:
-    """When the client got its tokens, for TTFT and TPOT."""
-
-    started: float
-    first_at: float | None = None
-    last_at: float | None = None
-    tokens: int = 0
-
-    def saw(self, n: int) -> None:
-        now = time.perf_counter()
-        if self.first_at is None and n:
-            self.first_at = now
-        if n:
-            self.last_at = now
-        self.tokens += n
-
-
 @api_router.post("/v1/route", response_model=Decision, tags=["routing"])
 async def route(body: RouteRequest, request: Request) -> Decision:
     """Decide a request without executing it."""
@@ -146,7 +123,7 @@ async def completions(body: CompletionRequest, request: Request) -> object:
     request_id = svc.next_request_id()
     view = RequestView(chain.hashes, chain.block_size, chain.num_tokens, body.max_tokens,
                        body.session_id or body.user, time.time(), request_id)  # fmt: skip
-    timing = _Timing(time.perf_counter())
+    timing = Timing(time.perf_counter())
     generation = GenerateRequest(
         request_id=request_id, prompt_token_ids=body.prompt, max_tokens=max_tokens,
         temperature=body.temperature, ignore_eos=body.ignore_eos,
@@ -154,10 +131,10 @@ async def completions(body: CompletionRequest, request: Request) -> object:
 
     # Fail over until the first token: a refused or timed-out engine is marked
     # unhealthy and the request is decided again without it.
-    with _unwatched_on_error(svc, request_id):
+    with unwatched_on_error(svc, request_id):
         for attempt in range(MAX_ATTEMPTS):
             decision, arm = _decide(svc, view)
-            _watch(svc, view, decision)
+            watch(svc, view, decision)
             outcome = Outcome(decision.pipeline)
             up = Upstream(svc.pool, svc.metrics, svc.tracer)
             stream = execute(up, decision, generation, outcome)
@@ -178,7 +155,7 @@ async def completions(body: CompletionRequest, request: Request) -> object:
     if not body.stream:
         tokens = list(first or [])
         timing.saw(len(tokens))
-        with _unwatched_on_error(svc, request_id):
+        with unwatched_on_error(svc, request_id):
             try:
                 async for ids in stream:
                     tokens.extend(ids)
@@ -188,7 +165,7 @@ async def completions(body: CompletionRequest, request: Request) -> object:
                 raise ApiError(
                     502, f"engine failed mid-request: {exc}", type_="upstream_error"
                 ) from exc
-        _record_outcome(svc, view, decision, outcome, arm, timing)
+        record_outcome(svc, view, decision, outcome, arm, timing)
         return CompletionResponse(
             id=request_id, created=created, model=model,
             choices=[CompletionChoice(token_ids=tokens, finish_reason=outcome.finish_reason)],
@@ -219,7 +196,7 @@ async def completions(body: CompletionRequest, request: Request) -> object:
                 )
                 yield "data: [DONE]\n\n"
                 return
-            _record_outcome(svc, view, decision, outcome, arm, timing)
+            record_outcome(svc, view, decision, outcome, arm, timing)
             recorded = True
             final = {"index": 0, "text": "", "token_ids": [],
                      "finish_reason": outcome.finish_reason or "length"}  # fmt: skip
@@ -230,7 +207,7 @@ async def completions(body: CompletionRequest, request: Request) -> object:
             yield "data: [DONE]\n\n"
         finally:  # a failed or dropped stream writes no outcome: stop watching it
             if not recorded:
-                _unwatch(svc, request_id)
+                unwatch(svc, request_id)
 
     headers = {"x-pdd-pipeline": decision.pipeline.value, "x-pdd-decision": decision.reason}
     return StreamingResponse(sse(), media_type="text/event-stream", headers=headers)
@@ -256,137 +233,3 @@ def _served(decision: Decision, outcome: Outcome) -> dict[str, object]:
         "predicted_hit": {t.value: h for t, h in decision.predicted_hit.items()},
         "reason": decision.reason,
     }
-
-
-def _watch(svc: ServiceState, view: RequestView, decision: Decision) -> None:
-    """With a decision log, watch the request's chain on its decode instances: the realized
-    hit when the engine's usage reports no cached tokens (a retry replaces the watch)."""
-    if svc.realizations is None or view.request_id is None:
-        return
-    decode = [i for i in (decision.md_instance, decision.rld_instance) if i is not None]
-    svc.realizations.begin(view.request_id, decode, view.chain, block_size=view.block_size,
-                           prompt_tokens=view.input_length)  # fmt: skip
-
-
-def _unwatch(svc: ServiceState, request_id: str) -> None:
-    if svc.realizations is not None:
-        svc.realizations.forget(request_id)
-
-
-@contextlib.contextmanager
-def _unwatched_on_error(svc: ServiceState, request_id: str) -> Iterator[None]:
-    """A request that fails writes no outcome: stop watching it."""
-    try:
-        yield
-    except BaseException:
-        _unwatch(svc, request_id)
-        raise
-
-
-@dataclass(frozen=True, slots=True)
-class _Realized:
-    tier: Tier
-    hit: float
-    source: OutcomeSource
-    events_hit: float | None  # from KV events too, when usage gave ``hit``
-
-
-def _realized(
-    svc: ServiceState, request_id: str, outcome: Outcome, prompt: int
-) -> _Realized | None:
-    """The decode tier that served the request and its realized hit there: the cached
-    tokens in the engine's usage, else read from its KV events (the request is no longer
-    watched). After a handoff MD's usage counts the prompt its warm-up copy brought in,
-    not what it held before, so only its KV events tell."""
-    watched = svc.realizations.finish(request_id) if svc.realizations is not None else {}
-    served = next((t for t in (Tier.MD, Tier.RLD) if t.value in outcome.instances), None)
-    if served is None:
-        return None
-    from_events = watched.get(outcome.instances[served.value])
-    if outcome.cached_tokens is not None and outcome.handoff is None:
-        hit = min(outcome.cached_tokens, prompt) / prompt if prompt else 0.0
-        return _Realized(served, hit, "usage", from_events)
-    return None if from_events is None else _Realized(served, from_events, "kv-events", None)
-
-
-def _record_outcome(
-    svc: ServiceState,
-    view: RequestView,
-    decision: Decision,
-    outcome: Outcome,
-    arm: Arm | None,
-    timing: _Timing,
-) -> None:
-    """Metrics of a finished request, its outcome in the scheduler that decided it (the
-    decision log's outcome line, session history) and in the experiment arm that served it.
-
-    When the request's chain is watched for KV events (a decision log is kept), the
-    outcome waits ``kv_events_grace_s`` for the request's last stored events, which an
-    engine publishes asynchronously and can reach the router after the response: they
-    give the hit when the usage does not, and the ``events_hit`` cross-check when it
-    does. Pending outcomes are written at shutdown, not lost."""
-    finished_s = time.time()
-    scheduler = arm.scheduler if arm is not None else svc.scheduler
-    scheduler.record_output(view.session_id, timing.tokens)  # the session's next turn sees it
-
-    def record() -> None:
-        _write_outcome(svc, view, decision, outcome, arm, timing, finished_s)
-
-    grace = svc.settings.service.kv_events_grace_s
-    watched = svc.realizations is not None and view.request_id in svc.realizations
-    if grace > 0 and watched:
-        svc.defer(grace, record)
-    else:
-        record()
-
-
-def _write_outcome(
-    svc: ServiceState,
-    view: RequestView,
-    decision: Decision,
-    outcome: Outcome,
-    arm: Arm | None,
-    timing: _Timing,
-    finished_s: float,
-) -> None:
-    assert view.request_id is not None
-    request_id, prompt = view.request_id, view.input_length
-    realized = _realized(svc, request_id, outcome, prompt)
-    hits: dict[Tier, float] = {}
-    source: OutcomeSource | None = None
-    events_hit: dict[Tier, float] | None = None
-    error: float | None = None
-    if realized is not None:
-        served, source = realized.tier, realized.source
-        hits[served] = realized.hit
-        if realized.events_hit is not None:
-            events_hit = {served: realized.events_hit}
-        predicted = decision.predicted_hit.get(served)
-        if predicted is not None and prompt:
-            error = abs(predicted - realized.hit)
-            svc.metrics.prediction_error.observe(error)
-            svc.metrics.predicted_hit.observe(predicted)
-    scheduler = arm.scheduler if arm is not None else svc.scheduler
-    scheduler.log_outcome(
-        PredictorOutcome(
-            request_id=request_id,
-            session_id=view.session_id,
-            realized_hit=hits,
-            instances={Tier(tier): iid for tier, iid in outcome.instances.items()},
-            output_tokens=timing.tokens,
-            ttft_s=None if timing.first_at is None else round(timing.first_at - timing.started, 6),
-            pipeline=outcome.pipeline.value,
-            finished_s=finished_s,
-            source=source,
-            events_hit=events_hit,
-        )
-    )
-    if timing.first_at is None:
-        return
-    ttft = timing.first_at - timing.started
-    assert timing.last_at is not None
-    tpot = (timing.last_at - timing.first_at) / (timing.tokens - 1) if timing.tokens > 1 else None
-    arm_name = arm.spec.name if arm is not None else "default"
-    svc.metrics.ttft.labels(arm_name).observe(ttft)
-    if arm is not None:
-        arm.outcomes.append(ExperimentOutcome(ttft, tpot, outcome.pipeline.value, error))

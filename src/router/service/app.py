@@ -156,7 +156,7 @@ def build_state(
                             record_routes=settings.service.approximate_index),
         ingestor=KVEventIngestor(
             idx, block_size=settings.block_size, seed=settings.hash_seed,
-            on_stored=realizations.stored if realizations is not None else None,
+            observer=realizations,
         ),
         metrics=ServiceMetrics(), http=http, tracer=provider.get_tracer("pdd_router"),
         experiments=Experiments(idx, decision_log=log),
@@ -189,12 +189,14 @@ def create_app(
                 svc.background.append(asyncio.create_task(poll_loads(svc)))
                 yield {"svc": svc}
             finally:
-                svc.flush_deferred()  # outcomes still waiting for KV events reach the log
-                for task in svc.background:
-                    task.cancel()
-                for iid in list(svc.pool.configs):
-                    await detach_instance(svc, iid)
-                await svc.http.aclose()
+                try:
+                    svc.flush_deferred()  # outcome lines waiting for KV events reach the log
+                finally:
+                    for task in svc.background:
+                        task.cancel()
+                    for iid in list(svc.pool.configs):
+                        await detach_instance(svc, iid)
+                    await svc.http.aclose()
 
     app = FastAPI(
         title="pdd-router",
