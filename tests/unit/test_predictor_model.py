@@ -77,9 +77,10 @@ def test_each_tier_keeps_the_model_only_where_it_beat_the_raw_match() -> None:
     x[~on_p, tiers[1]] = 1.0
     y[on_p] = x[on_p, MATCH]  # on P the index is exactly right: nothing to learn
     model = HitRateModel(
-        n_estimators=40, base_column=MATCH, fallback_column=MATCH, group_columns=tuple(tiers)
+        n_estimators=40, base_column=MATCH, fallback_columns=(MATCH,), group_columns=tuple(tiers)
     ).fit(x, y)
     assert model.use_model_.tolist()[:2] == [False, True]
+    assert model.choice_.tolist()[:2] == [0, -1]
     probe, _ = rows(300, seed=4)
     probe[:, tiers] = [1.0, 0.0]
     np.testing.assert_allclose(model.predict(probe), np.clip(probe[:, MATCH], 0, 1))
@@ -112,3 +113,25 @@ def test_files_that_are_not_a_model_are_refused_in_one_line(tmp_path: Path) -> N
     with pytest.raises(UserError, match="not a pdd-router hit-rate model"):
         load_predictor(other)
     assert KIND == "pdd-router/hit-rate-model"
+
+
+def test_a_tier_predicts_whichever_fallback_validated_best() -> None:
+    route = FEATURES.index("route_frac")
+    x, y = rows(4000, seed=5)
+    tiers = [FEATURES.index("tier_p"), FEATURES.index("tier_md")]
+    x[:, tiers] = 0.0
+    on_p = np.arange(len(x)) % 2 == 0
+    x[on_p, tiers[0]] = 1.0
+    x[~on_p, tiers[1]] = 1.0
+    y[on_p] = x[on_p, route]  # on P the router's record is exactly right, the index is not
+    model = HitRateModel(
+        n_estimators=40,
+        base_column=MATCH,
+        fallback_columns=(MATCH, route),
+        group_columns=tuple(tiers),
+    ).fit(x, y)
+    assert model.choice_.tolist()[:2] == [1, -1]  # P: the record; MD: the model
+    probe, _ = rows(300, seed=6)
+    probe[:, tiers] = [1.0, 0.0]
+    np.testing.assert_allclose(model.predict(probe), np.clip(probe[:, route], 0, 1))
+    np.testing.assert_allclose(model.predict_fast(probe), model.predict(probe))

@@ -57,7 +57,10 @@ def train(
     out: Path = typer.Option(..., "--out", help="Model file to write (skops)"),
     split: float = typer.Option(0.7, "--split", help=_SPLIT_HELP),
     param: list[str] = typer.Option(
-        [], "--param", metavar="KEY=VALUE", help="Model parameter, e.g. n_estimators=300"
+        [],
+        "--param",
+        metavar="KEY=VALUE",
+        help="Model parameter, e.g. n_estimators=300 or fallback_features=[match_frac]",
     ),
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress display"),
 ) -> None:
@@ -70,10 +73,11 @@ def train(
         params = parse_overrides(param)
         report = train_and_save(data, logs, out, train_fraction=split, params=params)
     tiers = ", ".join(f"{t} {n}" for t, n in report.by_tier.items())
-    kept = ", ".join(report.model_tiers) or "none (the raw match validated as good)"
+    kept = ", ".join(report.model_tiers) or "none"
+    others = "".join(f"; {t} predicts {f}" for t, f in report.fallbacks.items())
     Console().print(
         f"trained on {report.train_rows} of {report.rows} rows ({tiers}; index mode "
-        f"{', '.join(report.index_modes)}); model kept for tiers: {kept}; wrote {out}",
+        f"{', '.join(report.index_modes)}); model kept for tiers: {kept}{others}; wrote {out}",
         highlight=False,
         soft_wrap=True,
     )

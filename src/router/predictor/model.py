@@ -10,12 +10,14 @@ a decision. The output is clipped to [0, 1]: it is a hit rate.
 
 With ``base_column`` the trees learn the correction to that column (what the index
 says is held) rather than the hit rate itself: where the index is right, the
-correction is exactly zero. With ``fallback_column`` the last ``validation_fraction``
+correction is exactly zero. With ``fallback_columns`` the last ``validation_fraction``
 of the training rows (they come in time order) is held out: for each group of rows
-(``group_columns``, one-hot, e.g. the tier) the model is kept only if it beats the
-fallback column's MAE there, and the fallback column is returned otherwise
-(``use_model_``). A model is thus not worse than the raw match where it did not learn
-anything the raw match does not already know.
+(``group_columns``, one-hot, e.g. the tier) the model competes there with each
+fallback column (e.g. the raw index match, the router's record of its routes) and the
+one with the lowest MAE is what the group predicts (``choice_``: -1 for the model, else
+the position of the fallback column; ``use_model_`` marks the groups that keep the
+model). A model is thus not worse, on its validation rows, than the best of those raw
+figures where it did not learn anything they do not already know.
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ class HitRateModel(RegressorMixin, BaseEstimator):  # type: ignore[misc]
         subsample: float = 0.8,
         loss: str = "squared_error",
         base_column: int | None = None,
-        fallback_column: int | None = None,
+        fallback_columns: tuple[int, ...] = (),
         group_columns: tuple[int, ...] = (),
         validation_fraction: float = 0.2,
         random_state: int | None = 0,
@@ -63,7 +65,7 @@ class HitRateModel(RegressorMixin, BaseEstimator):  # type: ignore[misc]
         self.subsample = subsample
         self.loss = loss
         self.base_column = base_column
-        self.fallback_column = fallback_column
+        self.fallback_columns = fallback_columns
         self.group_columns = group_columns
         self.validation_fraction = validation_fraction
         self.random_state = random_state
@@ -101,12 +103,18 @@ class HitRateModel(RegressorMixin, BaseEstimator):  # type: ignore[misc]
         onehot = np.nan_to_num(X[:, cols], nan=0.0) > 0.5
         return np.where(onehot.any(axis=1), onehot.argmax(axis=1), len(cols)).astype(np.intp)
 
+    def _candidates(self, X: FloatArray, model: FloatArray) -> FloatArray:
+        """Rows x (the model, then each fallback column), clipped to [0, 1]."""
+        columns = [model, *(self._column(X, c) for c in self.fallback_columns)]
+        stacked: FloatArray = np.clip(np.column_stack(columns), 0.0, 1.0)
+        return stacked
+
     def _combine(self, X: FloatArray, residual: FloatArray) -> FloatArray:
         model = np.clip(self._column(X, self.base_column) + residual, 0.0, 1.0)
-        if self.fallback_column is None:
+        if not self.fallback_columns:
             return model
-        fallback = np.clip(self._column(X, self.fallback_column), 0.0, 1.0)
-        out: FloatArray = np.where(self.use_model_[self._groups(X)], model, fallback)
+        pick = self.choice_[self._groups(X)] + 1  # 0: the model, k: fallback column k - 1
+        out: FloatArray = self._candidates(X, model)[np.arange(len(X)), pick]
         return out
 
     def fit(self, X: Any, y: Any) -> HitRateModel:
@@ -117,24 +125,26 @@ class HitRateModel(RegressorMixin, BaseEstimator):  # type: ignore[misc]
         n = X.shape[0]
         if n < 2:
             raise ValueError(f"HitRateModel needs at least 2 rows, got {n} sample")
-        held = round(n * self.validation_fraction) if self.fallback_column is not None else 0
+        held = round(n * self.validation_fraction) if self.fallback_columns else 0
         cut = n - held if held > 0 and n - held >= 2 else n
         target = y[:cut] - self._column(X[:cut], self.base_column)
         self.pipeline_ = self._pipeline().fit(X[:cut], target)
         self.trees_ = compile_trees(self.pipeline_.named_steps["trees"], _MISSING)
-        self.use_model_ = np.ones(len(self.group_columns) + 1, dtype=bool)
+        self.choice_ = np.full(len(self.group_columns) + 1, -1, dtype=np.intp)
         if cut < n:
             rest, truth = X[cut:], y[cut:]
-            base = self._column(rest, self.base_column)
-            model = np.clip(base + self.pipeline_.predict(rest), 0.0, 1.0)
-            fallback = np.clip(self._column(rest, self.fallback_column), 0.0, 1.0)
+            model = np.clip(self._column(rest, self.base_column) + self.pipeline_.predict(rest),
+                            0.0, 1.0)  # fmt: skip
+            errors = np.abs(self._candidates(rest, model) - truth[:, None])
             groups = self._groups(rest)
-            for g in range(len(self.use_model_)):
+            for g in range(len(self.choice_)):
                 mask = groups == g
                 if mask.any():
-                    ours = np.abs(model[mask] - truth[mask]).mean()
-                    theirs = np.abs(fallback[mask] - truth[mask]).mean()
-                    self.use_model_[g] = bool(ours < theirs)
+                    mae = errors[mask].mean(axis=0)
+                    # the model keeps a group only if it is strictly better than every fallback
+                    best = int(np.argmin(mae[1:])) + 1
+                    self.choice_[g] = -1 if mae[0] < mae[best] else best - 1
+        self.use_model_ = self.choice_ < 0
         return self
 
     def predict(self, X: Any) -> FloatArray:

@@ -28,8 +28,9 @@ class TrainParams(BaseModel):
 
     The defaults were chosen on replays of both traces in both index modes: the trees
     learn the correction to what either the index or the router's own record says is
-    held (``known_frac``) with an absolute loss (the MAE's own), and each tier keeps the
-    model only where it beat the raw index match on the last fifth of the training rows.
+    held (``known_frac``) with an absolute loss (the MAE's own), and each tier predicts,
+    of the model, the raw index match and the router's record of its routes, whichever
+    had the lowest MAE on the last fifth of the training rows.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -45,8 +46,10 @@ class TrainParams(BaseModel):
     base_feature: str | None = Field(
         "known_frac", description="Learn the correction to this feature (None: the hit itself)"
     )
-    fallback_feature: str | None = Field(
-        "match_frac", description="Per tier, predict this where the model did not validate better"
+    fallback_features: tuple[str, ...] = Field(
+        ("match_frac", "route_frac"),
+        description="Per tier, predict the one of these that validated better than the model, "
+        "if any (empty: the model everywhere, no validation)",
     )
     validation_fraction: float = Field(
         0.2, ge=0, lt=1, description="Last share of the training rows (by time) for that check"
@@ -64,7 +67,8 @@ class TrainReport(BaseModel):
     by_tier: dict[str, int]
     index_modes: list[str]
     params: TrainParams
-    model_tiers: list[str] = []  # tiers where the model beat the raw match on validation
+    model_tiers: list[str] = []  # tiers where the model beat every fallback on validation
+    fallbacks: dict[str, str] = {}  # the other tiers: the fallback feature they predict
 
 
 def fit_model(train: Dataset, params: TrainParams | None = None) -> Any:
@@ -74,16 +78,16 @@ def fit_model(train: Dataset, params: TrainParams | None = None) -> Any:
     if len(train) < 10:
         raise UserError(f"only {len(train)} training rows; give longer or more decision logs")
     typed = params or TrainParams()
-    kwargs = typed.model_dump(exclude={"base_feature", "fallback_feature"})
-    columns: dict[str, int | None] = {}
-    for key, name in (("base", typed.base_feature), ("fallback", typed.fallback_feature)):
+    kwargs = typed.model_dump(exclude={"base_feature", "fallback_features"})
+    named = [("base", typed.base_feature)] + [("fallback", f) for f in typed.fallback_features]
+    for key, name in named:
         if name is not None and name not in train.features:
             raise UserError(
                 f"unknown {key} feature {name!r}; features: {', '.join(train.features)}"
             )
-        columns[key] = None if name is None else train.features.index(name)
-    kwargs["base_column"] = columns["base"]
-    kwargs["fallback_column"] = columns["fallback"]
+    base = typed.base_feature
+    kwargs["base_column"] = None if base is None else train.features.index(base)
+    kwargs["fallback_columns"] = tuple(train.features.index(f) for f in typed.fallback_features)
     kwargs["group_columns"] = tuple(train.features.index(f"tier_{t}") for t in ("p", "rld", "md"))
     order = np.argsort(train.t, kind="stable")  # the validation rows are the latest
     return HitRateModel(**kwargs).fit(train.X[order], train.y[order])
@@ -106,7 +110,13 @@ def train_and_save(
         raise UserError(f"bad training parameter: {one_line(exc)}") from None
     train, _ = data.split(train_fraction)
     model = fit_model(train, typed)
-    kept = [t for t, used in zip(("p", "rld", "md", "none"), model.use_model_, strict=True) if used]
+    tiers = ("p", "rld", "md", "none")
+    kept = [t for t, used in zip(tiers, model.use_model_, strict=True) if used]
+    fallbacks = {
+        t: typed.fallback_features[int(c)]
+        for t, c in zip(tiers, model.choice_, strict=True)
+        if c >= 0 and t != "none" and (train.tier == t).any()
+    }
     report = TrainReport(
         logs=[str(p) for p in logs],
         rows=len(data),
@@ -116,6 +126,7 @@ def train_and_save(
         index_modes=sorted(set(train.index_mode.tolist())),
         params=typed,
         model_tiers=[t for t in kept if t != "none"],
+        fallbacks=fallbacks,
     )
     save_predictor(out, model, FEATURES, info=report.model_dump(mode="json"))
     return report
