@@ -78,6 +78,11 @@ class Harness:
     adapter: EngineAdapter
     block_size: int
     timeout_s: float
+    # whether load() sees a request while it runs: vLLM's running and KV-usage gauges
+    # were seen to stay at 0 through a 10 s burst of six requests on the CPU (its
+    # counters catch up when the burst ends), which is why the router also counts its
+    # own requests in flight (router.service.pool)
+    live_gauges: bool = True
 
     def prompt(self, n: int) -> list[int]:
         rng = random.Random(uuid.uuid4().int)
@@ -118,8 +123,8 @@ async def h(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
             timeout=httpx.Timeout(connect=30.0, read=180.0, write=30.0, pool=30.0),
             probe_timeout=httpx.Timeout(30.0),
         )
-        block_size = 16 if kind == "vllm-sim-http" else 128
-        yield Harness(kind, adapter, block_size, 30 if kind == "vllm-sim-http" else 180)
+        sim = kind == "vllm-sim-http"
+        yield Harness(kind, adapter, 16 if sim else 128, 30 if sim else 180, live_gauges=sim)
         await adapter.aclose()
 
 
@@ -211,13 +216,18 @@ async def test_load_figures_move(h: Harness) -> None:
         before = await h.adapter.load()
         stream = h.adapter.generate(request)
         await anext(stream)
-        while (busy := await h.adapter.load()).running < 1:
-            await asyncio.sleep(0.05)
-        await h.adapter.abort(request.request_id)
+        if h.live_gauges:  # the request shows while it runs
+            while (busy := await h.adapter.load()).running < 1:
+                await asyncio.sleep(0.05)
+            assert busy.kv_usage > 0
+            await h.adapter.abort(request.request_id)
         _ = [d async for d in stream]
-    assert busy.kv_usage > 0
-    assert busy.prefix_cache_queries > before.prefix_cache_queries
-    assert busy.block_size == h.block_size
+        # the counters move once the engine has recorded the request
+        while (after := await h.adapter.load()).prefix_cache_queries <= (
+            before.prefix_cache_queries
+        ):
+            await asyncio.sleep(0.1)
+    assert after.block_size == h.block_size
 
 
 async def test_health_is_true(h: Harness) -> None:

@@ -220,3 +220,37 @@ def test_a_span_per_decision_and_per_upstream_call() -> None:
     assert decide.attributes["pdd.pipeline"] == "P-MD"
     assert spans[("pdd.upstream.prefill", "p0")].attributes["pdd.prompt_tokens"] == len(PROMPT)
     assert spans[("pdd.upstream.generate", "md0")].attributes["pdd.tokens"] == 8
+
+
+def test_a_busy_prefill_instance_sends_concurrent_requests_elsewhere() -> None:
+    """The router counts the prompt tokens it has sent each P instance to prefill: with
+    p0 busy, requests whose prefix p0 holds go to p1 once p0's queue outweighs the hit."""
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    engines = Engines(p={"prefill_s_per_token": 0.001})  # 640 uncached tokens: 0.64 s
+    with make_client(engines) as client:
+        register(client, ("p0", "p", "A"), ("p1", "p", "A"), *TOPOLOGY[1:])
+        warm = client.post("/v1/completions", json={"prompt": PROMPT, "max_tokens": 2})
+        assert warm.json()["pdd"]["instances"]["p"] == "p0"  # ties go to the first id
+        deadline = time.time() + 5
+        while (
+            client.post("/v1/route", json={"token_ids": PROMPT}).json()["predicted_hit"]["p"] == 0.0
+            and time.time() < deadline
+        ):
+            time.sleep(0.02)
+        # half of PROMPT is held on p0: 320 tokens to compute there, 640 on p1
+        prompts = [PROMPT[:320] + [(7 * i + k) % VOCAB for k in range(320)] for i in range(4)]
+        alone = client.post("/v1/route", json={"token_ids": prompts[0]}).json()
+        assert alone["p_instance"] == "p0"  # idle, p0's hit decides
+
+        def send(prompt: list[int]) -> str:
+            body = {"prompt": prompt, "max_tokens": 2}
+            response = client.post("/v1/completions", json=body)
+            assert response.status_code == 200, response.text
+            chosen: str = response.json()["pdd"]["instances"]["p"]
+            return chosen
+
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            chosen = list(pool.map(send, prompts))
+    assert set(chosen) == {"p0", "p1"}, chosen  # without the count, all four went to p0

@@ -117,9 +117,10 @@ async def poll_loads(svc: ServiceState) -> None:
                 continue
             failures[iid] = 0
             load.healthy = healthy
-            load.queued = figures.waiting
-            load.running = figures.running
-            load.kv_used_tokens = int(figures.kv_usage * load.kv_capacity_tokens)
+            svc.pool.reported(
+                iid, running=figures.running, waiting=figures.waiting,
+                kv_used=int(figures.kv_usage * load.kv_capacity_tokens),
+            )  # fmt: skip
             with contextlib.suppress(Exception):
                 svc.metrics.index_blocks.labels(iid).set(svc.index.num_blocks(iid))
         await asyncio.sleep(interval)

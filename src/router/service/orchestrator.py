@@ -24,6 +24,7 @@ from engines_adapter.contract import (
     PrefillResult,
     TokenDelta,
 )
+from policies.tiers import Tier
 from policies.types import Decision, HandoffMode, Pipeline
 from router.service.metrics import ServiceMetrics
 from router.service.pool import InstancePool
@@ -57,17 +58,28 @@ class Upstream:
         return self.pool.get(instance_id)[1]
 
     async def prefill(
-        self, instance_id: str, request: GenerateRequest, targets: int = 1
+        self,
+        instance_id: str,
+        request: GenerateRequest,
+        targets: int = 1,
+        uncached_tokens: int | None = None,
     ) -> PrefillResult:
+        """Prefill on the instance; until it returns, its ``uncached_tokens`` (default: the
+        whole prompt) count in the instance's prefill queue."""
+        tokens = len(request.prompt_token_ids) if uncached_tokens is None else uncached_tokens
         with self.tracer.start_as_current_span("pdd.upstream.prefill") as span:
             span.set_attribute("pdd.instance", instance_id)
             span.set_attribute("pdd.prompt_tokens", len(request.prompt_token_ids))
+            adapter = self.adapter(instance_id)
+            self.pool.prefill_started(instance_id, tokens)
             try:
-                return await self.adapter(instance_id).prefill(request, targets=targets)
+                return await adapter.prefill(request, targets=targets)
             except EngineError as exc:
                 self.metrics.errors.labels(instance_id).inc()
                 span.record_exception(exc)
                 raise
+            finally:
+                self.pool.prefill_started(instance_id, -tokens)
 
     async def generate(
         self, instance_id: str, request: GenerateRequest, outcome: Outcome | None
@@ -78,6 +90,7 @@ class Upstream:
         span.set_attribute("pdd.prompt_tokens", len(request.prompt_token_ids))
         stream = self.adapter(instance_id).generate(request)
         produced = 0
+        self.pool.stream_started(instance_id)
         try:
             async for delta in stream:
                 produced += len(delta.token_ids)
@@ -92,6 +105,7 @@ class Upstream:
             span.record_exception(exc)
             raise
         finally:
+            self.pool.stream_started(instance_id, -1)
             await stream.aclose()
             span.set_attribute("pdd.tokens", produced)
             span.end()
@@ -113,7 +127,9 @@ async def execute(
     outcome.instances["p"] = decision.p_instance
     pre = derived(request_id=f"{request_id}-p", max_tokens=1)
     targets = 2 if decision.pipeline is Pipeline.P_RLD_MD else 1
-    prefill = await up.prefill(decision.p_instance, pre, targets)
+    hit = decision.predicted_hit.get(Tier.P, 0.0)
+    uncached = max(len(prompt) - round(hit * len(prompt)), 1)
+    prefill = await up.prefill(decision.p_instance, pre, targets, uncached)
     kv = prefill.params_for(0)  # the first target: MD for P-MD, RLD otherwise
     kv_md = prefill.params_for(1) if targets == 2 else None
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from engines_adapter.contract import EngineAdapter
 from policies.tiers import Tier
@@ -20,11 +21,28 @@ class UnknownInstance(KeyError):
     """No instance with this id is registered."""
 
 
+@dataclass(slots=True)
+class _InFlight:
+    """What the router itself has sent an instance and not yet seen end, and what the
+    engine last reported."""
+
+    streams: int = 0  # generations the router has open on it
+    prefill_tokens: int = 0  # prompt tokens of the prefills it waits for (expected uncached)
+    reported_running: int = 0
+    reported_waiting: int = 0
+
+
 class InstancePool:
     """Registered instances with their adapters and the load the router keeps for each.
 
     The ClusterView handed to the scheduler is built once; registering or removing
     an instance edits its lists in place, so decisions always see the current pool.
+
+    An instance's load combines what its engine reports (polled) with what the router
+    itself has in flight there, updated at once: engines' metrics lag (vLLM's running
+    gauge was seen to stay at 0 through a 10 s burst of six requests on the CPU), and
+    the queue of prompt tokens a prefill instance has yet to compute, which the
+    policies' prefill-delay estimates need, is only known to the router.
     """
 
     def __init__(
@@ -35,6 +53,7 @@ class InstancePool:
         self.configs: dict[str, InstanceConfig] = {}
         self.adapters: dict[str, EngineAdapter] = {}
         self.loads: dict[str, InstanceLoad] = {}
+        self._inflight: dict[str, _InFlight] = {}
         block_bytes = cluster.kv_bytes_per_token
         self.view = ClusterView(
             instances={tier: [] for tier in Tier},
@@ -68,6 +87,7 @@ class InstancePool:
         self.configs[config.instance_id] = config
         self.adapters[config.instance_id] = adapter
         self.loads[config.instance_id] = load
+        self._inflight[config.instance_id] = _InFlight()
         self.view.instances[config.tier].append(load)
         self.view.instances[config.tier].sort(key=lambda i: i.instance_id)
 
@@ -77,6 +97,7 @@ class InstancePool:
         if config is None:
             raise UnknownInstance(instance_id)
         load = self.loads.pop(instance_id)
+        self._inflight.pop(instance_id, None)
         self.view.instances[config.tier].remove(load)
         self.index.unregister(instance_id)
         return self.adapters.pop(instance_id)
@@ -85,6 +106,38 @@ class InstancePool:
         if instance_id not in self.configs:
             raise UnknownInstance(instance_id)
         return self.configs[instance_id], self.adapters[instance_id], self.loads[instance_id]
+
+    # -- load: the engine's report and the router's own in-flight work -------------------
+
+    def reported(self, instance_id: str, *, running: int, waiting: int, kv_used: int) -> None:
+        """What the engine's metrics said (a poll)."""
+        flight = self._inflight.get(instance_id)
+        if flight is None:
+            return
+        flight.reported_running, flight.reported_waiting = running, waiting
+        self.loads[instance_id].kv_used_tokens = kv_used
+        self._refresh(instance_id, flight)
+
+    def stream_started(self, instance_id: str, delta: int = 1) -> None:
+        """The router opened (``delta`` 1) or closed (-1) a generation on the instance."""
+        flight = self._inflight.get(instance_id)
+        if flight is not None:
+            flight.streams = max(flight.streams + delta, 0)
+            self._refresh(instance_id, flight)
+
+    def prefill_started(self, instance_id: str, tokens: int) -> None:
+        """The router sent (``tokens`` > 0) or got back (< 0) a prefill of that many
+        prompt tokens to compute."""
+        flight = self._inflight.get(instance_id)
+        if flight is not None:
+            flight.prefill_tokens = max(flight.prefill_tokens + tokens, 0)
+            self._refresh(instance_id, flight)
+
+    def _refresh(self, instance_id: str, flight: _InFlight) -> None:
+        load = self.loads[instance_id]
+        load.running = max(flight.reported_running, flight.streams)
+        load.queued = flight.reported_waiting
+        load.queued_prefill_tokens = flight.prefill_tokens
 
     def ready_tiers(self) -> dict[Tier, bool]:
         """Whether each tier has a healthy instance (RLD is optional: absent means fine)."""

@@ -1,0 +1,51 @@
+"""The pool's load: what engines report, combined with what the router has in flight."""
+
+from __future__ import annotations
+
+from engines_adapter.sim_engine import SimEngine, SimEngineConfig
+from policies.tiers import Tier
+from router.index.memory_index import MemoryPrefixIndex
+from router.service.pool import InstancePool
+from router.service.schemas import InstanceConfig
+from router.settings import ClusterSettings
+
+
+def pool_with(*specs: tuple[str, Tier]) -> InstancePool:
+    pool = InstancePool(
+        MemoryPrefixIndex(),
+        ClusterSettings(),
+        lambda c: SimEngine(c.instance_id, SimEngineConfig()),
+    )
+    for iid, tier in specs:
+        pool.register(InstanceConfig(instance_id=iid, tier=tier, adapter="sim"), block_size=16)
+    return pool
+
+
+def test_running_is_the_larger_of_the_report_and_the_routers_open_streams() -> None:
+    pool = pool_with(("md0", Tier.MD))
+    load = pool.loads["md0"]
+    pool.stream_started("md0")
+    pool.stream_started("md0")
+    assert load.running == 2  # the engine has not reported them yet
+    pool.reported("md0", running=5, waiting=3, kv_used=1000)
+    assert (load.running, load.queued, load.kv_used_tokens) == (5, 3, 1000)
+    pool.reported("md0", running=0, waiting=0, kv_used=0)  # a stale gauge
+    assert load.running == 2
+    pool.stream_started("md0", -1)
+    pool.stream_started("md0", -1)
+    pool.stream_started("md0", -1)  # never below zero
+    assert load.running == 0
+    assert load.occupancy == 0.0
+
+
+def test_prefill_tokens_in_flight_are_the_prefill_queue() -> None:
+    pool = pool_with(("p0", Tier.P), ("p1", Tier.P))
+    pool.prefill_started("p0", 3000)
+    pool.prefill_started("p0", 500)
+    assert pool.loads["p0"].queued_prefill_tokens == 3500
+    assert pool.loads["p1"].queued_prefill_tokens == 0
+    pool.prefill_started("p0", -3000)
+    assert pool.loads["p0"].queued_prefill_tokens == 500
+    pool.remove("p0")
+    pool.prefill_started("p0", 100)  # an instance removed meanwhile is ignored
+    assert "p0" not in pool.loads
