@@ -97,9 +97,16 @@ def vllm_servers(python: str, model: Path, count: int) -> Iterator[list[Endpoint
     """Start ``count`` vLLM servers at once, wait until all are healthy, stop them after."""
     procs = [_start(python, model, i) for i in range(count)]
     try:
-        for proc, endpoint, log in procs:
-            _wait_healthy(proc, endpoint, log)
-            _warm_up(endpoint)
+        for i in range(count):
+            for attempt in range(3):
+                proc, endpoint, log = procs[i]
+                if _wait_healthy(proc, endpoint, log, retry=attempt < 2):
+                    break
+                # a port chosen free was taken before vLLM bound it (its own ZMQ sockets
+                # pick ports too): start again on new ones
+                _stop(proc)
+                procs[i] = _start(python, model, i)
+            _warm_up(procs[i][1])
         yield [endpoint for _, endpoint, _ in procs]
     finally:
         for proc, _, _ in procs:
@@ -132,14 +139,19 @@ def _start(python: str, model: Path, i: int) -> tuple[subprocess.Popen[bytes], E
     return proc, endpoint, log
 
 
-def _wait_healthy(proc: subprocess.Popen[bytes], endpoint: Endpoint, log: Path) -> None:
+def _wait_healthy(
+    proc: subprocess.Popen[bytes], endpoint: Endpoint, log: Path, *, retry: bool
+) -> bool:
+    """True once healthy; False if it exited on a port already in use and ``retry``."""
     deadline = time.monotonic() + 400
     while True:
         if proc.poll() is not None:
+            if retry and "Address already in use" in log.read_text(errors="replace"):
+                return False
             pytest.fail(f"vLLM exited with {proc.returncode}; log: {log}")
         with contextlib.suppress(httpx.HTTPError):
             if httpx.get(f"{endpoint.url}/health", timeout=2).status_code == 200:
-                return
+                return True
         if time.monotonic() > deadline:
             pytest.fail(f"vLLM did not become healthy; log: {log}")
         time.sleep(1)

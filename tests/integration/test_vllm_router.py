@@ -96,9 +96,11 @@ def test_p_rld_md_streams_from_rld_and_hands_off_to_md_exactly(
 ) -> None:
     prompt = fresh_prompt(700, seed=1)
     # MD already holds the prompt, as when its KV copy arrives early: its readiness
-    # is then a prefix-cache hit, so the handoff does not race RLD's whole output on a
-    # loaded 2-core machine. RLD still streams the first tokens (the orchestrator
-    # looks at MD's readiness only after each RLD delta).
+    # is then a prefix-cache hit. The client then pauses after the first chunk: the
+    # stream is not read meanwhile, so the orchestrator reads RLD's next delta (and
+    # looks at MD's readiness) only after MD has had seconds to get ready, instead of
+    # racing RLD's whole output on a loaded 2-core machine. RLD streams the first
+    # tokens; MD the rest.
     greedy(vllm_pair[1].url, prompt, 1)
     body = {"prompt": prompt, "max_tokens": 1000, "stream": True, "ignore_eos": True}
     chunks = []
@@ -108,6 +110,8 @@ def test_p_rld_md_streams_from_rld_and_hands_off_to_md_exactly(
         for line in response.iter_lines():
             if line.startswith("data: ") and line != "data: [DONE]":
                 chunks.append(json.loads(line[6:]))
+                if len(chunks) == 1:
+                    time.sleep(5)
     assert "error" not in chunks[-1]
     tokens = [t for c in chunks for choice in c["choices"] for t in choice["token_ids"]]
     served = chunks[-1]["pdd"]
