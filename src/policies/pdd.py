@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from policies.config import PddParams
 from policies.estimates import hit_tokens
+from policies.relay import finish_on_rld, md_fields, relay_ttft_s
 from policies.selection import choose_decode, choose_least_loaded, choose_prefill
 from policies.tiers import Tier
 from policies.types import (
@@ -44,23 +45,14 @@ class PddPolicy:
         p, p_blocks, p_delay = choose_prefill(request, cluster, matches.get(Tier.P, {}))
         rld = choose_least_loaded(cluster, Tier.RLD)
         rld_room = rld is not None and rld.occupancy < prm.rld_saturation
-        rld_ttft = p_delay + cluster.rdma.transfer_s(n * cluster.kv_bytes_per_token)
-        rld_ttft += cluster.decode_step_s
+        rld_ttft = relay_ttft_s(request, cluster, p_delay)
         hits = {Tier.P: hit_tokens(request, p_blocks) / n}
 
         if self._is_odd(request) and rld is not None and rld_room:
-            return Decision(
-                policy=self.name,
-                pipeline=Pipeline.P_RLD,
-                p_instance=p.instance_id,
-                rld_instance=rld.instance_id,
-                predicted_hit={**hits, Tier.RLD: 0.0},
-                predicted_ttft_s=rld_ttft,
-                reason=(
-                    f"odd traffic: {request.input_length} input tokens, "
-                    f"max_tokens {request.max_tokens}"
-                ),
+            why = (
+                f"odd traffic: {request.input_length} input tokens, max_tokens {request.max_tokens}"
             )
+            return finish_on_rld(self.name, p, rld, hits, rld_ttft, why)
 
         md = choose_decode(
             request, cluster, Tier.MD, p, matches.get(Tier.MD, {}),
@@ -69,13 +61,7 @@ class PddPolicy:
         if md is None:
             raise LookupError("no healthy main-decode instance")
         hits[Tier.MD] = hit_tokens(request, md.hit_blocks) / n
-        common = {
-            "policy": self.name,
-            "p_instance": p.instance_id,
-            "md_instance": md.instance.instance_id,
-            "predicted_wan_bytes": md.transfer_bytes,
-            "predicted_wan_s": md.transfer_s,
-        }
+        common = md_fields(self.name, p, md, md.transfer_s)
         if md.transfer_s <= prm.wan_budget_s or rld is None or not rld_room:
             why = (
                 f"WAN delta {md.transfer_s:.2f}s within budget {prm.wan_budget_s:.2f}s"

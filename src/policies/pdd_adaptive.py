@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from policies.config import PddAdaptiveParams
 from policies.estimates import hit_tokens
+from policies.relay import finish_on_rld, md_fields, relay_ttft_s
 from policies.selection import choose_decode, choose_prefill
 from policies.tiers import Tier
 from policies.types import (
@@ -104,8 +105,7 @@ class PddAdaptivePolicy:
         load = rld_load(rld) if rld is not None else 1.0
         need = request.input_length + self.expected_output(request)
         rld_room = rld is not None and load < prm.rld_saturation and rld.kv_free_tokens >= need
-        rld_ttft = p_delay + cluster.rdma.transfer_s(n * cluster.kv_bytes_per_token)
-        rld_ttft += cluster.decode_step_s
+        rld_ttft = relay_ttft_s(request, cluster, p_delay)
         hits = {Tier.P: hit_tokens(request, p_blocks) / n}
 
         md = choose_decode(
@@ -121,18 +121,11 @@ class PddAdaptivePolicy:
         backlog_s = link.backlog_bytes / link.bandwidth_bps if link.bandwidth_bps else 0.0
 
         if rld is not None and rld_room and wan_s >= prm.odd_min_wan_s and self.is_odd(request):
-            return Decision(
-                policy=self.name,
-                pipeline=Pipeline.P_RLD,
-                p_instance=p.instance_id,
-                rld_instance=rld.instance_id,
-                predicted_hit={**hits, Tier.RLD: 0.0},
-                predicted_ttft_s=rld_ttft,
-                reason=(
-                    f"odd traffic: {request.input_length} input tokens, expected output "
-                    f"{self.expected_output(request)}, WAN copy {wan_s:.2f}s"
-                ),
+            why = (
+                f"odd traffic: {request.input_length} input tokens, expected output "
+                f"{self.expected_output(request)}, WAN copy {wan_s:.2f}s"
             )
+            return finish_on_rld(self.name, p, rld, hits, rld_ttft, why)
 
         budget = max(prm.ttft_objective_s - p_delay - cluster.decode_step_s, prm.min_wan_budget_s)
         borderline = (
@@ -140,13 +133,7 @@ class PddAdaptivePolicy:
             and backlog_s >= prm.backlog_guard_s
             and load < prm.borderline_max_rld_load
         )
-        common = {
-            "policy": self.name,
-            "p_instance": p.instance_id,
-            "md_instance": md.instance.instance_id,
-            "predicted_wan_bytes": md.transfer_bytes,
-            "predicted_wan_s": wan_s,
-        }
+        common = md_fields(self.name, p, md, wan_s)
         md_ttft = p_delay + wan_s + cluster.decode_step_s
         tolerable = wan_s <= prm.fallback_max_wan_s
         if (wan_s <= budget and not borderline) or rld is None or (not rld_room and tolerable):

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
+
+from router.cli.progress import progress_bars
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -24,27 +25,6 @@ if TYPE_CHECKING:
     from replay.tune_trial import Trial
 
 __all__ = ["tune"]
-
-
-@contextmanager
-def _bar(enabled: bool, total: int) -> Iterator[Callable[[int], None] | None]:
-    """A bar over configurations on stderr when it is a terminal and progress is wanted."""
-    console = Console(stderr=True)
-    if not enabled or not console.is_terminal:
-        yield None
-        return
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
-
-    with Progress(
-        "[progress.description]{task.description}",
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-    ) as progress:
-        task = progress.add_task("tuning (configurations)", total=total)
-        yield lambda n: progress.update(task, completed=n)
 
 
 def _params(params: dict[str, Any]) -> str:
@@ -241,7 +221,14 @@ def tune(
             TuneSetup(trace=str(check), preset=check_preset or first, rate_scale=r, **common)
             for r in check_rate_scale
         ]
-    with _bar(not no_progress, trials + (2 if check is not None else 0)) as advance:
+    with progress_bars(not no_progress) as bars:
+        advance: Callable[[int], None] | None = None
+        if bars is not None:
+            task = bars.add_task("tuning (configurations)", total=trials + (2 if check else 0))
+
+            def advance(done: int) -> None:
+                bars.update(task, completed=done)
+
         result = run_tune(
             setups,
             objective=objective,  # type: ignore[arg-type]  # checked above
