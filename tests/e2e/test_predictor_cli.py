@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_support import run_cli, synth_agentic
 
 from router.cli.app import main
 from router.errors import UserError
@@ -22,23 +23,11 @@ SMALL_CACHES = (
 )  # fmt: skip
 
 
-@pytest.fixture(autouse=True)
-def _wide_console(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("COLUMNS", "400")
-
-
-def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 @pytest.fixture(scope="module")
 def replay_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("predictor")
     trace, log = folder / "agentic.jsonl", folder / "decisions.jsonl"
-    synth = ["trace", "synth", "--profile", "agentic", "--requests", "1500", "--seed", "5"]
-    assert main([*synth, "--out", str(trace)]) == 0
+    synth_agentic(trace, seed=5, requests=1500)
     run = ["replay", "run", str(trace), "--preset", "pdd-small", *SMALL_CACHES]
     run += ["--index-mode", "approximate", "--index-capacity", "unbounded", "--no-progress"]
     assert main([*run, "--decision-log", str(log), "--out", str(folder / "run")]) == 0
@@ -57,7 +46,7 @@ def test_the_model_beats_the_raw_match_by_30_percent_in_approximate_mode(
     capsys: pytest.CaptureFixture[str], replay_log: Path, model: Path
 ) -> None:
     scores = replay_log.parent / "eval.json"
-    code, out, err = _run(
+    code, out, err = run_cli(
         capsys, "predictor", "eval", str(model), str(replay_log), "--json", str(scores)
     )
     assert code == 0, err
@@ -76,7 +65,7 @@ def test_a_replay_routes_with_the_model(
 ) -> None:
     trace = replay_log.parent / "agentic.jsonl"
     log = tmp_path / "with-model.jsonl"
-    code, _, err = _run(
+    code, _, err = run_cli(
         capsys, "replay", "run", str(trace), "--preset", "pdd-small", *SMALL_CACHES,
         "--index-mode", "approximate", "--index-capacity", "unbounded", "--policy",
         "pdd-adaptive", "--predictor", str(model), "--decision-log", str(log),
@@ -91,7 +80,7 @@ def test_a_replay_routes_with_the_model(
 def test_odd_traffic_precision_and_recall(
     capsys: pytest.CaptureFixture[str], replay_log: Path
 ) -> None:
-    code, out, err = _run(capsys, "predictor", "odd-traffic", str(replay_log))
+    code, out, err = run_cli(capsys, "predictor", "odd-traffic", str(replay_log))
     assert code == 0, err
     assert "1500 requests" in out
     assert "precision" in out
@@ -114,7 +103,7 @@ def test_bad_inputs_are_one_line_and_exit_code_2(
           "nonsense=1"], "bad training parameter"),
     ]  # fmt: skip
     for argv, message in cases:
-        code, _, err = _run(capsys, *argv)
+        code, _, err = run_cli(capsys, *argv)
         assert code == 2, argv
         assert message in err
         assert len(err.strip().splitlines()) == 1

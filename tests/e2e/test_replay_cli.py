@@ -10,8 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from router.cli.app import main
+from cli_support import run_cli, synth_agentic
 
 SUMMARY_KEYS = {
     "policy",
@@ -36,25 +35,10 @@ SUMMARY_KEYS = {
 }
 
 
-@pytest.fixture(autouse=True)
-def _wide_console(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Keep rich from wrapping long paths in messages (it wraps at 80 columns off a terminal)."""
-    monkeypatch.setenv("COLUMNS", "400")
-
-
 @pytest.fixture(scope="module")
 def trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("trace") / "agentic.jsonl"
-    synth = ("trace", "synth", "--profile", "agentic", "--requests", "300", "--seed", "1")
-    code = main([*synth, "--out", str(path)])
-    assert code == 0
-    return path
-
-
-def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
+    return synth_agentic(path, seed=1)
 
 
 def _summary(out_dir: Path) -> dict[str, Any]:
@@ -70,7 +54,7 @@ def test_run_writes_the_summary_and_one_line_per_request(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, trace: Path, preset: str, policy: str
 ) -> None:
     out_dir = tmp_path / "run"
-    code, out, err = _run(
+    code, out, err = run_cli(
         capsys,
         "replay",
         "run",
@@ -104,8 +88,8 @@ def test_options_reach_the_run(
 ) -> None:
     base, fast = tmp_path / "base", tmp_path / "fast"
     args = ("replay", "run", str(trace), "--preset", "pdd-small", "--no-progress")
-    assert _run(capsys, *args, "--out", str(base))[0] == 0
-    code, _, err = _run(
+    assert run_cli(capsys, *args, "--out", str(base))[0] == 0
+    code, _, err = run_cli(
         capsys,
         *args,
         "--out",
@@ -151,7 +135,7 @@ def test_options_reach_the_run(
 def test_bad_input_is_one_line_and_exit_code_2(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, trace: Path, extra: list[str], message: str
 ) -> None:
-    code, _, err = _run(
+    code, _, err = run_cli(
         capsys, "replay", "run", str(trace), "--out", str(tmp_path / "x"), "--no-progress", *extra
     )
     assert code == 2
@@ -161,7 +145,7 @@ def test_bad_input_is_one_line_and_exit_code_2(
 
 
 def test_missing_trace_is_a_user_error(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    code, _, err = _run(
+    code, _, err = run_cli(
         capsys, "replay", "run", str(tmp_path / "none.jsonl"), "--preset", "pdd-small"
     )
     assert code == 2
@@ -169,7 +153,7 @@ def test_missing_trace_is_a_user_error(capsys: pytest.CaptureFixture[str], tmp_p
 
 
 def test_presets_are_listed(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = _run(capsys, "replay", "presets")
+    code, out, _ = run_cli(capsys, "replay", "presets")
     assert code == 0
     assert "pdd-small" in out
     assert "h200" in out

@@ -8,27 +8,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from router.cli.app import main
-
-
-@pytest.fixture(autouse=True)
-def _wide_console(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("COLUMNS", "400")
+from cli_support import run_cli, synth_agentic
 
 
 @pytest.fixture(scope="module")
 def trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("trace") / "agentic.jsonl"
-    synth = ("trace", "synth", "--profile", "agentic", "--requests", "300", "--seed", "2")
-    assert main([*synth, "--out", str(path)]) == 0
+    synth_agentic(path, seed=2)
     return path
-
-
-def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def _json(path: Path) -> dict[str, Any]:
@@ -40,7 +27,7 @@ def test_compare_writes_json_report_and_one_folder_per_policy(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, trace: Path
 ) -> None:
     out = tmp_path / "cmp"
-    code, stdout, err = _run(
+    code, stdout, err = run_cli(
         capsys, "replay", "compare", str(trace), "--preset", "pdd-small",
         "--policy", "xdc-pd", "--policy", "pdd:wan_budget_s=0.5", "--seed", "3",
         "--resamples", "200", "--out", str(out), "--no-progress",
@@ -64,7 +51,7 @@ def test_compare_writes_json_report_and_one_folder_per_policy(
 def test_compare_refuses_an_unknown_policy_in_one_line(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, trace: Path
 ) -> None:
-    code, _, err = _run(
+    code, _, err = run_cli(
         capsys, "replay", "compare", str(trace), "--preset", "pdd-small",
         "--policy", "pdd", "--policy", "pddd", "--out", str(tmp_path / "x"),
     )  # fmt: skip
@@ -79,7 +66,7 @@ def test_sweep_finds_the_rate_that_keeps_the_sla(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, trace: Path
 ) -> None:
     out = tmp_path / "sweep"
-    code, stdout, err = _run(
+    code, stdout, err = run_cli(
         capsys, "replay", "sweep", str(trace), "--preset", "pdd-small", "--policy", "pdd",
         "--max-probes", "5", "--out", str(out), "--no-progress",
     )  # fmt: skip
@@ -106,7 +93,7 @@ def test_run_writes_a_report_next_to_its_summary(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, trace: Path
 ) -> None:
     out = tmp_path / "run"
-    code, stdout, err = _run(
+    code, stdout, err = run_cli(
         capsys, "replay", "run", str(trace), "--preset", "pdd-small", "--out", str(out),
         "--no-progress",
     )  # fmt: skip

@@ -7,14 +7,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_support import synth_agentic
 
 from replay.tune_space import SPACES, draw_trials
 from router.cli.app import main
-
-
-@pytest.fixture(autouse=True)
-def _wide_console(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("COLUMNS", "400")
 
 
 @pytest.fixture(scope="module")
@@ -23,8 +19,7 @@ def traces(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     paths = []
     for seed in (1, 2):
         path = folder / f"agentic-{seed}.jsonl"
-        synth = ["trace", "synth", "--profile", "agentic", "--requests", "300", "--seed"]
-        assert main([*synth, str(seed), "--out", str(path)]) == 0
+        synth_agentic(path, seed=seed)
         paths.append(path)
     return paths[0], paths[1]
 

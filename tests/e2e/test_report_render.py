@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 from chromium_cdp import CHROMIUM, open_page
+from cli_support import synth_agentic
 
 from replay.compare import run_compare
 from replay.report import ClusterFacts, Report, ReportRun, write_report
-from router.cli.app import main
 
 pytestmark = pytest.mark.skipif(
     not CHROMIUM.exists(),
@@ -31,8 +31,7 @@ _OUTSIDE = re.compile(r"""(?:src|href)\s*=\s*["']?\s*(?:https?:)?//""", re.IGNOR
 def report(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("report")
     trace = folder / "agentic.jsonl"
-    synth = ("trace", "synth", "--profile", "agentic", "--requests", "300", "--seed", "4")
-    assert main([*synth, "--out", str(trace)]) == 0
+    synth_agentic(trace, seed=4)
     result = run_compare(trace, "pdd-small", ["xdc-pd", "pdd"], resamples=200, seed=0)
     runs = [
         ReportRun(s.label, r.summary, r.records)

@@ -7,8 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from router.cli.app import main
+from cli_support import run_cli
 
 REQUIRED_KEYS = {
     "requests",
@@ -25,20 +24,8 @@ REQUIRED_KEYS = {
 }
 
 
-@pytest.fixture(autouse=True)
-def _wide_console(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Keep rich from wrapping long paths in messages (it wraps at 80 columns off a terminal)."""
-    monkeypatch.setenv("COLUMNS", "400")
-
-
-def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 def _json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, Any]:
-    code, out, err = _run(capsys, *argv)
+    code, out, err = run_cli(capsys, *argv)
     assert code == 0, err
     data: dict[str, Any] = json.loads(out)
     return data
@@ -80,7 +67,7 @@ def test_stats_json_on_the_conversation_trace(
 def test_stats_tables_on_the_conversation_trace(
     capsys: pytest.CaptureFixture[str], conversation_trace: Path
 ) -> None:
-    code, out, err = _run(
+    code, out, err = run_cli(
         capsys, "trace", "stats", str(conversation_trace), "--cache-tokens", "3000000"
     )
     assert code == 0, err
@@ -119,7 +106,7 @@ def test_malformed_line_exits_2_with_file_line_and_field(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     bad = _bad_trace(tmp_path)
-    code, _, err = _run(capsys, "trace", "stats", str(bad))
+    code, _, err = run_cli(capsys, "trace", "stats", str(bad))
     assert code == 2
     assert f"{bad}:2:" in err
     assert "input_length" in err
@@ -129,7 +116,7 @@ def test_malformed_line_exits_2_with_file_line_and_field(
 def test_unknown_format_lists_supported_ones(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    code, _, err = _run(capsys, "trace", "stats", str(_bad_trace(tmp_path)), "--format", "xml")
+    code, _, err = run_cli(capsys, "trace", "stats", str(_bad_trace(tmp_path)), "--format", "xml")
     assert code == 2
     assert "azure, bailian, mooncake" in err
 
@@ -140,13 +127,13 @@ def test_non_dividing_block_size(capsys: pytest.CaptureFixture[str], tmp_path: P
         '{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [0]}\n',
         encoding="utf-8",
     )
-    code, _, err = _run(capsys, "trace", "stats", str(trace), "--block-size", "300")
+    code, _, err = run_cli(capsys, "trace", "stats", str(trace), "--block-size", "300")
     assert code == 2
     assert "divide" in err
 
 
 def test_missing_trace_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    code, _, err = _run(capsys, "trace", "stats", str(tmp_path / "none.jsonl"))
+    code, _, err = run_cli(capsys, "trace", "stats", str(tmp_path / "none.jsonl"))
     assert code == 2
     assert "no such file" in err
 
@@ -154,11 +141,11 @@ def test_missing_trace_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) 
 def test_synth_then_stats(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     out = tmp_path / "agentic.jsonl"
     args = ["trace", "synth", "--profile", "agentic", "--requests", "800", "--seed", "5"]
-    code, text, err = _run(capsys, *args, "--out", str(out))
+    code, text, err = run_cli(capsys, *args, "--out", str(out))
     assert code == 0, err
     assert "wrote 800 requests" in text
     first = out.read_bytes()
-    assert _run(capsys, *args, "--out", str(out))[0] == 0
+    assert run_cli(capsys, *args, "--out", str(out))[0] == 0
     assert out.read_bytes() == first
     data = _json(capsys, "trace", "stats", str(out), "--json")
     assert data["requests"] == 800
@@ -167,9 +154,9 @@ def test_synth_then_stats(capsys: pytest.CaptureFixture[str], tmp_path: Path) ->
 
 def test_synth_rejects_bad_values(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     out = str(tmp_path / "x.jsonl")
-    code, _, err = _run(capsys, "trace", "synth", "--out", out, "--profile", "nope")
+    code, _, err = run_cli(capsys, "trace", "synth", "--out", out, "--profile", "nope")
     assert (code, "agentic" in err) == (2, True)
-    code, _, err = _run(capsys, "trace", "synth", "--out", out, "--rate", "0")
+    code, _, err = run_cli(capsys, "trace", "synth", "--out", out, "--rate", "0")
     assert (code, "rate" in err) == (2, True)
-    code, _, err = _run(capsys, "trace", "synth", "--out", out, "--requests", "0")
+    code, _, err = run_cli(capsys, "trace", "synth", "--out", out, "--requests", "0")
     assert (code, "positive" in err) == (2, True)

@@ -68,13 +68,19 @@ def test_the_compiled_trees_predict_exactly_what_the_pipeline_does() -> None:
         np.testing.assert_allclose(model.predict_fast(probe), model.predict(probe), atol=1e-12)
 
 
-def test_each_tier_keeps_the_model_only_where_it_beat_the_raw_match() -> None:
-    x, y = rows(4000, seed=3)
+def split_tiers(x: np.ndarray[Any, Any]) -> tuple[list[int], np.ndarray[Any, Any]]:
+    """Even rows on P, odd rows on MD (one-hot); the tier columns, and which rows are P."""
     tiers = [FEATURES.index("tier_p"), FEATURES.index("tier_md")]
     x[:, tiers] = 0.0
     on_p = np.arange(len(x)) % 2 == 0
     x[on_p, tiers[0]] = 1.0
     x[~on_p, tiers[1]] = 1.0
+    return tiers, on_p
+
+
+def test_each_tier_keeps_the_model_only_where_it_beat_the_raw_match() -> None:
+    x, y = rows(4000, seed=3)
+    tiers, on_p = split_tiers(x)
     y[on_p] = x[on_p, MATCH]  # on P the index is exactly right: nothing to learn
     model = HitRateModel(
         n_estimators=40, base_column=MATCH, fallback_columns=(MATCH,), group_columns=tuple(tiers)
@@ -118,11 +124,7 @@ def test_files_that_are_not_a_model_are_refused_in_one_line(tmp_path: Path) -> N
 def test_a_tier_predicts_whichever_fallback_validated_best() -> None:
     route = FEATURES.index("route_frac")
     x, y = rows(4000, seed=5)
-    tiers = [FEATURES.index("tier_p"), FEATURES.index("tier_md")]
-    x[:, tiers] = 0.0
-    on_p = np.arange(len(x)) % 2 == 0
-    x[on_p, tiers[0]] = 1.0
-    x[~on_p, tiers[1]] = 1.0
+    tiers, on_p = split_tiers(x)
     y[on_p] = x[on_p, route]  # on P the router's record is exactly right, the index is not
     model = HitRateModel(
         n_estimators=40,

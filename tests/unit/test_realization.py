@@ -28,6 +28,13 @@ def heard(tracker: KVRealizations, *instances: str) -> KVRealizations:
 UNRELATED = chain_hashes([t + 2000 for t in PROMPT], BS).hashes[:2]
 
 
+def ingestor_for(tracker: KVRealizations) -> KVEventIngestor:
+    """An ingestor over an index holding md0, telling ``tracker`` what it applies."""
+    index = MemoryPrefixIndex()
+    index.register(IndexedInstance("md0", Tier.MD, "B"))
+    return KVEventIngestor(index, block_size=BS, observer=tracker)
+
+
 def watched() -> KVRealizations:
     tracker = heard(KVRealizations(), "md0")
     tracker.begin("r1", ["md0"], CHAIN, block_size=BS, prompt_tokens=len(PROMPT))
@@ -172,10 +179,8 @@ def test_two_in_flight_requests_with_one_prefix_both_count_its_store_as_a_miss()
 
 def test_the_ingestor_reports_stores_under_the_routers_hashes() -> None:
     """Engine blocks of 32 tokens, re-hashed into router blocks of 16, reach the tracker."""
-    index = MemoryPrefixIndex()
-    index.register(IndexedInstance("md0", Tier.MD, "B"))
     tracker = KVRealizations()
-    ingest = KVEventIngestor(index, block_size=BS, observer=tracker)
+    ingest = ingestor_for(tracker)
     tracker.begin("r1", ["md0"], CHAIN, block_size=BS, prompt_tokens=len(PROMPT))
 
     def stored(hashes: list[int], parent: int | None, first: int) -> KVEventBatch:
@@ -186,7 +191,7 @@ def test_the_ingestor_reports_stores_under_the_routers_hashes() -> None:
 
     ingest.apply(stored([901, 902], None, 0))  # router blocks 0..3, before nothing: a store
     ingest.apply(stored([903, 904], 902, 2))  # router blocks 4..7
-    assert index.match(CHAIN)["md0"] == 8
+    assert ingest.index.match(CHAIN)["md0"] == 8
     assert tracker.finish("r1") == {"md0": 0.0}
     tracker.begin("r2", ["md0"], CHAIN, block_size=BS, prompt_tokens=len(PROMPT))
     ingest.apply(stored([905], 904, 4))  # router blocks 8 and 9: the first new one is 8
@@ -214,10 +219,8 @@ def test_a_prompt_held_whole_stops_at_the_engines_last_full_block() -> None:
 
 
 def test_the_ingestor_reports_what_it_cannot_apply_as_lost() -> None:
-    index = MemoryPrefixIndex()
-    index.register(IndexedInstance("md0", Tier.MD, "B"))
     tracker = watched()
-    ingest = KVEventIngestor(index, block_size=BS, observer=tracker)
+    ingest = ingestor_for(tracker)
     orphan = KVEvent(
         type="BlockStored", block_hashes=[7], parent_block_hash=999,
         token_ids=PROMPT[:BS], block_size=BS,

@@ -1,0 +1,25 @@
+"""Driving the CLI from tests: one call with captured output, and a synthetic trace."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from router.cli.app import main
+
+__all__ = ["run_cli", "synth_agentic"]
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    """``pdd-router ARGV``: its exit code, stdout and stderr."""
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def synth_agentic(path: Path, *, seed: int, requests: int = 300) -> Path:
+    """Write a synthetic agentic trace (``trace synth``) to ``path``."""
+    args = ["trace", "synth", "--profile", "agentic", "--requests", str(requests)]
+    assert main([*args, "--seed", str(seed), "--out", str(path)]) == 0
+    return path
