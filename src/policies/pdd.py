@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from policies.config import PddParams
 from policies.estimates import hit_tokens
-from policies.relay import finish_on_rld, md_fields, relay_ttft_s
+from policies.relay import finish_on_rld, md_fields, relay_then_md, relay_ttft_s
 from policies.selection import choose_decode, choose_least_loaded, choose_prefill
 from policies.tiers import Tier
 from policies.types import (
@@ -76,16 +76,8 @@ class PddPolicy:
                 **common,
             )
         mode = HandoffMode.CATCH_UP if rld.occupancy < prm.catch_up_below else HandoffMode.ONE_SHOT
-        return Decision(
-            pipeline=Pipeline.P_RLD_MD,
-            rld_instance=rld.instance_id,
-            handoff=mode,
-            chunk_tokens=prm.chunk_tokens if mode is HandoffMode.CATCH_UP else None,
-            predicted_hit={**hits, Tier.RLD: 0.0},
-            predicted_ttft_s=rld_ttft,
-            reason=(
-                f"WAN delta {md.transfer_s:.2f}s over budget {prm.wan_budget_s:.2f}s: "
-                f"RLD masks it ({mode.value}, RLD occupancy {rld.occupancy:.2f})"
-            ),
-            **common,
+        why = (
+            f"WAN delta {md.transfer_s:.2f}s over budget {prm.wan_budget_s:.2f}s: "
+            f"RLD masks it ({mode.value}, RLD occupancy {rld.occupancy:.2f})"
         )
+        return relay_then_md(rld, mode, prm.chunk_tokens, hits, rld_ttft, why, common)

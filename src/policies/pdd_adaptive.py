@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from policies.config import PddAdaptiveParams
 from policies.estimates import hit_tokens
-from policies.relay import finish_on_rld, md_fields, relay_ttft_s
+from policies.relay import finish_on_rld, md_fields, relay_then_md, relay_ttft_s
 from policies.selection import choose_decode, choose_prefill
 from policies.tiers import Tier
 from policies.types import (
@@ -154,17 +154,9 @@ class PddAdaptivePolicy:
             if wan_s > budget
             else f"WAN {wan_s:.2f}s borderline (budget {budget:.2f}s) with {backlog_s:.1f}s backlog"
         )
-        return Decision(
-            pipeline=Pipeline.P_RLD_MD,
-            rld_instance=rld.instance_id,
-            handoff=mode,
-            chunk_tokens=prm.chunk_tokens if mode is HandoffMode.CATCH_UP else None,
-            predicted_hit={**hits, Tier.RLD: 0.0},
-            predicted_ttft_s=rld_ttft,
-            reason=(
-                f"{why}: RLD masks it ({mode.value}, RLD load {load:.2f})"
-                if rld_room
-                else f"{why}: queued on RLD (load {load:.2f}), too long for P-MD"
-            ),
-            **common,
+        reason = (
+            f"{why}: RLD masks it ({mode.value}, RLD load {load:.2f})"
+            if rld_room
+            else f"{why}: queued on RLD (load {load:.2f}), too long for P-MD"
         )
+        return relay_then_md(rld, mode, prm.chunk_tokens, hits, rld_ttft, reason, common)

@@ -11,9 +11,16 @@ from typing import Any
 
 from policies.estimates import Placement
 from policies.tiers import Tier
-from policies.types import ClusterView, Decision, InstanceLoad, Pipeline, RequestView
+from policies.types import (
+    ClusterView,
+    Decision,
+    HandoffMode,
+    InstanceLoad,
+    Pipeline,
+    RequestView,
+)
 
-__all__ = ["finish_on_rld", "md_fields", "relay_ttft_s"]
+__all__ = ["finish_on_rld", "md_fields", "relay_then_md", "relay_ttft_s"]
 
 
 def relay_ttft_s(request: RequestView, cluster: ClusterView, p_delay_s: float) -> float:
@@ -51,3 +58,26 @@ def md_fields(policy: str, p: InstanceLoad, md: Placement, wan_s: float) -> dict
         "predicted_wan_bytes": md.transfer_bytes,
         "predicted_wan_s": wan_s,
     }
+
+
+def relay_then_md(
+    rld: InstanceLoad,
+    mode: HandoffMode,
+    chunk_tokens: int,
+    hits: dict[Tier, float],
+    ttft_s: float,
+    reason: str,
+    fields: dict[str, Any],
+) -> Decision:
+    """P-RLD-MD: RLD streams the first tokens while the KV travels to MD, then hands off
+    (``chunk_tokens`` is the catch-up chunk; one-shot has none). ``fields``: ``md_fields``."""
+    return Decision(
+        pipeline=Pipeline.P_RLD_MD,
+        rld_instance=rld.instance_id,
+        handoff=mode,
+        chunk_tokens=chunk_tokens if mode is HandoffMode.CATCH_UP else None,
+        predicted_hit={**hits, Tier.RLD: 0.0},
+        predicted_ttft_s=ttft_s,
+        reason=reason,
+        **fields,
+    )
