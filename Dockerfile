@@ -2,7 +2,11 @@
 FROM python:3.11-slim
 WORKDIR /app
 COPY pyproject.toml README.md ./
-COPY src ./src
+COPY policies ./policies
+COPY engines_adapter ./engines_adapter
+COPY router ./router
+COPY replay ./replay
+COPY cli ./cli
 RUN pip install --no-cache-dir . && useradd --create-home pdd
 USER pdd
 EXPOSE 8000

@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+PACKAGES := policies engines_adapter router replay cli
 
 .PHONY: demo test test-fast test-vllm lint typecheck unit redis chromium vllm bench clean
 
@@ -40,8 +41,8 @@ vllm:
 	./scripts/ensure-vllm.sh >/dev/null
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests
-	$(BIN)/ruff format --check src tests
+	$(BIN)/ruff check $(PACKAGES) tests
+	$(BIN)/ruff format --check $(PACKAGES) tests
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Any
 import fakeredis
 import pytest
 
+from cli.app import main
 from policies.tiers import Tier
-from router.cli.app import main
 from router.errors import UserError
 from router.index.base import IndexedInstance
 from router.index.factory import build_index

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from router.cli.app import main
+from cli.app import main
 
 __all__ = ["run_cli", "synth_agentic"]
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from router.cli.app import main
+from cli.app import main
 
 
 def test_demo_compares_the_three_deployments(

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from cli_support import run_cli, synth_agentic
 
-from router.cli.app import main
+from cli.app import main
 from router.errors import UserError
 
 SMALL_CACHES = (

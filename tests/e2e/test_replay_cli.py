@@ -162,7 +162,7 @@ def test_presets_are_listed(capsys: pytest.CaptureFixture[str]) -> None:
 def _cli(args: list[str], hash_seed: str) -> None:
     env = {**os.environ, "PYTHONHASHSEED": hash_seed, "COLUMNS": "200"}
     subprocess.run(
-        [sys.executable, "-m", "router.cli.app", *args], check=True, env=env, capture_output=True
+        [sys.executable, "-m", "cli.app", *args], check=True, env=env, capture_output=True
     )
 
 

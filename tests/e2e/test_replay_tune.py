@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from cli_support import synth_agentic
 
-from replay.tune_space import SPACES, draw_trials
-from router.cli.app import main
+from cli.app import main
+from replay.tuning.space import SPACES, draw_trials
 
 
 @pytest.fixture(scope="module")

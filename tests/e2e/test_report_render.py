@@ -16,7 +16,7 @@ import pytest
 from chromium_cdp import CHROMIUM, open_page
 from cli_support import synth_agentic
 
-from replay.compare import run_compare
+from replay.experiments.compare import run_compare
 from replay.report import ClusterFacts, Report, ReportRun, write_report
 
 pytestmark = pytest.mark.skipif(

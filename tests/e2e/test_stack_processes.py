@@ -32,7 +32,7 @@ def free_port() -> int:
 def spawn(args: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     with log.open("wb") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "router.cli.app", *args],
+            [sys.executable, "-m", "cli.app", *args],
             stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
         )  # fmt: skip
 

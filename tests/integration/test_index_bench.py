@@ -10,8 +10,8 @@ import pytest
 import redis
 from rich.console import Console
 
+from cli.app import main
 from router.bench.index_bench import render_index_bench, run_index_bench
-from router.cli.app import main
 
 REDIS_URL = os.environ.get("PDD_ROUTER_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 

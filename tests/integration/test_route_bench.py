@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from router.cli.app import main
+from cli.app import main
 
 REDIS_URL = os.environ.get("PDD_ROUTER_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 

@@ -35,7 +35,7 @@ def start_replica(port: int, prefix: str, instances: Path, log: Path) -> subproc
         "PDD_ROUTER_REDIS__URL": REDIS_URL,
         "PDD_ROUTER_REDIS__KEY_PREFIX": prefix,
     }
-    cmd = [sys.executable, "-m", "router.cli.app", "serve", "--port", str(port),
+    cmd = [sys.executable, "-m", "cli.app", "serve", "--port", str(port),
            "--instances", str(instances), "--log-level", "warning"]  # fmt: skip
     with log.open("wb") as out:
         return subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from replay.bootstrap import (
+from replay.experiments.bootstrap import (
     Resample,
     bootstrap_differences,
     identity,

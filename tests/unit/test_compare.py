@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from replay.compare import auto_window, compare_results, run_compare
-from replay.compare_stats import metric_specs, point_values, policy_data, window_of
-from replay.hit_buckets import BUCKET_LABELS, bucket_index, request_hit_rates
-from replay.policy_spec import parse_policy_spec, parse_policy_specs
-from replay.run import ReplayResult, run_replay
+from replay.experiments.compare import auto_window, compare_results, run_compare
+from replay.experiments.compare_stats import metric_specs, point_values, policy_data, window_of
+from replay.experiments.policy_spec import parse_policy_spec, parse_policy_specs
+from replay.metrics.hit_buckets import BUCKET_LABELS, bucket_index, request_hit_rates
+from replay.runner.run import ReplayResult, run_replay
 from replay.trace.mooncake import write_mooncake
 from replay.trace.record import TraceRequest
 from replay.trace.synth import make_profile, synthesize

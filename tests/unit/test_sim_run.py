@@ -11,7 +11,7 @@ import pytest
 
 from replay.metrics import write_run
 from replay.presets import load_preset, preset_names
-from replay.run import ReplayResult, run_replay
+from replay.runner.run import ReplayResult, run_replay
 from replay.trace.record import TraceRequest
 from replay.trace.synth import make_profile, synthesize
 from router.errors import UserError

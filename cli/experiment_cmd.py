@@ -1,0 +1,213 @@
+"""`pdd-router replay compare` and `replay sweep`: offline policy A/B and SLA goodput.
+
+The commands parse options, show progress and print; the work is ``replay.experiments.compare``,
+``replay.experiments.sweep`` and ``replay.report`` (imported when a command runs, so ``--help``
+stays instant). They are registered on ``replay_app`` by ``cli.replay_cmd``.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import typer
+from rich.console import Console
+
+from cli.progress import ReplayBar, progress_bars
+
+if TYPE_CHECKING:
+    from replay.sim.simulator import ProgressObserver
+
+__all__ = ["command_line", "compare", "sweep"]
+
+
+def command_line() -> str | None:
+    """The command as typed, when run as ``pdd-router`` (for the report's header)."""
+    if not sys.argv or Path(sys.argv[0]).name != "pdd-router":
+        return None
+    return shlex.join(["pdd-router", *sys.argv[1:]])
+
+
+def _slug(label: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._=-]+", "_", label).strip("_") or "policy"
+
+
+_TRACE = typer.Argument(..., help="Trace file (format detected: mooncake, bailian, ...)")
+_PRESET = typer.Option(..., "--preset", help="Cluster preset (see `replay presets`)")
+_SET = typer.Option(
+    [], "--set", help="Cluster override KEY=VALUE (repeatable)", metavar="KEY=VALUE"
+)
+_SEED = typer.Option(0, "--seed", help="Seed of the replays and of the bootstrap")
+_DELAY = typer.Option(0.05, "--kv-event-delay", help="Seconds before KV events reach the index")
+_TTFT = typer.Option(10.0, "--sla-ttft", help="SLA threshold on TTFT, seconds")
+_TPOT = typer.Option(0.1, "--sla-tpot", help="SLA threshold on TPOT, seconds")
+_QUIET = typer.Option(False, "--no-progress", help="No progress bar")
+
+
+def compare(
+    trace: Path = _TRACE,
+    preset: str = _PRESET,
+    policy: list[str] = typer.Option(
+        ...,
+        "--policy",
+        help="NAME or NAME:KEY=VALUE[,KEY=VALUE...], e.g. pdd:wan_budget_s=0.5 (repeat; the "
+        "first is the baseline)",
+    ),
+    seed: int = _SEED,
+    rate_scale: float = typer.Option(1.0, "--rate-scale", help="2 = arrivals twice as fast"),
+    overrides: list[str] = _SET,
+    out: Path = typer.Option(Path("compare-out"), "--out", help="Directory to write"),
+    resamples: int = typer.Option(1000, "--resamples", help="Bootstrap resamples"),
+    window: float | None = typer.Option(
+        None, "--window", help="Rate window, seconds (default 60, shortened to give 30 windows)"
+    ),
+    all_metrics: bool = typer.Option(False, "--all", help="Print every metric, not the key ones"),
+    no_progress: bool = _QUIET,
+    kv_event_delay: float = _DELAY,
+    sla_ttft: float = _TTFT,
+    sla_tpot: float = _TPOT,
+) -> None:
+    """Replay TRACE under each --policy (same seed) and compare them with 95% intervals.
+
+    Writes compare.json, report.html and each policy's summary.json and requests.jsonl.
+    """
+    from replay.experiments.compare import run_compare
+    from replay.metrics.summary import SlaThresholds
+    from replay.metrics.writers import write_requests, write_summary
+    from replay.presets.loader import parse_overrides
+    from replay.report import ClusterFacts, Report, ReportRun, write_report
+    from replay.report.compare_table import compare_table
+    from router.errors import UserError
+
+    if sla_ttft <= 0 or sla_tpot <= 0:
+        raise UserError("--sla-ttft and --sla-tpot must be positive")
+    cluster_overrides = parse_overrides(overrides)
+    with progress_bars(not no_progress) as bars:
+
+        def observer(label: str) -> ProgressObserver | None:
+            return ReplayBar(bars, f"replaying {label}") if bars is not None else None
+
+        result = run_compare(
+            trace, preset, policy, seed=seed, rate_scale=rate_scale,
+            overrides=cluster_overrides, kv_event_delay_s=kv_event_delay,
+            sla=SlaThresholds(ttft_s=sla_ttft, tpot_s=sla_tpot), resamples=resamples,
+            window_s=window, progress=observer,
+        )  # fmt: skip
+    result.write_json(out / "compare.json")
+    for spec, run in zip(result.specs, result.results, strict=True):
+        folder = out / _slug(spec.label)
+        folder.mkdir(parents=True, exist_ok=True)
+        write_summary(folder / "summary.json", run.summary)
+        write_requests(folder / "requests.jsonl", run.records)
+    runs = [
+        ReportRun(s.label, r.summary, r.records)
+        for s, r in zip(result.specs, result.results, strict=True)
+    ]
+    report = Report(
+        "compare",
+        runs,
+        command=command_line(),
+        hit_rates=result.hit_rates,
+        cluster=ClusterFacts.of_preset(preset, cluster_overrides),
+        compare=result,
+    )
+    write_report(out / "report.html", report)
+    console = Console()
+    console.print(compare_table(result, all_metrics=all_metrics))
+    console.print(
+        f"wrote {out / 'compare.json'}, {out / 'report.html'} and one folder per policy",
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
+def sweep(
+    trace: Path = _TRACE,
+    preset: str = _PRESET,
+    policy: str = typer.Option(..., "--policy", help="NAME or NAME:KEY=VALUE[,KEY=VALUE...]"),
+    seed: int = _SEED,
+    target: float = typer.Option(0.9, "--target", help="SLA attainment to sustain"),
+    tolerance: float = typer.Option(
+        0.02, "--tolerance", help="Stop when the bracket is this close (relative)"
+    ),
+    max_probes: int = typer.Option(16, "--max-probes", help="Most replays to run"),
+    start_scale: float = typer.Option(1.0, "--start-scale", help="First --rate-scale to try"),
+    overrides: list[str] = _SET,
+    out: Path = typer.Option(Path("sweep-out"), "--out", help="Directory to write"),
+    no_progress: bool = _QUIET,
+    kv_event_delay: float = _DELAY,
+    sla_ttft: float = _TTFT,
+    sla_tpot: float = _TPOT,
+) -> None:
+    """Find the highest arrival rate meeting the SLA (SLA goodput) and its BCR.
+
+    Bisects --rate-scale for the highest rate at which --target of requests meet the SLA;
+    writes sweep.json and report.html.
+    """
+    from replay.experiments.sweep import run_sweep
+    from replay.metrics.summary import SlaThresholds
+    from replay.metrics.writers import write_requests, write_summary
+    from replay.presets.loader import parse_overrides
+    from replay.report import ClusterFacts, Report, ReportRun, write_report
+    from replay.report.compare_table import sweep_table
+    from router.errors import UserError
+
+    if sla_ttft <= 0 or sla_tpot <= 0:
+        raise UserError("--sla-ttft and --sla-tpot must be positive")
+    cluster_overrides = parse_overrides(overrides)
+    with progress_bars(not no_progress) as bars:
+        overall = bars.add_task("probes", total=max_probes) if bars is not None else None
+
+        def observer(number: int, scale: float) -> ProgressObserver | None:
+            if bars is None or overall is None:
+                return None
+            bars.update(overall, completed=number - 1)
+            return ReplayBar(bars, f"probe {number}: rate scale {scale:.4g}")
+
+        result = run_sweep(
+            trace, preset, policy, seed=seed, target=target, tolerance=tolerance,
+            max_probes=max_probes, start_scale=start_scale, overrides=cluster_overrides,
+            kv_event_delay_s=kv_event_delay,
+            sla=SlaThresholds(ttft_s=sla_ttft, tpot_s=sla_tpot), progress=observer,
+        )  # fmt: skip
+    result.write_json(out / "sweep.json")
+    console = Console()
+    console.print(sweep_table(result))
+    best = result.best_result
+    if best is None or result.sla_goodput_rps is None or result.bcr is None:
+        raise UserError(
+            f"no probe met {target:.0%} SLA attainment (lowest rate scale tried: "
+            f"{min(p.rate_scale for p in result.probes):.4g}); wrote {out / 'sweep.json'}"
+        )
+    (out / "best").mkdir(parents=True, exist_ok=True)
+    write_summary(out / "best" / "summary.json", best.summary)
+    write_requests(out / "best" / "requests.jsonl", best.records)
+    write_report(
+        out / "report.html",
+        Report(
+            "sweep",
+            [ReportRun(result.spec.label, best.summary, best.records)],
+            command=command_line(),
+            hit_rates=_hit_rates(trace),
+            cluster=ClusterFacts.of_preset(preset, cluster_overrides),
+            sweep=result,
+        ),
+    )
+    bound = "" if result.bracketed else " (no probe missed the target: a lower bound)"
+    console.print(
+        f"SLA goodput of {result.spec.label}: {result.sla_goodput_rps:.3f} req/s at rate scale "
+        f"{best.summary.rate_scale:.4g}{bound}; BCR {result.bcr * 1000:.3f} req/s per 1000 USD/h "
+        f"at {result.cost_per_hour:.2f} USD/h",
+        highlight=False,
+        soft_wrap=True,
+    )
+    console.print(f"wrote {out / 'sweep.json'} and {out / 'report.html'}", highlight=False)
+
+
+def _hit_rates(trace: Path) -> dict[int, float] | None:
+    from replay.metrics.hit_buckets import load_hit_rates
+
+    return load_hit_rates(trace)

@@ -1,0 +1,137 @@
+"""`pdd-router replay ...`: replay a trace through the simulated cluster.
+
+The command only parses options, shows progress and prints; the replay itself is
+``replay.runner.run.run_replay`` (imported when the command runs, so ``--help`` is instant).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from cli.experiment_cmd import command_line, compare, sweep
+from cli.progress import ReplayBar, progress_bars
+from cli.tune_cmd import tune
+
+__all__ = ["replay_app"]
+
+replay_app = typer.Typer(
+    help="Replay traces through the two-datacenter cluster simulator.", no_args_is_help=True
+)
+
+
+@replay_app.command("run")
+def run(
+    trace: Path = typer.Argument(..., help="Trace file (format detected: mooncake, bailian, ...)"),
+    preset: str = typer.Option(..., "--preset", help="Cluster preset (see `replay presets`)"),
+    policy: str | None = typer.Option(
+        None, "--policy", help="Routing policy (default: the preset's default policy)"
+    ),
+    param: list[str] = typer.Option(
+        [], "--param", help="Policy parameter KEY=VALUE (repeatable)", metavar="KEY=VALUE"
+    ),
+    overrides: list[str] = typer.Option(
+        [],
+        "--set",
+        help="Cluster override KEY=VALUE, e.g. pools.md.instances=8 (repeatable)",
+        metavar="KEY=VALUE",
+    ),
+    rate_scale: float = typer.Option(1.0, "--rate-scale", help="2 = arrivals twice as fast"),
+    seed: int = typer.Option(0, "--seed", help="Seed of everything random in the run"),
+    out: Path = typer.Option(Path("replay-out"), "--out", help="Run directory to write"),
+    no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar"),
+    kv_event_delay: float = typer.Option(
+        0.05, "--kv-event-delay", help="Seconds before KV events reach the index"
+    ),
+    sla_ttft: float = typer.Option(10.0, "--sla-ttft", help="SLA threshold on TTFT, seconds"),
+    sla_tpot: float = typer.Option(0.1, "--sla-tpot", help="SLA threshold on TPOT, seconds"),
+    decision_log: Path | None = typer.Option(
+        None, "--decision-log", help="Write every decision as a JSON line to this file"
+    ),
+    index_mode: str = typer.Option(
+        "events",
+        "--index-mode",
+        help="events: KV events feed the index; approximate: no events, the router records "
+        "where it routed each request",
+    ),
+    predictor: Path | None = typer.Option(
+        None, "--predictor", help="Hit-rate model (`predictor train`) used instead of raw matches"
+    ),
+    index_capacity: str = typer.Option(
+        "exact",
+        "--index-capacity",
+        help="exact: the index bounds each instance at its KV capacity; unbounded: not told",
+    ),
+) -> None:
+    """Replay TRACE on a simulated cluster; write summary.json, requests.jsonl, report.html."""
+    from replay.metrics.summary import SlaThresholds
+    from replay.metrics.table import summary_table
+    from replay.presets.loader import parse_overrides
+    from replay.report.run_report import write_run_with_report
+    from replay.runner.run import run_replay
+    from router.errors import UserError
+
+    if sla_ttft <= 0 or sla_tpot <= 0:
+        raise UserError("--sla-ttft and --sla-tpot must be positive")
+    params = parse_overrides(param)
+    cluster_overrides = parse_overrides(overrides)
+    log = decision_log.open("w", encoding="utf-8") if decision_log is not None else None
+    try:
+        with progress_bars(not no_progress) as bars:
+            bar = ReplayBar(bars, "replaying") if bars is not None else None
+            result = run_replay(
+                trace,
+                preset,
+                policy,
+                policy_params=params,
+                rate_scale=rate_scale,
+                seed=seed,
+                overrides=cluster_overrides,
+                kv_event_delay_s=kv_event_delay,
+                sla=SlaThresholds(ttft_s=sla_ttft, tpot_s=sla_tpot),
+                progress=bar,
+                decision_log=log,
+                index_mode=index_mode,  # type: ignore[arg-type]  # checked by run_replay
+                predictor=predictor,
+                index_capacity=index_capacity,  # type: ignore[arg-type]  # checked by run_replay
+            )
+    finally:
+        if log is not None:
+            log.close()
+    write_run_with_report(
+        out, result.summary, result.records, overrides=cluster_overrides, command=command_line()
+    )
+    console = Console()
+    console.print(summary_table(result.summary))
+    console.print(
+        f"wrote {out / 'summary.json'}, {out / 'requests.jsonl'} and {out / 'report.html'}",
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
+@replay_app.command("presets")
+def presets() -> None:
+    """List the cluster presets with their pools, cost and default policy."""
+    from replay.presets.loader import load_preset, preset_names
+
+    console = Console()
+    for name in preset_names():
+        preset = load_preset(name)
+        pools = ", ".join(
+            f"{pool_name}: {p.instances}x{p.gpus_per_instance} {p.hardware} "
+            f"({p.tier.value}, {p.datacenter})"
+            for pool_name, p in preset.pools().items()
+        )
+        console.print(
+            f"[bold]{name}[/] (policy {preset.spec.default_policy}, "
+            f"{preset.cost_per_hour():.2f} USD/h): {pools}",
+            highlight=False,
+        )
+
+
+replay_app.command("compare")(compare)
+replay_app.command("sweep")(sweep)
+replay_app.command("tune")(tune)

@@ -1,0 +1,1 @@
+"""Offline A/B experiments: comparisons, rate sweeps, their statistics, and the demo."""

@@ -1,0 +1,305 @@
+"""Offline A/B: replay one trace with one seed under several policies and compare them.
+
+``run_compare`` replays the trace once per policy (same preset, seed, rate scale,
+SLA) and, for every metric of ``summary.json``, gives each policy's value and its
+difference from the first policy (the baseline) with a 95% bootstrap interval:
+per-request paired differences for latencies and per-request figures, fixed time
+windows for rates (see ``replay.experiments.compare_stats``). An interval that excludes zero
+marks the difference as significant.
+
+Policies are given as ``NAME`` or ``NAME:KEY=VALUE[,KEY=VALUE...]`` (values are YAML
+scalars), e.g. ``pdd:wan_budget_s=0.5,chunk_tokens=32``; the text is the policy's
+label in the outputs and must be unique.
+
+``compare.json`` (``CompareResult.to_json``)::
+
+    {
+      "schema": "pdd-router/compare/1",
+      "trace": str, "preset": str, "seed": int, "rate_scale": float,
+      "sla": {"ttft_s": float, "tpot_s": float},
+      "baseline": str,                       # label of the first policy
+      "policies": [{"label": str, "policy": str, "params": {...}}, ...],
+      "bootstrap": {"resamples": int, "level": 0.95, "seed": int, "requests": int,
+                    "window_s": float, "windows": int,
+                    "interval": "percentile of the bootstrap differences"},
+      "metrics": [{
+        "key": "ttft_s.p99",                 # dotted path into summary.json
+        "label": "TTFT P99", "unit": "s",
+        "better": "lower" | "higher" | null,
+        "method": "requests" | "windows" | null,   # null: no interval (see compare_stats)
+        "values": {label: float | null, ...},      # as in each policy's summary.json
+        "differences": {label: {                   # every policy but the baseline
+            "difference": float | null,            # value - baseline value
+            "relative": float | null,              # difference / |baseline value|
+            "ci": [low, high] | null,
+            "significant": bool | null             # the interval excludes 0
+        }, ...}
+      }, ...],
+      "bathtub": {...} | null,               # replay.experiments.bathtub.Bathtub.to_json
+      "summaries": {label: summary.json, ...}
+    }
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from replay.experiments.bathtub import Bathtub, bathtub
+from replay.experiments.bootstrap import Interval, Statistic, bootstrap_differences, interval
+from replay.experiments.compare_stats import (
+    MetricSpec,
+    PolicyData,
+    metric_specs,
+    policy_data,
+    window_of,
+)
+from replay.experiments.policy_spec import PolicySpec, parse_policy_specs
+from replay.metrics.hit_buckets import load_hit_rates, rates_of
+from replay.metrics.summary import SlaThresholds
+from replay.runner.run import ReplayResult, run_replay
+from replay.sim.simulator import ProgressObserver
+from router.errors import UserError
+
+__all__ = [
+    "CompareResult",
+    "Difference",
+    "MetricRow",
+    "PolicySpec",
+    "auto_window",
+    "compare_results",
+    "parse_policy_specs",
+    "run_compare",
+]
+
+SCHEMA = "pdd-router/compare/1"
+MIN_WINDOWS = 30
+
+
+@dataclass(frozen=True, slots=True)
+class Difference:
+    """A policy's difference from the baseline on one metric."""
+
+    difference: float | None
+    relative: float | None
+    ci: Interval | None
+
+    @property
+    def significant(self) -> bool | None:
+        return None if self.ci is None else self.ci.excludes_zero
+
+    def to_json(self) -> dict[str, Any]:
+        ci = None if self.ci is None else [round(self.ci.low, 9), round(self.ci.high, 9)]
+        return {
+            "difference": self.difference,
+            "relative": self.relative,
+            "ci": ci,
+            "significant": self.significant,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class MetricRow:
+    """One metric: each policy's value, and each later policy's difference from the first."""
+
+    spec: MetricSpec
+    values: list[float | None]
+    differences: list[Difference]
+
+
+@dataclass(frozen=True, slots=True)
+class CompareResult:
+    """What ``replay compare`` produced; ``to_json`` is compare.json."""
+
+    specs: list[PolicySpec]
+    results: list[ReplayResult]
+    rows: list[MetricRow]
+    resamples: int
+    seed: int
+    window_s: float
+    windows: int
+    level: float = 0.95
+    bathtub: Bathtub | None = None
+    hit_rates: dict[int, float] | None = field(default=None, repr=False)
+
+    @property
+    def labels(self) -> list[str]:
+        return [s.label for s in self.specs]
+
+    def to_json(self) -> dict[str, Any]:
+        first = self.results[0].summary
+        labels = self.labels
+        return {
+            "schema": SCHEMA,
+            "trace": first.trace,
+            "preset": first.preset,
+            "seed": first.seed,
+            "rate_scale": first.rate_scale,
+            "sla": first.sla.model_dump(mode="json"),
+            "baseline": labels[0],
+            "policies": [
+                {"label": s.label, "policy": s.name, "params": dict(s.params)} for s in self.specs
+            ],
+            "bootstrap": {
+                "resamples": self.resamples,
+                "level": self.level,
+                "seed": self.seed,
+                "requests": first.requests,
+                "window_s": self.window_s,
+                "windows": self.windows,
+                "interval": "percentile of the bootstrap differences",
+            },
+            "metrics": [
+                {
+                    "key": row.spec.key,
+                    "label": row.spec.label,
+                    "unit": row.spec.unit,
+                    "better": row.spec.better,
+                    "method": row.spec.method,
+                    "values": dict(zip(labels, row.values, strict=True)),
+                    "differences": {
+                        label: d.to_json()
+                        for label, d in zip(labels[1:], row.differences, strict=True)
+                    },
+                }
+                for row in self.rows
+            ],
+            "bathtub": None if self.bathtub is None else self.bathtub.to_json(),
+            "summaries": {
+                label: r.summary.model_dump(mode="json")
+                for label, r in zip(labels, self.results, strict=True)
+            },
+        }
+
+    def write_json(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.to_json(), indent=2) + "\n", encoding="utf-8")
+
+
+def auto_window(duration_s: float, window_s: float | None) -> float:
+    """The rate window: ``window_s`` if given, else 60 s shortened to give 30 windows."""
+    if window_s is not None:
+        return window_s
+    return min(60.0, duration_s / MIN_WINDOWS) if duration_s > 0 else 60.0
+
+
+def _difference(a: float | None, b: float | None, ci: Interval | None) -> Difference:
+    if a is None or b is None:
+        return Difference(None, None, None)
+    diff = round(b - a, 9)
+    relative = round(diff / abs(a), 6) if a != 0 else None
+    return Difference(diff, relative, ci)
+
+
+def compare_results(
+    specs: Sequence[PolicySpec],
+    results: Sequence[ReplayResult],
+    *,
+    resamples: int = 1000,
+    seed: int = 0,
+    window_s: float | None = None,
+    hit_rates: Mapping[int, float] | None = None,
+) -> CompareResult:
+    """Paired comparison of replays of one trace (the first result is the baseline)."""
+    ids = sorted(r.request_id for r in results[0].records)
+    for spec, result in zip(specs, results, strict=True):
+        if sorted(r.request_id for r in result.records) != ids:
+            raise ValueError(f"{spec.label}: not the same requests as {specs[0].label}")
+    ordered = [sorted(r.records, key=lambda x: x.request_id) for r in results]
+    arrival = np.array([r.arrival_s for r in ordered[0]], dtype=np.float64)
+    window = auto_window(results[0].summary.trace_duration_s, window_s)
+    windows = window_of(arrival, window)
+    data = [policy_data(r.summary, recs, windows) for r, recs in zip(results, ordered, strict=True)]
+    metrics = metric_specs([r.summary for r in results])
+    n_windows = int(windows.max()) + 1
+    request_rng = np.random.default_rng(np.random.SeedSequence([seed, 1]))
+    window_rng = np.random.default_rng(np.random.SeedSequence([seed, 2]))
+    draws: dict[str, dict[str, np.ndarray[Any, np.dtype[np.float64]]]] = {}
+    for method, units, rng in (
+        ("requests", len(ids), request_rng),
+        ("windows", n_windows, window_rng),
+    ):
+        pairs: dict[str, tuple[Statistic, Statistic]] = {}
+        for metric in metrics:
+            if metric.method == method and metric.stat is not None:
+                for j in range(1, len(data)):
+                    pairs[f"{metric.key}@{j}"] = (metric.stat(data[0]), metric.stat(data[j]))
+        # one unit cannot vary: no interval rather than a zero-width one
+        draws[method] = (
+            bootstrap_differences(pairs, units, resamples, rng) if pairs and units > 1 else {}
+        )
+    rows = [_row(metric, data, draws) for metric in metrics]
+    tub = None
+    if hit_rates is not None:
+        rates = rates_of([r.request_id for r in ordered[0]], hit_rates)
+        tub = bathtub(
+            [s.label for s in specs],
+            rates,
+            [d.values["met"] for d in data],
+            [d.values["ttft_s"] for d in data],
+            resamples=resamples,
+            seed=seed,
+        )
+    return CompareResult(
+        list(specs), list(results), rows, resamples, seed, window, n_windows,
+        bathtub=tub, hit_rates=dict(hit_rates) if hit_rates is not None else None,
+    )  # fmt: skip
+
+
+def _row(
+    spec: MetricSpec,
+    data: Sequence[PolicyData],
+    draws: Mapping[str, Mapping[str, np.ndarray[Any, np.dtype[np.float64]]]],
+) -> MetricRow:
+    values = [spec.value(d.summary) for d in data]
+    differences = []
+    for j in range(1, len(data)):
+        ci = None
+        if spec.method is not None and values[0] is not None and values[j] is not None:
+            got = draws[spec.method].get(f"{spec.key}@{j}")
+            ci = interval(got) if got is not None else None
+        differences.append(_difference(values[0], values[j], ci))
+    return MetricRow(spec, values, differences)
+
+
+def run_compare(
+    trace: str | Path,
+    preset: str,
+    policies: Sequence[str],
+    *,
+    seed: int = 0,
+    rate_scale: float = 1.0,
+    overrides: Mapping[str, Any] | None = None,
+    kv_event_delay_s: float = 0.05,
+    sla: SlaThresholds | None = None,
+    resamples: int = 1000,
+    window_s: float | None = None,
+    progress: Callable[[str], ProgressObserver | None] | None = None,
+) -> CompareResult:
+    """Replay ``trace`` under each policy (texts as on the command line) and compare them."""
+    specs = parse_policy_specs(policies, minimum=2)
+    if resamples < 100:
+        raise UserError(f"--resamples must be at least 100, got {resamples}")
+    if window_s is not None and window_s <= 0:
+        raise UserError(f"--window must be positive, got {window_s}")
+    results = [
+        run_replay(
+            trace, preset, spec.name, rate_scale, seed,
+            policy_params=spec.params, overrides=overrides, kv_event_delay_s=kv_event_delay_s,
+            sla=sla, progress=progress(spec.label) if progress is not None else None,
+        )
+        for spec in specs
+    ]  # fmt: skip
+    return compare_results(
+        specs,
+        results,
+        resamples=resamples,
+        seed=seed,
+        window_s=window_s,
+        hit_rates=load_hit_rates(trace),
+    )

@@ -1,0 +1,206 @@
+"""SLA goodput by bisection: the highest arrival rate at which enough requests meet the SLA.
+
+``run_sweep`` replays the trace at several ``--rate-scale`` values (each probe is a
+full replay with the same seed). From the starting scale it doubles (or halves) until
+one probe meets the target SLA attainment (default 90%) and one misses it, then
+bisects between the highest passing and the lowest failing scale until they are
+within ``tolerance`` of each other (relative) or ``max_probes`` replays have run.
+
+The answer is stated as the paper states goodput: the highest passing probe's arrival
+rate (requests over the trace's duration at that scale) is the policy's *SLA goodput*,
+and the BCR it implies is that rate over the cluster's cost per hour. The probe's own
+``goodput_rps`` (SLA-meeting requests per second, at least ``target`` of the rate) is
+reported beside it. Attainment need not fall monotonically with the rate, so the
+answer is a crossing point found by bisection, not a proof that no higher rate passes.
+
+``sweep.json`` (``SweepResult.to_json``)::
+
+    {"schema": "pdd-router/sweep/1", "trace", "preset", "policy", "params", "seed",
+     "sla": {...}, "target": 0.9, "tolerance": 0.02,
+     "sla_goodput_rps": float | null,       # highest passing arrival rate
+     "bcr": float | null,                   # sla_goodput_rps / cost_per_hour
+     "cost_per_hour": float,
+     "best": probe | null, "bracketed": bool,  # false: no failing probe was found
+     "probes": [{"rate_scale", "rate_rps", "sla_attainment", "goodput_rps",
+                 "ttft_p99_s", "passed"}, ...]}   # in the order they ran
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from replay.experiments.policy_spec import PolicySpec, parse_policy_spec
+from replay.metrics.summary import SlaThresholds, Summary
+from replay.runner.run import ReplayResult, run_replay
+from replay.sim.simulator import ProgressObserver
+from router.errors import UserError
+
+__all__ = ["Probe", "SweepResult", "run_sweep"]
+
+SCHEMA = "pdd-router/sweep/1"
+MAX_DOUBLINGS = 10
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """One replay of the sweep."""
+
+    rate_scale: float
+    rate_rps: float
+    sla_attainment: float
+    goodput_rps: float
+    ttft_p99_s: float | None
+    passed: bool
+
+    @classmethod
+    def of(cls, summary: Summary, target: float) -> Probe:
+        duration = summary.trace_duration_s
+        return cls(
+            rate_scale=summary.rate_scale,
+            rate_rps=round(summary.requests / duration, 6) if duration > 0 else 0.0,
+            sla_attainment=summary.sla_attainment,
+            goodput_rps=summary.goodput_rps,
+            ttft_p99_s=summary.ttft_s.p99,
+            passed=summary.sla_attainment >= target,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SweepResult:
+    """The probes, the best passing one and its replay (for the report)."""
+
+    spec: PolicySpec
+    target: float
+    tolerance: float
+    probes: list[Probe]
+    best: Probe | None
+    best_result: ReplayResult | None
+    cost_per_hour: float
+    bracketed: bool
+    first: Summary = field(repr=False)
+
+    @property
+    def sla_goodput_rps(self) -> float | None:
+        return self.best.rate_rps if self.best is not None else None
+
+    @property
+    def bcr(self) -> float | None:
+        rate = self.sla_goodput_rps
+        if rate is None or self.cost_per_hour <= 0:
+            return None
+        return round(rate / self.cost_per_hour, 9)
+
+    def to_json(self) -> dict[str, Any]:
+        s = self.first
+        return {
+            "schema": SCHEMA,
+            "trace": s.trace,
+            "preset": s.preset,
+            "policy": self.spec.label,
+            "params": dict(self.spec.params),
+            "seed": s.seed,
+            "sla": s.sla.model_dump(mode="json"),
+            "target": self.target,
+            "tolerance": self.tolerance,
+            "sla_goodput_rps": self.sla_goodput_rps,
+            "bcr": self.bcr,
+            "cost_per_hour": self.cost_per_hour,
+            "best": None if self.best is None else _probe_json(self.best),
+            "bracketed": self.bracketed,
+            "probes": [_probe_json(p) for p in self.probes],
+        }
+
+    def write_json(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.to_json(), indent=2) + "\n", encoding="utf-8")
+
+
+def _probe_json(probe: Probe) -> dict[str, Any]:
+    return {
+        "rate_scale": probe.rate_scale,
+        "rate_rps": probe.rate_rps,
+        "sla_attainment": probe.sla_attainment,
+        "goodput_rps": probe.goodput_rps,
+        "ttft_p99_s": probe.ttft_p99_s,
+        "passed": probe.passed,
+    }
+
+
+def run_sweep(
+    trace: str | Path,
+    preset: str,
+    policy: str,
+    *,
+    seed: int = 0,
+    target: float = 0.9,
+    tolerance: float = 0.02,
+    max_probes: int = 16,
+    start_scale: float = 1.0,
+    overrides: Mapping[str, Any] | None = None,
+    kv_event_delay_s: float = 0.05,
+    sla: SlaThresholds | None = None,
+    progress: Callable[[int, float], ProgressObserver | None] | None = None,
+) -> SweepResult:
+    """Bisect ``--rate-scale`` for the highest rate meeting ``target`` SLA attainment."""
+    if not 0.0 < target <= 1.0:
+        raise UserError(f"--target must be within (0, 1], got {target}")
+    if tolerance <= 0.0:
+        raise UserError(f"--tolerance must be positive, got {tolerance}")
+    if max_probes < 2:
+        raise UserError(f"--max-probes must be at least 2, got {max_probes}")
+    if start_scale <= 0.0:
+        raise UserError(f"--start-scale must be positive, got {start_scale}")
+    spec = parse_policy_spec(policy)
+    probes: list[Probe] = []
+    kept: dict[str, ReplayResult] = {}  # the first replay and the best passing one
+
+    def probe(scale: float) -> Probe:
+        observer = progress(len(probes) + 1, scale) if progress is not None else None
+        result = run_replay(
+            trace, preset, spec.name, scale, seed,
+            policy_params=spec.params, overrides=overrides,
+            kv_event_delay_s=kv_event_delay_s, sla=sla, progress=observer,
+        )  # fmt: skip
+        found = Probe.of(result.summary, target)
+        probes.append(found)
+        kept.setdefault("first", result)
+        best = kept.get("best")
+        if found.passed and (best is None or scale > best.summary.rate_scale):
+            kept["best"] = result
+        return found
+
+    first = probe(start_scale)
+    low: Probe | None = first if first.passed else None
+    high: Probe | None = None if first.passed else first
+    step = 2.0 if first.passed else 0.5
+    scale = start_scale
+    for _ in range(MAX_DOUBLINGS):
+        if (low is not None and high is not None) or len(probes) >= max_probes:
+            break
+        scale *= step
+        got = probe(scale)
+        if got.passed:
+            low = got
+        else:
+            high = got
+    while (
+        low is not None
+        and high is not None
+        and (high.rate_scale - low.rate_scale) / low.rate_scale > tolerance
+        and len(probes) < max_probes
+    ):
+        got = probe((low.rate_scale + high.rate_scale) / 2.0)
+        if got.passed:
+            low = got
+        else:
+            high = got
+    summary = kept["first"].summary
+    return SweepResult(
+        spec=spec, target=target, tolerance=tolerance, probes=probes, best=low,
+        best_result=kept.get("best"),
+        cost_per_hour=summary.cost_per_hour, bracketed=high is not None, first=summary,
+    )  # fmt: skip

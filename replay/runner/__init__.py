@@ -1,0 +1,1 @@
+"""Replaying one trace: wire the production scheduler into the simulator, run, summarize."""

@@ -1,0 +1,227 @@
+"""Replay a trace through the simulated cluster: the function behind `replay run`.
+
+``run_replay`` reads the trace, loads the preset, checks that the cluster can serve
+the trace with the policy, wires the production scheduler (the same ``Scheduler``,
+policy and ``MemoryPrefixIndex`` the live router uses, on the simulated clock) into
+the simulator, runs it and summarizes the outcome.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, TextIO
+
+from policies.registry import UnknownPolicyError, build_policy, parse_policy
+from policies.tiers import Tier
+from replay.metrics.record import RequestRecord, record_of
+from replay.metrics.summary import SlaThresholds, Summary, summarize
+from replay.metrics.writers import write_run
+from replay.presets.cluster_preset import ClusterPreset
+from replay.presets.loader import load_preset
+from replay.runner.outcomes import outcome_of
+from replay.sim.event_loop import EventLoop
+from replay.sim.request_state import SimRequest
+from replay.sim.simulator import ProgressObserver, Simulator
+from replay.trace.formats import read_trace
+from replay.trace.record import TraceRequest
+from router.errors import UserError
+from router.index.memory_index import MemoryPrefixIndex
+from router.predictor.tracking import TrackedIndex
+from router.scheduler import HitPredictor, Scheduler
+
+__all__ = ["IndexCapacity", "IndexMode", "ReplayResult", "check_cluster", "run_replay"]
+
+IndexMode = Literal["events", "approximate"]
+"""events: engines' KV events feed the index; approximate: the router records its routes."""
+IndexCapacity = Literal["exact", "unbounded"]
+"""exact: the index bounds each instance at its KV capacity; unbounded: it is not told."""
+
+_REQUIRED_TIERS: dict[str, tuple[Tier, ...]] = {
+    "pdd": (Tier.P, Tier.RLD, Tier.MD),
+    "pdd-adaptive": (Tier.P, Tier.RLD, Tier.MD),
+}
+_DEFAULT_TIERS = (Tier.P, Tier.MD)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayResult:
+    """What a replay produced: the summary and one record per request (arrival order)."""
+
+    summary: Summary
+    records: list[RequestRecord]
+
+    def write(self, out_dir: Path) -> None:
+        write_run(out_dir, self.summary, self.records)
+
+
+def check_cluster(preset: ClusterPreset, policy: str, requests: Sequence[TraceRequest]) -> None:
+    """Refuse, before the run, a cluster that cannot serve the trace with the policy."""
+    pools = preset.pools()
+    have = preset.tiers()
+    listing = ", ".join(f"{n} ({p.tier.value} in {p.datacenter})" for n, p in pools.items())
+    for tier in _REQUIRED_TIERS.get(policy, _DEFAULT_TIERS):
+        if tier not in have:
+            raise UserError(
+                f"preset {preset.name}: policy {policy} needs a {tier.value} pool with at least "
+                f"one instance; the preset has: {listing or 'no pools'}"
+            )
+    p_dcs = {p.datacenter for p in pools.values() if p.tier == Tier.P}
+    if len(p_dcs) > 1 or len(preset.datacenters()) > 2:
+        raise UserError(
+            f"preset {preset.name}: P must sit in one datacenter and the cluster span at most "
+            f"two; it has: {listing}"
+        )
+    links = preset.spec.links
+    if links.rdma.bandwidth_gbps <= 0:
+        raise UserError(f"preset {preset.name}: the RDMA bandwidth must be positive")
+    if preset.spans_datacenters():
+        if links.wan is None:
+            raise UserError(
+                f"preset {preset.name}: pools span datacenters {', '.join(preset.datacenters())} "
+                "but there is no WAN link (links.wan)"
+            )
+        if links.wan.bandwidth_gbps <= 0:
+            raise UserError(f"preset {preset.name}: the WAN bandwidth must be positive")
+    if not requests:
+        return
+    worst_prompt = max(_prompt_tokens(r) for r in requests)
+    worst = max(_prompt_tokens(r) + max(r.output_length, 1) for r in requests)
+    for name, pool in pools.items():
+        need = worst_prompt if pool.tier == Tier.P else worst
+        capacity = preset.kv_capacity_tokens(pool)
+        if capacity < need:
+            raise UserError(
+                f"preset {preset.name}: pool {name} holds {capacity} KV tokens per instance, "
+                f"less than the largest request of the trace needs ({need} tokens); "
+                "add GPUs per instance or set kv_capacity_tokens"
+            )
+
+
+def _prompt_tokens(request: TraceRequest) -> int:
+    blocks = len(request.hash_ids) * request.block_size
+    return blocks + max(request.input_length - blocks, 0)
+
+
+def _load_trace(trace: str | Path | Sequence[TraceRequest]) -> tuple[str, list[TraceRequest]]:
+    if isinstance(trace, str | Path):
+        requests = list(read_trace(trace))
+        name = str(trace)
+    else:
+        requests = list(trace)
+        name = "<memory>"
+    if not requests:
+        raise UserError(f"{name}: the trace has no requests")
+    requests.sort(key=lambda r: r.arrival_s)  # stable: file order among equal times
+    return name, requests
+
+
+def _load_predictor(predictor: str | Path | HitPredictor | None) -> HitPredictor | None:
+    if predictor is None or not isinstance(predictor, str | Path):
+        return predictor
+    from router.predictor.persist import load_predictor
+
+    return load_predictor(Path(predictor))
+
+
+def run_replay(
+    trace: str | Path | Sequence[TraceRequest],
+    preset: str,
+    policy: str | None = None,
+    rate_scale: float = 1.0,
+    seed: int = 0,
+    *,
+    policy_params: Mapping[str, Any] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    kv_event_delay_s: float = 0.05,
+    sla: SlaThresholds | None = None,
+    progress: ProgressObserver | None = None,
+    decision_log: TextIO | None = None,
+    index_mode: IndexMode = "events",
+    predictor: str | Path | HitPredictor | None = None,
+    index_capacity: IndexCapacity = "exact",
+) -> ReplayResult:
+    """Replay ``trace`` (a file, or requests) on the named preset with the named policy.
+
+    ``policy`` defaults to the preset's; ``rate_scale`` 2 makes arrivals twice as fast;
+    ``seed`` drives everything random (the WAN's bandwidth fluctuation); ``overrides``
+    are dotted preset keys (``{"pools.md.instances": 8}``). Raises UserError for a bad
+    name or an impossible cluster before anything runs.
+
+    ``index_mode`` "approximate" sends no KV events: the scheduler records where it routed
+    each request. ``predictor`` (a model file or a loaded model) turns index matches into
+    predicted hits. With a ``decision_log`` each request's outcome is logged when it ends.
+    ``index_capacity`` "unbounded" registers instances without their KV capacity: in
+    approximate mode the index then remembers every route (it is told of no eviction).
+    """
+    if rate_scale <= 0:
+        raise UserError(f"--rate-scale must be positive, got {rate_scale}")
+    if kv_event_delay_s < 0:
+        raise UserError(f"--kv-event-delay must be 0 or more, got {kv_event_delay_s}")
+    if index_mode not in ("events", "approximate"):
+        raise UserError(f"--index-mode must be events or approximate, got {index_mode!r}")
+    if index_capacity not in ("exact", "unbounded"):
+        raise UserError(f"--index-capacity must be exact or unbounded, got {index_capacity!r}")
+    model = _load_predictor(predictor)
+    sla = sla or SlaThresholds()
+    cluster = load_preset(preset, overrides)
+    policy_name = policy or cluster.spec.default_policy
+    try:
+        policy_obj = build_policy(parse_policy(policy_name, policy_params))
+    except UnknownPolicyError as exc:
+        raise UserError(str(exc)) from None
+    trace_name, requests = _load_trace(trace)
+    check_cluster(cluster, policy_name, requests)
+
+    started = time.perf_counter()
+    loop = EventLoop()
+    index: MemoryPrefixIndex | TrackedIndex = MemoryPrefixIndex(clock=loop.clock)
+    if decision_log is not None or model is not None:  # the features need the index's history
+        index = TrackedIndex(index, loop.clock)
+    scheduler = Scheduler(
+        index,
+        policy_obj,
+        decision_log=decision_log,
+        record_routes=index_mode == "approximate",
+        predictor=model,
+        clock=loop.clock,
+    )
+
+    def finished(request: SimRequest) -> None:
+        scheduler.record_outcome(outcome_of(request))
+
+    sim = Simulator(
+        cluster,
+        scheduler,
+        index,
+        block_size=requests[0].block_size,
+        seed=seed,
+        kv_event_delay_s=kv_event_delay_s,
+        progress=progress,
+        loop=loop,
+        kv_events=index_mode == "events",
+        on_finished=finished if decision_log is not None else None,
+        index_knows_capacity=index_capacity == "exact",
+    )
+    if progress is not None:
+        progress.start(len(requests))
+    simulated = sim.run(requests, rate_scale)
+    records = [record_of(r) for r in simulated]
+    wan = sim.cluster.wan
+    summary = summarize(
+        records,
+        policy=policy_name,
+        preset=preset,
+        trace=trace_name,
+        seed=seed,
+        rate_scale=rate_scale,
+        kv_event_delay_s=kv_event_delay_s,
+        sla=sla,
+        cost_per_hour=cluster.cost_per_hour(),
+        wan_throughput=wan.throughput if wan is not None else None,
+        wall_s=time.perf_counter() - started,
+        index_mode=index_mode,
+    )
+    return ReplayResult(summary, records)

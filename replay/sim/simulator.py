@@ -1,0 +1,262 @@
+"""The discrete-event simulator of a PDD deployment, driven by the router's decisions.
+
+Each arriving trace request is shown to the decider (the production scheduler) as a
+RequestView (block hashes, input length, never the output length) together with the
+live ClusterView; its Decision is then executed: prefill on the chosen P instance,
+the KV copies over RDMA and/or the WAN, decode on RLD and/or MD, the handoff. The
+engines' KV events reach the router's index after a delay.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from typing import Protocol
+
+from policies.tiers import Tier
+from policies.types import ClusterView, Decision, Pipeline, RequestView
+from replay.presets.cluster_preset import ClusterPreset
+from replay.sim.cluster import SimCluster, build_cluster
+from replay.sim.decode_instance import DecodeInstance
+from replay.sim.event_loop import EventLoop
+from replay.sim.events import Priority
+from replay.sim.handoff import HandoffDriver
+from replay.sim.kv_events import KvEventFeed
+from replay.sim.link import Transfer
+from replay.sim.request_state import DecodeServer, Leg, LegState, SimRequest
+from replay.trace.record import TraceRequest
+from router.index.base import IndexedInstance, PrefixIndex
+
+__all__ = ["Decider", "ProgressObserver", "Simulator"]
+
+
+class Decider(Protocol):
+    """What the simulator needs of the scheduler."""
+
+    def decide(self, request: RequestView, cluster: ClusterView) -> Decision: ...
+
+
+class ProgressObserver(Protocol):
+    """Told how many requests there are and how many have finished (a progress bar)."""
+
+    def start(self, total: int) -> None: ...
+
+    def advance(self, finished: int) -> None: ...
+
+
+class Simulator:
+    """One run: a cluster built from a preset, a decider, an index fed by KV events."""
+
+    def __init__(
+        self,
+        preset: ClusterPreset,
+        decider: Decider,
+        index: PrefixIndex,
+        *,
+        block_size: int,
+        seed: int = 0,
+        kv_event_delay_s: float = 0.05,
+        progress: ProgressObserver | None = None,
+        loop: EventLoop | None = None,
+        kv_events: bool = True,
+        on_finished: Callable[[SimRequest], None] | None = None,
+        index_knows_capacity: bool = True,
+    ) -> None:
+        """``kv_events`` False: engines publish nothing (the router's index is what it records
+        itself); ``on_finished(request)`` runs when a request ends (the outcome join);
+        ``index_knows_capacity`` False registers instances without their KV capacity, so
+        the index bounds nothing (a router not told the engines' cache sizes)."""
+        self.loop = loop or EventLoop()
+        self.preset = preset
+        self.decider = decider
+        self.index = index
+        self.block_size = block_size
+        self.feed = KvEventFeed(self.loop, index, kv_event_delay_s, enabled=kv_events)
+        self._on_finished = on_finished
+        self.cluster: SimCluster = build_cluster(
+            self.loop,
+            preset,
+            block_size,
+            self.feed,
+            seed,
+            self._prefilled,
+            self._reserved,
+            self._decoded,
+        )
+        self.handoff = HandoffDriver(
+            self.loop, self.cluster, preset.spec.handoff, self._abort, self._finish
+        )
+        self.requests: list[SimRequest] = []
+        self.finished = 0
+        self._progress = progress
+        self._arrivals: Iterator[TraceRequest] = iter(())
+        self._rate_scale = 1.0
+        for name, pool in preset.pools().items():
+            capacity = preset.kv_capacity_tokens(pool) // block_size
+            known = capacity if index_knows_capacity else None
+            for i in range(pool.instances):
+                index.register(IndexedInstance(f"{name}-{i}", pool.tier, pool.datacenter, known))
+
+    # -- running ----------------------------------------------------------------------
+
+    def start(self, trace: Iterable[TraceRequest], rate_scale: float = 1.0) -> None:
+        """Queue the arrivals of ``trace`` (sorted by arrival), ``rate_scale`` times faster;
+        ``loop.run()`` then plays them (``run`` does both)."""
+        self._arrivals = iter(trace)
+        self._rate_scale = rate_scale
+        self._schedule_next()
+
+    def run(self, trace: Iterable[TraceRequest], rate_scale: float = 1.0) -> list[SimRequest]:
+        """Replay ``trace`` to the end; the simulated requests in arrival order."""
+        self.start(trace, rate_scale)
+        self.loop.run()
+        if self._progress is not None:
+            self._progress.advance(self.finished)
+        return self.requests
+
+    def _schedule_next(self) -> None:
+        record = next(self._arrivals, None)
+        if record is None:
+            return
+        request = SimRequest(len(self.requests), record, record.arrival_s / self._rate_scale)
+        self.requests.append(request)
+        self.loop.at(request.arrival_s, Priority.ARRIVAL, self._arrive, request)
+
+    def _arrive(self, request: SimRequest) -> None:
+        self._schedule_next()
+        cluster = self.cluster
+        cluster.view.now = self.loop.now
+        cluster.sync_links()
+        trace = request.trace
+        view = RequestView(
+            chain=request.chain,
+            block_size=trace.block_size,
+            input_length=request.input_length,
+            max_tokens=None,
+            session_id=trace.session_id,
+            arrival_s=request.arrival_s,
+            request_id=str(request.key),
+        )
+        decision = self.decider.decide(view, cluster.view)
+        self._assign(request, decision)
+        p = request.p
+        assert p is not None
+        p.submit(request)
+
+    def _assign(self, request: SimRequest, decision: Decision) -> None:
+        cluster = self.cluster
+        request.decision = decision
+        request.pipeline = decision.pipeline
+        p = cluster.prefill.get(decision.p_instance)
+        if p is None:
+            raise RuntimeError(f"policy {decision.policy} chose unknown P {decision.p_instance!r}")
+        request.p = p
+        if decision.pipeline in (Pipeline.P_RLD, Pipeline.P_RLD_MD):
+            request.rld = self._decode_instance(decision, decision.rld_instance, Tier.RLD)
+        if decision.pipeline in (Pipeline.P_MD, Pipeline.P_RLD_MD):
+            request.md = self._decode_instance(decision, decision.md_instance, Tier.MD)
+
+    def _decode_instance(
+        self, decision: Decision, instance_id: str | None, role: Tier
+    ) -> DecodeInstance:
+        instance = self.cluster.decode.get(instance_id or "")
+        if instance is None:
+            raise RuntimeError(
+                f"policy {decision.policy} chose {decision.pipeline} with unknown "
+                f"{role.value} instance {instance_id!r}"
+            )
+        return instance
+
+    # -- prefill done: the KV copies leave P --------------------------------------------
+
+    def _prefilled(self, request: SimRequest) -> None:
+        p = request.p
+        assert p is not None
+        request.prefill_end_s = self.loop.now
+        self.feed.stored(p.id, request.chain)
+        decision = request.decision
+        assert decision is not None
+        if request.rld is not None:
+            request.rld_leg = self._leg(request, request.rld, reuse=True)
+        if request.md is not None:
+            request.md_leg = self._leg(request, request.md, reuse=decision.reuse_md_cache)
+        for leg in (request.rld_leg, request.md_leg):
+            if leg is not None:
+                leg.dest.reserve(leg)
+
+    def _leg(self, request: SimRequest, dest: DecodeServer, *, reuse: bool) -> Leg:
+        request.outgoing += 1
+        return Leg(request, dest, reuse, request.output_length + request.private_tokens)
+
+    def _reserved(self, leg: Leg) -> None:
+        """Memory granted on the destination: ship what it lacks (or everything)."""
+        request = leg.request
+        p = request.p
+        assert p is not None
+        if not leg.reuse_cache:
+            leg.hit_tokens = 0
+        leg.nbytes = (request.input_length - leg.hit_tokens) * self.cluster.kv_bytes_per_token
+        leg.link = self.cluster.link_between(p.datacenter, leg.dest.datacenter)
+        leg.transfer = leg.link.start(leg.nbytes, self._landed, leg)
+
+    def _landed(self, transfer: Transfer) -> None:
+        leg: Leg = transfer.tag
+        request = leg.request
+        leg.dest.landed(leg)
+        self._left_p(request)
+        self.feed.stored(leg.dest.id, request.chain)
+        if leg.link is self.cluster.wan:
+            request.wan_bytes += leg.nbytes
+        if leg is request.md_leg:
+            request.transfer_s = transfer.duration_s
+            if request.pipeline == Pipeline.P_MD:
+                leg.dest.join(leg, request.output_length)
+            else:
+                self.handoff.md_ready(request)
+        elif request.pipeline == Pipeline.P_RLD_MD:
+            self.handoff.rld_landed(request)
+        else:
+            if request.md_leg is None:
+                request.transfer_s = transfer.duration_s
+            leg.dest.join(leg, request.output_length)
+
+    def _left_p(self, request: SimRequest) -> None:
+        request.outgoing -= 1
+        if request.outgoing == 0 and request.p is not None:
+            request.p.release(request)
+
+    def _abort(self, leg: Leg) -> None:
+        """Drop a copy: cancel its transfer or its wait for memory, free its memory."""
+        if leg.state == LegState.CLOSED:
+            return
+        if leg.running:
+            leg.dest.leave(leg)
+        if leg.state == LegState.SENDING:
+            if leg.link is not None and leg.transfer is not None:
+                leg.link.cancel(leg.transfer)
+                if leg.link is self.cluster.wan:
+                    leg.request.wan_bytes += leg.transfer.sent_bytes
+            self._left_p(leg.request)
+        elif leg.state == LegState.RESERVING:
+            self._left_p(leg.request)
+        leg.dest.close(leg)
+
+    # -- decode done ------------------------------------------------------------------
+
+    def _decoded(self, request: SimRequest, instance: DecodeInstance) -> None:
+        if instance.tier == Tier.RLD:
+            request.rld_end_s = self.loop.now
+            if request.md_leg is not None:
+                self.handoff.rld_finished(request)
+        request.finished_on = instance.id
+        self._finish(request)
+
+    def _finish(self, request: SimRequest) -> None:
+        request.finished_s = self.loop.now
+        for leg in (request.rld_leg, request.md_leg):
+            if leg is not None:
+                self._abort(leg)
+        self.finished += 1
+        if self._on_finished is not None:
+            self._on_finished(request)
+        if self._progress is not None and (self.finished & 63 == 0 or not self.loop.pending()):
+            self._progress.advance(self.finished)

@@ -1,0 +1,1 @@
+"""Tuning a policy's thresholds under the SLA by replaying scenarios."""

@@ -1,0 +1,158 @@
+"""One `replay tune` trial: a configuration replayed on every tuning scenario.
+
+A scenario is a trace on a preset at a rate scale (``TuneSetup``). A trial replays
+one set of policy parameters on each scenario and keeps each one's figures; trials run
+in worker processes, each worker replaying its configuration's scenarios in turn.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from replay.metrics.summary import SlaThresholds, Summary
+from replay.runner.run import IndexMode, run_replay
+
+__all__ = ["Figures", "Objective", "Trial", "TuneSetup", "run_trials"]
+
+Objective = Literal["goodput", "bcr"]
+
+
+@dataclass(frozen=True, slots=True)
+class TuneSetup:
+    """One scenario: everything a replay needs besides the policy parameters (picklable)."""
+
+    trace: str
+    preset: str
+    policy: str
+    rate_scale: float = 1.0
+    seed: int = 0
+    overrides: dict[str, Any] = field(default_factory=dict)
+    sla: SlaThresholds = field(default_factory=SlaThresholds)
+    kv_event_delay_s: float = 0.05
+    index_mode: IndexMode = "events"
+    predictor: str | None = None
+
+    @property
+    def label(self) -> str:
+        return f"{Path(self.trace).name} ({self.preset}, x{self.rate_scale:g})"
+
+
+class Figures(BaseModel):
+    """What one replay of a trial gave."""
+
+    scenario: str
+    goodput_rps: float
+    bcr: float
+    sla_attainment: float
+    ttft_p50_s: float | None
+    ttft_p99_s: float | None
+    wan_bytes: float
+    rld_token_share: float
+    max_gap_p99_s: float | None
+
+    @classmethod
+    def of(cls, scenario: str, summary: Summary) -> Figures:
+        return cls(
+            scenario=scenario,
+            goodput_rps=summary.goodput_rps,
+            bcr=summary.bcr,
+            sla_attainment=summary.sla_attainment,
+            ttft_p50_s=summary.ttft_s.p50,
+            ttft_p99_s=summary.ttft_s.p99,
+            wan_bytes=summary.wan_bytes,
+            rld_token_share=summary.rld_token_share,
+            max_gap_p99_s=summary.max_gap_s.p99,
+        )
+
+    def value(self, objective: Objective) -> float:
+        return self.goodput_rps if objective == "goodput" else self.bcr
+
+
+class Trial(BaseModel):
+    """One configuration and its figures on each scenario (totals over scenarios)."""
+
+    number: int
+    params: dict[str, Any]  # only what differs from the defaults
+    figures: list[Figures]
+    goodput_rps: float  # summed over scenarios
+    bcr: float  # summed over scenarios
+
+    @classmethod
+    def of(cls, number: int, params: Mapping[str, Any], figures: list[Figures]) -> Trial:
+        return cls(
+            number=number,
+            params=dict(params),
+            figures=figures,
+            goodput_rps=round(sum(f.goodput_rps for f in figures), 9),
+            bcr=round(sum(f.bcr for f in figures), 12),
+        )
+
+    def value(self, objective: Objective) -> float:
+        return self.goodput_rps if objective == "goodput" else self.bcr
+
+    def score(self, objective: Objective) -> tuple[float, float, float]:
+        """Larger is better: the objective, then the lower worst TTFT P99, then P50."""
+        inf = float("inf")
+        p99 = max((f.ttft_p99_s if f.ttft_p99_s is not None else inf) for f in self.figures)
+        p50 = max((f.ttft_p50_s if f.ttft_p50_s is not None else inf) for f in self.figures)
+        return (round(self.value(objective), 9), -p99, -p50)
+
+    def not_worse_anywhere(self, other: Trial, objective: Objective) -> bool:
+        """At least ``other``'s objective on every scenario."""
+        return all(
+            a.value(objective) >= b.value(objective)
+            for a, b in zip(self.figures, other.figures, strict=True)
+        )
+
+
+Job = tuple[tuple[TuneSetup, ...], int, dict[str, Any]]
+
+
+def _trial(job: Job) -> Trial:
+    setups, number, params = job
+    figures = []
+    for setup in setups:
+        summary = run_replay(
+            setup.trace,
+            setup.preset,
+            setup.policy,
+            rate_scale=setup.rate_scale,
+            seed=setup.seed,
+            policy_params=params,
+            overrides=setup.overrides,
+            kv_event_delay_s=setup.kv_event_delay_s,
+            sla=setup.sla,
+            index_mode=setup.index_mode,
+            predictor=setup.predictor,
+        ).summary
+        figures.append(Figures.of(setup.label, summary))
+    return Trial.of(number, params, figures)
+
+
+def run_trials(
+    setups: Sequence[TuneSetup],
+    configs: Sequence[tuple[int, dict[str, Any]]],
+    workers: int,
+    advance: Callable[[int], None] | None = None,
+) -> list[Trial]:
+    """Replay each (number, parameters) on every scenario; ``advance(n)`` after each trial."""
+    jobs: list[Job] = [(tuple(setups), n, p) for n, p in configs]
+    done: list[Trial] = []
+    if workers <= 1 or len(jobs) <= 1:
+        for job in jobs:
+            done.append(_trial(job))
+            if advance is not None:
+                advance(len(done))
+        return done
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        for trial in pool.map(_trial, jobs):
+            done.append(trial)
+            if advance is not None:
+                advance(len(done))
+    return done
