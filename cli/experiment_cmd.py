@@ -17,6 +17,8 @@ import typer
 from rich.console import Console
 
 from cli.progress import ReplayBar, progress_bars
+from replay.sim.kv_events import KV_EVENT_DELAY_S
+from router.sla import SLA_TPOT_S, SLA_TTFT_S
 
 if TYPE_CHECKING:
     from replay.sim.simulator import ProgressObserver
@@ -41,9 +43,11 @@ _SET = typer.Option(
     [], "--set", help="Cluster override KEY=VALUE (repeatable)", metavar="KEY=VALUE"
 )
 _SEED = typer.Option(0, "--seed", help="Seed of the replays and of the bootstrap")
-_DELAY = typer.Option(0.05, "--kv-event-delay", help="Seconds before KV events reach the index")
-_TTFT = typer.Option(10.0, "--sla-ttft", help="SLA threshold on TTFT, seconds")
-_TPOT = typer.Option(0.1, "--sla-tpot", help="SLA threshold on TPOT, seconds")
+_DELAY = typer.Option(
+    KV_EVENT_DELAY_S, "--kv-event-delay", help="Seconds before KV events reach the index"
+)
+_TTFT = typer.Option(SLA_TTFT_S, "--sla-ttft", help="SLA threshold on TTFT, seconds")
+_TPOT = typer.Option(SLA_TPOT_S, "--sla-tpot", help="SLA threshold on TPOT, seconds")
 _QUIET = typer.Option(False, "--no-progress", help="No progress bar")
 
 

@@ -14,6 +14,8 @@ from rich.console import Console
 from cli.experiment_cmd import command_line, compare, sweep
 from cli.progress import ReplayBar, progress_bars
 from cli.tune_cmd import tune
+from replay.sim.kv_events import KV_EVENT_DELAY_S
+from router.sla import SLA_TPOT_S, SLA_TTFT_S
 
 __all__ = ["replay_app"]
 
@@ -43,10 +45,10 @@ def run(
     out: Path = typer.Option(Path("replay-out"), "--out", help="Run directory to write"),
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar"),
     kv_event_delay: float = typer.Option(
-        0.05, "--kv-event-delay", help="Seconds before KV events reach the index"
+        KV_EVENT_DELAY_S, "--kv-event-delay", help="Seconds before KV events reach the index"
     ),
-    sla_ttft: float = typer.Option(10.0, "--sla-ttft", help="SLA threshold on TTFT, seconds"),
-    sla_tpot: float = typer.Option(0.1, "--sla-tpot", help="SLA threshold on TPOT, seconds"),
+    sla_ttft: float = typer.Option(SLA_TTFT_S, "--sla-ttft", help="SLA threshold on TTFT, seconds"),
+    sla_tpot: float = typer.Option(SLA_TPOT_S, "--sla-tpot", help="SLA threshold on TPOT, seconds"),
     decision_log: Path | None = typer.Option(
         None, "--decision-log", help="Write every decision as a JSON line to this file"
     ),

@@ -17,6 +17,7 @@ import typer
 from rich.console import Console
 
 from cli.progress import progress_bars
+from router.sla import SLA_TPOT_S, SLA_TTFT_S
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -144,8 +145,8 @@ def tune(
         [1.0], "--rate-scale", help="Load(s) to tune at (repeatable: every trace at each)"
     ),
     seed: int = typer.Option(0, "--seed", help="Seed of each replay"),
-    sla_ttft: float = typer.Option(10.0, "--sla-ttft", help="SLA threshold on TTFT, seconds"),
-    sla_tpot: float = typer.Option(0.1, "--sla-tpot", help="SLA threshold on TPOT, seconds"),
+    sla_ttft: float = typer.Option(SLA_TTFT_S, "--sla-ttft", help="SLA threshold on TTFT, seconds"),
+    sla_tpot: float = typer.Option(SLA_TPOT_S, "--sla-tpot", help="SLA threshold on TPOT, seconds"),
     index_mode: str = typer.Option("events", "--index-mode", help="events or approximate"),
     predictor: Path | None = typer.Option(None, "--predictor", help="Hit-rate model file"),
     check: Path | None = typer.Option(

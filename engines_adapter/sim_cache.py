@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from engines_adapter.contract import KVEvent
 
-__all__ = ["ChainBlock", "PrefixCache"]
+__all__ = ["ChainBlock", "SimEngineCache"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +37,7 @@ class _Entry:
 
 
 @dataclass(slots=True)
-class PrefixCache:
+class SimEngineCache:
     """Cached blocks by hash, in LRU order (least recently used first)."""
 
     block_size: int = 16

@@ -28,7 +28,7 @@ from engines_adapter.contract import (
     TokenDelta,
 )
 from engines_adapter.kv_events import with_gap
-from engines_adapter.sim_cache import ChainBlock, PrefixCache
+from engines_adapter.sim_cache import ChainBlock, SimEngineCache
 from engines_adapter.toy_model import ToyModel
 
 __all__ = ["SimEngine", "SimEngineConfig", "SimFaults"]
@@ -97,7 +97,7 @@ class SimEngine:
         self.config = config or SimEngineConfig()
         self.faults = faults or SimFaults()
         self.model = ToyModel(self.config.vocab_size, self.config.model_seed)
-        self.cache = PrefixCache(
+        self.cache = SimEngineCache(
             self.config.block_size, self.config.cache_blocks, self.config.hash_seed
         )
         self._sleep = sleep

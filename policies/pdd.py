@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from policies.config import PddParams
 from policies.estimates import hit_tokens
-from policies.relay import finish_on_rld, md_fields, relay_then_md, relay_ttft_s
+from policies.relay import MdRoute, finish_on_rld, relay_ttft_s
 from policies.selection import choose_decode, choose_least_loaded, choose_prefill
 from policies.tiers import Tier
 from policies.types import (
@@ -12,7 +12,6 @@ from policies.types import (
     Decision,
     HandoffMode,
     Matches,
-    Pipeline,
     RequestView,
 )
 
@@ -61,23 +60,17 @@ class PddPolicy:
         if md is None:
             raise LookupError("no healthy main-decode instance")
         hits[Tier.MD] = hit_tokens(request, md.hit_blocks) / n
-        common = md_fields(self.name, p, md, md.transfer_s)
+        route = MdRoute.of(self.name, p, md, md.transfer_s)
         if md.transfer_s <= prm.wan_budget_s or rld is None or not rld_room:
             why = (
                 f"WAN delta {md.transfer_s:.2f}s within budget {prm.wan_budget_s:.2f}s"
                 if md.transfer_s <= prm.wan_budget_s
                 else f"WAN delta {md.transfer_s:.2f}s over budget but RLD saturated"
             )
-            return Decision(
-                pipeline=Pipeline.P_MD,
-                predicted_hit=hits,
-                predicted_ttft_s=p_delay + md.transfer_s + cluster.decode_step_s,
-                reason=why,
-                **common,
-            )
+            return route.direct(hits, p_delay + md.transfer_s + cluster.decode_step_s, why)
         mode = HandoffMode.CATCH_UP if rld.occupancy < prm.catch_up_below else HandoffMode.ONE_SHOT
         why = (
             f"WAN delta {md.transfer_s:.2f}s over budget {prm.wan_budget_s:.2f}s: "
             f"RLD masks it ({mode.value}, RLD occupancy {rld.occupancy:.2f})"
         )
-        return relay_then_md(rld, mode, prm.chunk_tokens, hits, rld_ttft, why, common)
+        return route.relay_then_md(rld, mode, prm.chunk_tokens, hits, rld_ttft, why)

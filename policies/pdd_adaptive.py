@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from policies.config import PddAdaptiveParams
 from policies.estimates import hit_tokens
-from policies.relay import finish_on_rld, md_fields, relay_then_md, relay_ttft_s
+from policies.relay import MdRoute, finish_on_rld, relay_ttft_s
 from policies.selection import choose_decode, choose_prefill
 from policies.tiers import Tier
 from policies.types import (
@@ -34,7 +34,6 @@ from policies.types import (
     InstanceLoad,
     LinkState,
     Matches,
-    Pipeline,
     RequestView,
 )
 
@@ -133,7 +132,7 @@ class PddAdaptivePolicy:
             and backlog_s >= prm.backlog_guard_s
             and load < prm.borderline_max_rld_load
         )
-        common = md_fields(self.name, p, md, wan_s)
+        route = MdRoute.of(self.name, p, md, wan_s)
         md_ttft = p_delay + wan_s + cluster.decode_step_s
         tolerable = wan_s <= prm.fallback_max_wan_s
         if (wan_s <= budget and not borderline) or rld is None or (not rld_room and tolerable):
@@ -141,13 +140,7 @@ class PddAdaptivePolicy:
                 why = f"WAN {wan_s:.2f}s within budget {budget:.2f}s"
             else:
                 why = f"WAN {wan_s:.2f}s over budget {budget:.2f}s but RLD load {load:.2f}"
-            return Decision(
-                pipeline=Pipeline.P_MD,
-                predicted_hit=hits,
-                predicted_ttft_s=md_ttft,
-                reason=why,
-                **common,
-            )
+            return route.direct(hits, md_ttft, why)
         mode = self._handoff(load)
         why = (
             f"WAN {wan_s:.2f}s over budget {budget:.2f}s"
@@ -159,4 +152,4 @@ class PddAdaptivePolicy:
             if rld_room
             else f"{why}: queued on RLD (load {load:.2f}), too long for P-MD"
         )
-        return relay_then_md(rld, mode, prm.chunk_tokens, hits, rld_ttft, reason, common)
+        return route.relay_then_md(rld, mode, prm.chunk_tokens, hits, rld_ttft, reason)

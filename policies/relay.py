@@ -2,12 +2,12 @@
 
 Both finish odd traffic on RLD (P-RLD), predict an RLD-served TTFT the same way (the
 prefill, the KV over RDMA, one decode step), and describe a request that goes to MD
-(P-MD or P-RLD-MD) with the same fields.
+(P-MD or P-RLD-MD) with the same typed route (``MdRoute``).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
 
 from policies.estimates import Placement
 from policies.tiers import Tier
@@ -20,7 +20,7 @@ from policies.types import (
     RequestView,
 )
 
-__all__ = ["finish_on_rld", "md_fields", "relay_then_md", "relay_ttft_s"]
+__all__ = ["MdRoute", "finish_on_rld", "relay_ttft_s"]
 
 
 def relay_ttft_s(request: RequestView, cluster: ClusterView, p_delay_s: float) -> float:
@@ -49,35 +49,57 @@ def finish_on_rld(
     )
 
 
-def md_fields(policy: str, p: InstanceLoad, md: Placement, wan_s: float) -> dict[str, Any]:
-    """The Decision fields of a request whose KV goes to the main-decode instance ``md``."""
-    return {
-        "policy": policy,
-        "p_instance": p.instance_id,
-        "md_instance": md.instance.instance_id,
-        "predicted_wan_bytes": md.transfer_bytes,
-        "predicted_wan_s": wan_s,
-    }
+@dataclass(frozen=True, slots=True)
+class MdRoute:
+    """A request whose KV goes from P to the main-decode instance: what P-MD and P-RLD-MD
+    decisions of one request share."""
 
+    policy: str
+    p_instance: str
+    md_instance: str
+    wan_bytes: float
+    wan_s: float
 
-def relay_then_md(
-    rld: InstanceLoad,
-    mode: HandoffMode,
-    chunk_tokens: int,
-    hits: dict[Tier, float],
-    ttft_s: float,
-    reason: str,
-    fields: dict[str, Any],
-) -> Decision:
-    """P-RLD-MD: RLD streams the first tokens while the KV travels to MD, then hands off
-    (``chunk_tokens`` is the catch-up chunk; one-shot has none). ``fields``: ``md_fields``."""
-    return Decision(
-        pipeline=Pipeline.P_RLD_MD,
-        rld_instance=rld.instance_id,
-        handoff=mode,
-        chunk_tokens=chunk_tokens if mode is HandoffMode.CATCH_UP else None,
-        predicted_hit={**hits, Tier.RLD: 0.0},
-        predicted_ttft_s=ttft_s,
-        reason=reason,
-        **fields,
-    )
+    @classmethod
+    def of(cls, policy: str, p: InstanceLoad, md: Placement, wan_s: float) -> MdRoute:
+        return cls(policy, p.instance_id, md.instance.instance_id, md.transfer_bytes, wan_s)
+
+    def direct(self, hits: dict[Tier, float], ttft_s: float, reason: str) -> Decision:
+        """P-MD: MD decodes from the first token."""
+        return Decision(
+            policy=self.policy,
+            pipeline=Pipeline.P_MD,
+            p_instance=self.p_instance,
+            md_instance=self.md_instance,
+            predicted_hit=hits,
+            predicted_wan_bytes=self.wan_bytes,
+            predicted_wan_s=self.wan_s,
+            predicted_ttft_s=ttft_s,
+            reason=reason,
+        )
+
+    def relay_then_md(
+        self,
+        rld: InstanceLoad,
+        mode: HandoffMode,
+        chunk_tokens: int,
+        hits: dict[Tier, float],
+        ttft_s: float,
+        reason: str,
+    ) -> Decision:
+        """P-RLD-MD: RLD streams the first tokens while the KV travels to MD, then hands
+        off (``chunk_tokens`` is the catch-up chunk; one-shot has none)."""
+        return Decision(
+            policy=self.policy,
+            pipeline=Pipeline.P_RLD_MD,
+            p_instance=self.p_instance,
+            rld_instance=rld.instance_id,
+            md_instance=self.md_instance,
+            handoff=mode,
+            chunk_tokens=chunk_tokens if mode is HandoffMode.CATCH_UP else None,
+            predicted_hit={**hits, Tier.RLD: 0.0},
+            predicted_wan_bytes=self.wan_bytes,
+            predicted_wan_s=self.wan_s,
+            predicted_ttft_s=ttft_s,
+            reason=reason,
+        )

@@ -25,7 +25,7 @@ from policies.types import ClusterView, Decision, RequestView
 from router.index.base import Clock, PrefixIndex
 from router.index.memory_index import MemoryPrefixIndex
 from router.predictor.features import CandidateRows, FeatureBuilder, FloatArray
-from router.predictor.outcome import Outcome
+from router.predictor.outcome import DecisionOutcome
 from router.predictor.sessions import SessionTracker
 from router.predictor.tracking import TrackedIndex
 
@@ -173,7 +173,7 @@ class Scheduler:
         for iid in chosen.values():
             target.store(iid, request.chain)
 
-    def record_outcome(self, outcome: Outcome) -> None:
+    def record_outcome(self, outcome: DecisionOutcome) -> None:
         """What happened to a decided request: session history, and an outcome log line."""
         if outcome.output_tokens is not None:
             self.record_output(outcome.session_id, outcome.output_tokens)
@@ -183,7 +183,7 @@ class Scheduler:
         """A request of the session produced this many tokens (its history, at once)."""
         self.sessions.finished(session_id, output_tokens)
 
-    def log_outcome(self, outcome: Outcome) -> None:
+    def log_outcome(self, outcome: DecisionOutcome) -> None:
         """The outcome line of the decision log (nothing without a log)."""
         if self.decision_log is not None:
             # live-service fields are left out when unset: the simulator's lines stay as they were

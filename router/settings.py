@@ -13,6 +13,8 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
+from router.sla import SLA_TPOT_S, SLA_TTFT_S
+
 __all__ = [
     "ClusterSettings",
     "IndexSettings",
@@ -74,8 +76,8 @@ class ServiceSettings(BaseModel):
         0.5, ge=0, description="With a decision log: how long an outcome whose hit is read "
         "from KV events waits for the request's last stored events after it ends",
     )  # fmt: skip
-    sla_ttft_s: float = Field(10.0, gt=0, description="SLA on time to first token")
-    sla_tpot_s: float = Field(0.1, gt=0, description="SLA on time per output token")
+    sla_ttft_s: float = Field(SLA_TTFT_S, gt=0, description="SLA on time to first token")
+    sla_tpot_s: float = Field(SLA_TPOT_S, gt=0, description="SLA on time per output token")
 
 
 class ClusterSettings(BaseModel):

@@ -63,6 +63,7 @@ from replay.experiments.policy_spec import PolicySpec, parse_policy_specs
 from replay.metrics.hit_buckets import load_hit_rates, rates_of
 from replay.metrics.summary import SlaThresholds
 from replay.runner.run import ReplayResult, run_replay
+from replay.sim.kv_events import KV_EVENT_DELAY_S
 from replay.sim.simulator import ProgressObserver
 from router.errors import UserError
 
@@ -275,7 +276,7 @@ def run_compare(
     seed: int = 0,
     rate_scale: float = 1.0,
     overrides: Mapping[str, Any] | None = None,
-    kv_event_delay_s: float = 0.05,
+    kv_event_delay_s: float = KV_EVENT_DELAY_S,
     sla: SlaThresholds | None = None,
     resamples: int = 1000,
     window_s: float | None = None,

@@ -36,6 +36,7 @@ from typing import Any
 from replay.experiments.policy_spec import PolicySpec, parse_policy_spec
 from replay.metrics.summary import SlaThresholds, Summary
 from replay.runner.run import ReplayResult, run_replay
+from replay.sim.kv_events import KV_EVENT_DELAY_S
 from replay.sim.simulator import ProgressObserver
 from router.errors import UserError
 
@@ -141,7 +142,7 @@ def run_sweep(
     max_probes: int = 16,
     start_scale: float = 1.0,
     overrides: Mapping[str, Any] | None = None,
-    kv_event_delay_s: float = 0.05,
+    kv_event_delay_s: float = KV_EVENT_DELAY_S,
     sla: SlaThresholds | None = None,
     progress: Callable[[int, float], ProgressObserver | None] | None = None,
 ) -> SweepResult:

@@ -6,22 +6,14 @@ from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from replay.metrics.record import RequestRecord
+from router.sla import SlaThresholds
 
 __all__ = ["Percentiles", "SlaThresholds", "Summary", "TransferStats", "summarize", "wan_gbps"]
 
 FloatArray = npt.NDArray[np.float64]
-
-
-class SlaThresholds(BaseModel):
-    """A request meets the SLA when its TTFT and its TPOT are both within these."""
-
-    model_config = ConfigDict(frozen=True)
-
-    ttft_s: float = Field(10.0, gt=0)
-    tpot_s: float = Field(0.1, gt=0)
 
 
 class Percentiles(BaseModel):

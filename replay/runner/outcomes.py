@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from policies.tiers import Tier
 from replay.sim.request_state import Leg, SimRequest
-from router.predictor.outcome import Outcome
+from router.predictor.outcome import DecisionOutcome
 
 __all__ = ["outcome_of"]
 
@@ -17,7 +17,7 @@ def _leg_hit(leg: Leg | None, n: int) -> float | None:
     return leg.hit_tokens / n if n else 0.0
 
 
-def outcome_of(request: SimRequest) -> Outcome:
+def outcome_of(request: SimRequest) -> DecisionOutcome:
     """Realized hit per tier, instances, output length, TTFT and transfer of a request."""
     n = request.input_length
     hits: dict[Tier, float] = {Tier.P: request.p_hit_tokens / n if n else 0.0}
@@ -32,7 +32,7 @@ def outcome_of(request: SimRequest) -> Outcome:
     ttft = None
     if request.first_token_s is not None:
         ttft = request.first_token_s - request.arrival_s
-    return Outcome(
+    return DecisionOutcome(
         request_id=str(request.key),
         session_id=request.trace.session_id,
         realized_hit={t: round(h, 6) for t, h in hits.items()},

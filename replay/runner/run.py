@@ -23,14 +23,15 @@ from replay.presets.cluster_preset import ClusterPreset
 from replay.presets.loader import load_preset
 from replay.runner.outcomes import outcome_of
 from replay.sim.event_loop import EventLoop
+from replay.sim.kv_events import KV_EVENT_DELAY_S
 from replay.sim.request_state import SimRequest
 from replay.sim.simulator import ProgressObserver, Simulator
 from replay.trace.formats import read_trace
 from replay.trace.record import TraceRequest
 from router.errors import UserError
 from router.index.memory_index import MemoryPrefixIndex
-from router.predictor.tracking import TrackedIndex
-from router.scheduler import HitPredictor, Scheduler
+from router.scheduler import HitPredictor
+from router.scheduler_factory import SchedulerFactory
 
 __all__ = ["IndexCapacity", "IndexMode", "ReplayResult", "check_cluster", "run_replay"]
 
@@ -135,7 +136,7 @@ def run_replay(
     *,
     policy_params: Mapping[str, Any] | None = None,
     overrides: Mapping[str, Any] | None = None,
-    kv_event_delay_s: float = 0.05,
+    kv_event_delay_s: float = KV_EVENT_DELAY_S,
     sla: SlaThresholds | None = None,
     progress: ProgressObserver | None = None,
     decision_log: TextIO | None = None,
@@ -177,17 +178,15 @@ def run_replay(
 
     started = time.perf_counter()
     loop = EventLoop()
-    index: MemoryPrefixIndex | TrackedIndex = MemoryPrefixIndex(clock=loop.clock)
-    if decision_log is not None or model is not None:  # the features need the index's history
-        index = TrackedIndex(index, loop.clock)
-    scheduler = Scheduler(
-        index,
-        policy_obj,
-        decision_log=decision_log,
-        record_routes=index_mode == "approximate",
+    schedulers = SchedulerFactory.create(
+        MemoryPrefixIndex(clock=loop.clock),
         predictor=model,
+        record_routes=index_mode == "approximate",
+        decision_log=decision_log,
         clock=loop.clock,
     )
+    index = schedulers.index
+    scheduler = schedulers.build(policy_obj)
 
     def finished(request: SimRequest) -> None:
         scheduler.record_outcome(outcome_of(request))

@@ -12,9 +12,9 @@ from replay.sim.decode_instance import DecodeInstance
 from replay.sim.event_loop import EventLoop
 from replay.sim.fluctuation import Fluctuation
 from replay.sim.kv_events import KvEventFeed
+from replay.sim.kv_memory import KvMemory
 from replay.sim.link import Link
 from replay.sim.prefill_instance import PrefillInstance
-from replay.sim.prefix_cache import PrefixCache
 from replay.sim.request_state import Leg, SimRequest
 from replay.sim.roofline import Roofline
 
@@ -81,7 +81,7 @@ def build_cluster(
                 max_batch=pool.max_batch,
             )
             loads.setdefault(pool.tier, []).append(load)
-            cache = PrefixCache(capacity, block_size, _evict_to(feed, iid))
+            cache = KvMemory(capacity, block_size, _evict_to(feed, iid))
             if pool.tier == Tier.P:
                 prefill[iid] = PrefillInstance(
                     loop,

@@ -18,7 +18,7 @@ from policies.types import InstanceLoad
 from replay.sim.decode_batch import DecodeBatch
 from replay.sim.event_loop import EventLoop
 from replay.sim.events import Priority
-from replay.sim.prefix_cache import PrefixCache
+from replay.sim.kv_memory import KvMemory
 from replay.sim.request_state import Leg, LegState, SimRequest
 from replay.sim.roofline import Roofline
 
@@ -53,7 +53,7 @@ class DecodeInstance:
         tier: Tier,
         datacenter: str,
         load: InstanceLoad,
-        cache: PrefixCache,
+        cache: KvMemory,
         roofline: Roofline,
         max_batch: int,
         on_reserved: Callable[[Leg], None],

@@ -8,7 +8,10 @@ from replay.sim.event_loop import EventLoop
 from replay.sim.events import Priority
 from router.index.base import PrefixIndex
 
-__all__ = ["KvEventFeed"]
+__all__ = ["KV_EVENT_DELAY_S", "KvEventFeed"]
+
+KV_EVENT_DELAY_S = 0.05
+"""Default seconds between an engine storing or evicting blocks and the index hearing it."""
 
 
 class KvEventFeed:

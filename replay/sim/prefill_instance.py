@@ -7,8 +7,8 @@ from collections.abc import Callable
 from policies.tiers import Tier
 from policies.types import InstanceLoad
 from replay.sim.event_loop import EventLoop
+from replay.sim.kv_memory import KvMemory
 from replay.sim.prefill_queue import PrefillQueue
-from replay.sim.prefix_cache import PrefixCache
 from replay.sim.request_state import SimRequest
 from replay.sim.roofline import Roofline
 
@@ -30,7 +30,7 @@ class PrefillInstance:
         instance_id: str,
         datacenter: str,
         load: InstanceLoad,
-        cache: PrefixCache,
+        cache: KvMemory,
         roofline: Roofline,
         batch_tokens: int,
         on_prefilled: Callable[[SimRequest], None],

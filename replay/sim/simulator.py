@@ -20,7 +20,7 @@ from replay.sim.decode_instance import DecodeInstance
 from replay.sim.event_loop import EventLoop
 from replay.sim.events import Priority
 from replay.sim.handoff import HandoffDriver
-from replay.sim.kv_events import KvEventFeed
+from replay.sim.kv_events import KV_EVENT_DELAY_S, KvEventFeed
 from replay.sim.link import Transfer
 from replay.sim.request_state import DecodeServer, Leg, LegState, SimRequest
 from replay.trace.record import TraceRequest
@@ -54,7 +54,7 @@ class Simulator:
         *,
         block_size: int,
         seed: int = 0,
-        kv_event_delay_s: float = 0.05,
+        kv_event_delay_s: float = KV_EVENT_DELAY_S,
         progress: ProgressObserver | None = None,
         loop: EventLoop | None = None,
         kv_events: bool = True,

@@ -17,6 +17,7 @@ from pydantic import BaseModel
 
 from replay.metrics.summary import SlaThresholds, Summary
 from replay.runner.run import IndexMode, run_replay
+from replay.sim.kv_events import KV_EVENT_DELAY_S
 
 __all__ = ["Figures", "Objective", "Trial", "TuneSetup", "run_trials"]
 
@@ -34,7 +35,7 @@ class TuneSetup:
     seed: int = 0
     overrides: dict[str, Any] = field(default_factory=dict)
     sla: SlaThresholds = field(default_factory=SlaThresholds)
-    kv_event_delay_s: float = 0.05
+    kv_event_delay_s: float = KV_EVENT_DELAY_S
     index_mode: IndexMode = "events"
     predictor: str | None = None
 

@@ -22,13 +22,13 @@ from typing import Any
 import httpx
 import numpy as np
 
-from policies.registry import build_policy, parse_policy
 from policies.tiers import Tier
 from policies.types import ClusterView, InstanceLoad, LinkState, RequestView
 from router.hashing import chain_hashes
 from router.index.base import IndexedInstance, PrefixIndex
 from router.index.memory_index import MemoryPrefixIndex
 from router.scheduler import Scheduler
+from router.scheduler_factory import SchedulerFactory
 
 __all__ = ["RouteRow", "render_route_bench", "run_route_bench"]
 
@@ -134,7 +134,7 @@ def _measure(
     ping: Callable[[], object] | None,
 ) -> list[RouteRow]:  # fmt: skip
     _populate(index, list(prompts.values()))
-    scheduler = Scheduler(index, build_policy(parse_policy("pdd")))
+    scheduler = SchedulerFactory.create(index).build("pdd")
     view = _view()
     rows = []
     for n, prompt in prompts.items():

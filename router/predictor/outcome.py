@@ -14,12 +14,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from policies.tiers import Tier
 
-__all__ = ["Outcome", "OutcomeSource"]
+__all__ = ["DecisionOutcome", "OutcomeSource"]
 
 OutcomeSource = Literal["usage", "kv-events"]
 
 
-class Outcome(BaseModel):
+class DecisionOutcome(BaseModel):
     """Realized figures of one request, keyed by the id its decision line carries."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -60,7 +60,7 @@ class Outcome(BaseModel):
         cached_tokens: int,
         output_tokens: int | None = None,
         session_id: str | None = None,
-    ) -> Outcome:
+    ) -> DecisionOutcome:
         """An outcome from an engine's OpenAI ``usage`` (cached prompt tokens) on one tier."""
         hit = min(cached_tokens, prompt_tokens) / prompt_tokens if prompt_tokens > 0 else 0.0
         return cls(

@@ -14,7 +14,7 @@ from policies.types import Decision, RequestView
 from router.hashing import chain_hashes
 from router.service.errors import ApiError, error_body
 from router.service.experiments import Arm
-from router.service.orchestrator import Outcome, Upstream, execute
+from router.service.orchestrator import ExecutionResult, Upstream, execute
 from router.service.outcomes import Timing, record_outcome, unwatch, unwatched_on_error, watch
 from router.service.schemas import (
     ERROR_RESPONSES,
@@ -135,7 +135,7 @@ async def completions(body: CompletionRequest, request: Request) -> object:
         for attempt in range(MAX_ATTEMPTS):
             decision, arm = _decide(svc, view)
             watch(svc, view, decision)
-            outcome = Outcome(decision.pipeline)
+            outcome = ExecutionResult(decision.pipeline)
             up = Upstream(svc.pool, svc.metrics, svc.tracer)
             stream = execute(up, decision, generation, outcome)
             try:
@@ -217,13 +217,13 @@ def _data(obj: object) -> str:
     return f"data: {json.dumps(obj, separators=(',', ':'))}\n\n"
 
 
-def _usage(prompt: int, completion: int, outcome: Outcome) -> Usage:
+def _usage(prompt: int, completion: int, outcome: ExecutionResult) -> Usage:
     details = None if outcome.cached_tokens is None else {"cached_tokens": outcome.cached_tokens}
     return Usage(prompt_tokens=prompt, completion_tokens=completion,
                  total_tokens=prompt + completion, prompt_tokens_details=details)  # fmt: skip
 
 
-def _served(decision: Decision, outcome: Outcome) -> dict[str, object]:
+def _served(decision: Decision, outcome: ExecutionResult) -> dict[str, object]:
     return {
         "pipeline": outcome.pipeline.value,
         "decided_pipeline": decision.pipeline.value,

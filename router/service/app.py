@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, TextIO
@@ -19,14 +18,13 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from engines_adapter.contract import EngineAdapter
-from policies.registry import build_policy, parse_policy
 from router import __version__
 from router.errors import UserError
 from router.index.base import PrefixIndex
 from router.index.resilient_index import ResilientIndex
 from router.kv_ingest import KVEventIngestor
 from router.predictor.tracking import TrackedIndex
-from router.scheduler import Scheduler
+from router.scheduler_factory import SchedulerFactory
 from router.service.admin import admin_router
 from router.service.api import api_router
 from router.service.errors import error_body, install_error_handlers
@@ -134,15 +132,17 @@ def build_state(
             idx, default_capacity_blocks=settings.index.capacity_blocks,
             ttl_s=settings.index.ttl_s,
         )  # fmt: skip
-    policy = build_policy(parse_policy(settings.policy.name, settings.policy.params))
     predictor = None
     if settings.service.predictor_model is not None:
         from router.predictor.persist import load_predictor
 
         predictor = load_predictor(Path(settings.service.predictor_model))
+    schedulers = SchedulerFactory.create(
+        idx, predictor=predictor, decision_log=log,
+        record_routes=settings.service.approximate_index,
+    )  # fmt: skip
+    idx = schedulers.index  # tracked when a model or the log needs when blocks were stored
     realizations = None
-    if predictor is not None or log is not None:
-        idx = TrackedIndex(idx, time.time)  # the features need when blocks were stored
     if log is not None:
         from router.predictor.realization import KVRealizations
 
@@ -152,14 +152,13 @@ def build_state(
     return ServiceState(
         settings=settings, index=idx,
         pool=InstancePool(idx, settings.cluster, lambda cfg: factory(cfg, http)),
-        scheduler=Scheduler(idx, policy, predictor=predictor, decision_log=log,
-                            record_routes=settings.service.approximate_index),
+        scheduler=schedulers.build(settings.policy.name, settings.policy.params),
         ingestor=KVEventIngestor(
             idx, block_size=settings.block_size, seed=settings.hash_seed,
             observer=realizations,
         ),
         metrics=ServiceMetrics(), http=http, tracer=provider.get_tracer("pdd_router"),
-        experiments=Experiments(idx, decision_log=log),
+        experiments=Experiments(schedulers),
         realizations=realizations,
     )  # fmt: skip
 

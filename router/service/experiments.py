@@ -12,17 +12,16 @@ import hashlib
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Literal, TextIO
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from policies.base import Policy
-from policies.registry import build_policy, parse_policy
 from policies.types import RequestView
-from router.index.base import PrefixIndex
 from router.scheduler import Scheduler
+from router.scheduler_factory import SchedulerFactory
 
-__all__ = ["Arm", "ArmSpec", "Experiment", "ExperimentSpec", "Experiments", "Outcome"]
+__all__ = ["Arm", "ArmSample", "ArmSpec", "Experiment", "ExperimentSpec", "Experiments"]
 
 PREFIX_TOKENS = 1024
 
@@ -53,7 +52,7 @@ class ExperimentSpec(BaseModel):
 
 
 @dataclass(slots=True)
-class Outcome:
+class ArmSample:
     """What one request of an arm did, as the router saw it."""
 
     ttft_s: float
@@ -67,7 +66,7 @@ class Arm:
     spec: ArmSpec
     policy: Policy
     scheduler: Scheduler
-    outcomes: list[Outcome] = field(default_factory=list)
+    outcomes: list[ArmSample] = field(default_factory=list)
 
 
 @dataclass
@@ -100,11 +99,11 @@ class Experiment:
 class Experiments:
     """The service's experiments; at most one runs at a time and receives the traffic."""
 
-    def __init__(self, index: PrefixIndex, *, decision_log: TextIO | None = None) -> None:
-        """With ``decision_log``, arms log their decisions there too, tagged with the
-        experiment's id and the arm's name."""
-        self._index = index
-        self._decision_log = decision_log
+    def __init__(self, schedulers: SchedulerFactory) -> None:
+        """Arms decide as the service does (``schedulers``: its index, predictor, mode and
+        decision log); their decision lines are tagged with the experiment's id and the
+        arm's name."""
+        self._schedulers = schedulers
         self.by_id: dict[str, Experiment] = {}
 
     def create(self, spec: ExperimentSpec) -> Experiment:
@@ -112,15 +111,12 @@ class Experiments:
         experiment_id = uuid.uuid4().hex[:12]
         arms = []
         for arm in spec.arms:
+            tags = {"experiment": experiment_id, "arm": arm.name}
             try:
-                policy = build_policy(parse_policy(arm.policy, arm.params))
+                scheduler = self._schedulers.build(arm.policy, arm.params, log_fields=tags)
             except ValueError as exc:
                 raise ValueError(f"arm {arm.name}: {exc}") from exc
-            tags = {"experiment": experiment_id, "arm": arm.name}
-            scheduler = Scheduler(self._index, policy, decision_log=self._decision_log,
-                                  log_fields=tags)  # fmt: skip
-            scheduler.refresh_instances()
-            arms.append(Arm(arm, policy, scheduler))
+            arms.append(Arm(arm, scheduler.policy, scheduler))
         running = self.running()
         if running is not None:
             self.stop(running.id)

@@ -29,11 +29,11 @@ from policies.types import Decision, HandoffMode, Pipeline
 from router.service.metrics import ServiceMetrics
 from router.service.pool import InstancePool
 
-__all__ = ["Outcome", "Upstream", "execute"]
+__all__ = ["ExecutionResult", "Upstream", "execute"]
 
 
 @dataclass(slots=True)
-class Outcome:
+class ExecutionResult:
     """What actually happened, filled in while the stream runs."""
 
     pipeline: Pipeline
@@ -82,7 +82,7 @@ class Upstream:
                 self.pool.prefill_started(instance_id, -tokens)
 
     async def generate(
-        self, instance_id: str, request: GenerateRequest, outcome: Outcome | None
+        self, instance_id: str, request: GenerateRequest, outcome: ExecutionResult | None
     ) -> AsyncIterator[TokenDelta]:
         """The engine's deltas; with ``outcome``, cached tokens and finish reason recorded."""
         span = self.tracer.start_span("pdd.upstream.generate")
@@ -112,7 +112,7 @@ class Upstream:
 
 
 async def execute(
-    up: Upstream, decision: Decision, client: GenerateRequest, outcome: Outcome
+    up: Upstream, decision: Decision, client: GenerateRequest, outcome: ExecutionResult
 ) -> AsyncIterator[list[int]]:
     """Yield token-ID lists as ``client`` (the whole generation the client asked for: prompt,
     max_tokens, sampling) decodes along ``decision``; raise EngineError on an engine fault.

@@ -24,12 +24,10 @@ from dataclasses import dataclass
 
 from policies.tiers import Tier
 from policies.types import Decision, RequestView
-from router.predictor.outcome import Outcome as PredictorOutcome
-from router.predictor.outcome import OutcomeSource
+from router.predictor.outcome import DecisionOutcome, OutcomeSource
 from router.scheduler import Scheduler
-from router.service.experiments import Arm
-from router.service.experiments import Outcome as ExperimentOutcome
-from router.service.orchestrator import Outcome
+from router.service.experiments import Arm, ArmSample
+from router.service.orchestrator import ExecutionResult
 from router.service.state import ServiceState
 
 __all__ = ["Timing", "record_outcome", "unwatch", "unwatched_on_error", "watch"]
@@ -86,13 +84,13 @@ class _Realized:
     events_hit: float | None  # from KV events too, when usage gave ``hit``
 
 
-def _served(outcome: Outcome) -> Tier | None:
+def _served(outcome: ExecutionResult) -> Tier | None:
     """The decode tier that finished the request (MD, else RLD)."""
     return next((t for t in (Tier.MD, Tier.RLD) if t.value in outcome.instances), None)
 
 
 def _realized(
-    svc: ServiceState, request_id: str, outcome: Outcome, prompt: int
+    svc: ServiceState, request_id: str, outcome: ExecutionResult, prompt: int
 ) -> _Realized | None:
     """The decode tier that served the request and its realized hit there: the cached
     tokens in the engine's usage, else read from its KV events (the request is no longer
@@ -109,7 +107,7 @@ def _realized(
     return None if from_events is None else _Realized(served, from_events, "kv-events", None)
 
 
-def _waits_for_events(svc: ServiceState, request_id: str, outcome: Outcome) -> bool:
+def _waits_for_events(svc: ServiceState, request_id: str, outcome: ExecutionResult) -> bool:
     """Whether the outcome line should wait for late KV events: the request is watched
     and an instance that served it publishes KV events."""
     realizations = svc.realizations
@@ -123,7 +121,7 @@ def record_outcome(
     svc: ServiceState,
     view: RequestView,
     decision: Decision,
-    outcome: Outcome,
+    outcome: ExecutionResult,
     arm: Arm | None,
     timing: Timing,
 ) -> None:
@@ -133,7 +131,7 @@ def record_outcome(
     finished_s = time.time()
     scheduler = arm.scheduler if arm is not None else svc.scheduler
     scheduler.record_output(view.session_id, timing.tokens)
-    arm_outcome: ExperimentOutcome | None = None
+    arm_outcome: ArmSample | None = None
     if timing.first_at is not None:
         assert timing.last_at is not None
         ttft = timing.first_at - timing.started
@@ -141,7 +139,7 @@ def record_outcome(
         tpot = (timing.last_at - timing.first_at) / (tokens - 1) if tokens > 1 else None
         svc.metrics.ttft.labels(arm.spec.name if arm is not None else "default").observe(ttft)
         if arm is not None:
-            arm_outcome = ExperimentOutcome(ttft, tpot, outcome.pipeline.value, None)
+            arm_outcome = ArmSample(ttft, tpot, outcome.pipeline.value, None)
             arm.outcomes.append(arm_outcome)
 
     def line() -> None:
@@ -158,11 +156,11 @@ def _log_outcome(
     svc: ServiceState,
     view: RequestView,
     decision: Decision,
-    outcome: Outcome,
+    outcome: ExecutionResult,
     scheduler: Scheduler,
     timing: Timing,
     finished_s: float,
-    arm_outcome: ExperimentOutcome | None,
+    arm_outcome: ArmSample | None,
 ) -> None:
     """The realized hit, the prediction-error metric and the decision log's outcome line."""
     assert view.request_id is not None
@@ -185,7 +183,7 @@ def _log_outcome(
                 arm_outcome.prediction_error = error
     first = timing.first_at
     scheduler.log_outcome(
-        PredictorOutcome(
+        DecisionOutcome(
             request_id=request_id,
             session_id=view.session_id,
             realized_hit=hits,

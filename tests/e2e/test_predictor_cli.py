@@ -128,3 +128,37 @@ def test_the_service_decides_with_a_configured_model(model: Path) -> None:
     bad = Settings(service={"predictor_model": str(model.parent / "missing.skops")})
     with pytest.raises(UserError, match="no such model file"), TestClient(create_app(bad)):
         pass
+
+
+def test_experiment_arms_decide_as_the_service_does(model: Path, tmp_path: Path) -> None:
+    """An online A/B arm in approximate mode records its routes and uses the trained model,
+    as the service's own scheduler does (arms used to be built without either)."""
+    from fastapi.testclient import TestClient
+    from service_support import PROMPT, Engines, register
+
+    from router.service.app import create_app
+    from router.settings import Settings
+
+    log = tmp_path / "decisions.jsonl"
+    service = {"vocab_size": 512, "predictor_model": str(model), "approximate_index": True,
+               "decision_log": str(log)}  # fmt: skip
+    arms = [{"name": "a", "policy": "pdd"}, {"name": "b", "policy": "pdd-adaptive"}]
+    with TestClient(create_app(Settings(service=service), adapter_factory=Engines())) as client:
+        register(client, ("p0", "p", "A"), ("rld0", "rld", "A"), ("md0", "md", "B"))
+        created = client.post("/v1/experiments", json={"name": "ab", "arms": arms})
+        assert created.status_code == 201, created.text
+        body = {"prompt": PROMPT, "max_tokens": 4, "session_id": "s1"}
+        for _ in range(2):
+            assert client.post("/v1/completions", json=body).status_code == 200
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    decisions = [d for d in lines if d["kind"] == "decision"]
+    assert len(decisions) == 2
+    assert {d["experiment"] for d in decisions} == {created.json()["id"]}
+    assert all(d["index_mode"] == "approximate" for d in decisions)
+    assert all("prediction" in d for d in decisions)  # the model predicted every candidate
+    first, second = decisions
+    md = second["decision"]["md_instance"] or second["decision"]["rld_instance"]
+    assert first["matches"]["md"] == {} or max(first["matches"]["md"].values()) == 0
+    # the arm stored the first request's chain on the instances it chose: a full match now
+    chosen_tier = "md" if second["decision"]["md_instance"] else "rld"
+    assert second["matches"][chosen_tier][md] == len(PROMPT) // 16

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from engines_adapter.contract import EngineError, GenerateRequest, KVEventBatch, TokenDelta
-from engines_adapter.sim_cache import PrefixCache
+from engines_adapter.sim_cache import SimEngineCache
 from engines_adapter.sim_engine import SimEngine, SimEngineConfig, SimFaults
 from engines_adapter.toy_model import ToyModel
 
@@ -50,7 +50,7 @@ def test_toy_model_depends_on_the_whole_context() -> None:
 
 
 def test_cache_evicts_least_recent_leaves_first_and_reports_removals() -> None:
-    cache = PrefixCache(block_size=2, capacity_blocks=3)
+    cache = SimEngineCache(block_size=2, capacity_blocks=3)
     first = cache.chain([1, 2, 3, 4, 5, 6])  # 3 blocks: fills the cache
     (stored,) = cache.store(first)
     assert stored.type == "BlockStored"
@@ -65,7 +65,7 @@ def test_cache_evicts_least_recent_leaves_first_and_reports_removals() -> None:
 
 
 def test_pinned_blocks_are_not_evicted() -> None:
-    cache = PrefixCache(block_size=2, capacity_blocks=1)
+    cache = SimEngineCache(block_size=2, capacity_blocks=1)
     held = cache.chain([1, 2])
     cache.store(held, pin=True)
     events = cache.store(cache.chain([3, 4]))
@@ -78,10 +78,10 @@ def test_pinned_blocks_are_not_evicted() -> None:
 
 def test_hash_chains_are_deterministic_per_seed() -> None:
     tokens = list(range(8))
-    assert PrefixCache(4, 8).chain(tokens) == PrefixCache(4, 8).chain(tokens)
-    other = PrefixCache(4, 8, seed=7).chain(tokens)
-    assert other[0].block_hash != PrefixCache(4, 8).chain(tokens)[0].block_hash
-    blocks = PrefixCache(4, 8).chain(tokens)
+    assert SimEngineCache(4, 8).chain(tokens) == SimEngineCache(4, 8).chain(tokens)
+    other = SimEngineCache(4, 8, seed=7).chain(tokens)
+    assert other[0].block_hash != SimEngineCache(4, 8).chain(tokens)[0].block_hash
+    blocks = SimEngineCache(4, 8).chain(tokens)
     assert blocks[1].parent_hash == blocks[0].block_hash
 
 

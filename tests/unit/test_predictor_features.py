@@ -19,7 +19,7 @@ from router.index.base import IndexedInstance
 from router.index.memory_index import MemoryPrefixIndex
 from router.predictor.dataset import read_logs
 from router.predictor.features import FEATURES, CandidateRows, FloatArray
-from router.predictor.outcome import Outcome
+from router.predictor.outcome import DecisionOutcome
 from router.predictor.sessions import SessionTracker
 from router.predictor.tracking import TrackedIndex
 from router.scheduler import Scheduler, expected_blocks
@@ -176,7 +176,7 @@ def test_the_log_holds_features_and_joins_with_outcomes(tmp_path: Path) -> None:
         decision = sched.decide(request, view)
         hit = 0.4 if i % 2 else 0.9
         sched.record_outcome(
-            Outcome(
+            DecisionOutcome(
                 request_id=f"r{i}",
                 session_id="s",
                 realized_hit={Tier.P: hit, Tier.MD: hit},

@@ -7,13 +7,17 @@ from typing import cast
 import pytest
 
 from replay.presets import FluctuationSpec, load_preset
-from replay.sim import EventLoop, Link, PrefixCache, Priority, Roofline, Transfer
 from replay.sim.decode_batch import DecodeBatch
+from replay.sim.event_loop import EventLoop
+from replay.sim.events import Priority
 from replay.sim.fluctuation import Fluctuation
+from replay.sim.kv_memory import KvMemory
+from replay.sim.link import Link, Transfer
+from replay.sim.roofline import Roofline
 
 
 def test_cache_reports_leading_hits_and_pins_what_it_shares() -> None:
-    cache = PrefixCache(capacity_tokens=10 * 4, block_size=4)
+    cache = KvMemory(capacity_tokens=10 * 4, block_size=4)
     assert cache.acquire([1, 2, 3], extra_tokens=0) == 0
     assert cache.acquire([1, 2, 9], extra_tokens=0) == 2
     assert cache.cached_blocks == 4
@@ -26,7 +30,7 @@ def test_cache_reports_leading_hits_and_pins_what_it_shares() -> None:
 
 def test_cache_evicts_least_recent_leaves_first_and_reports_them() -> None:
     evicted: list[list[int]] = []
-    cache = PrefixCache(capacity_tokens=4 * 4, block_size=4, on_evict=evicted.append)
+    cache = KvMemory(capacity_tokens=4 * 4, block_size=4, on_evict=evicted.append)
     cache.acquire([1, 2, 3], 0)
     cache.release([1, 2, 3], 0)
     cache.acquire([7, 8], 0)  # needs one block beyond capacity: the leaf 3 goes first
@@ -35,7 +39,7 @@ def test_cache_evicts_least_recent_leaves_first_and_reports_them() -> None:
 
 
 def test_cache_refuses_what_cannot_fit_even_after_eviction() -> None:
-    cache = PrefixCache(capacity_tokens=4 * 4, block_size=4)
+    cache = KvMemory(capacity_tokens=4 * 4, block_size=4)
     assert cache.acquire([1, 2], extra_tokens=4) == 0
     assert cache.acquire([5, 6], extra_tokens=0) is None  # 3 pinned blocks + 2 > 4
     assert cache.cached_blocks == 2

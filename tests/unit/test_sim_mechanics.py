@@ -11,7 +11,8 @@ from policies.tiers import Tier
 from policies.types import ClusterView, Decision, HandoffMode, Pipeline, RequestView
 from replay.metrics import RequestRecord, record_of
 from replay.presets import load_preset
-from replay.sim import EventLoop, Simulator
+from replay.sim.event_loop import EventLoop
+from replay.sim.simulator import Simulator
 from replay.trace.record import TraceRequest
 from router.index.memory_index import MemoryPrefixIndex
 

@@ -7,7 +7,10 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from replay.sim import EventLoop, Link, PrefillQueue, Priority, Transfer
+from replay.sim.event_loop import EventLoop
+from replay.sim.events import Priority
+from replay.sim.link import Link, Transfer
+from replay.sim.prefill_queue import PrefillQueue
 
 
 def test_an_isolated_transfer_takes_half_the_rtt_plus_bytes_over_bandwidth() -> None:

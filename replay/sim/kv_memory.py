@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
-__all__ = ["PrefixCache"]
+__all__ = ["KvMemory"]
 
 
-class PrefixCache:
+class KvMemory:
     """Blocks of ``block_size`` tokens and reserved tokens within ``capacity_tokens``."""
 
     __slots__ = ("_lru", "_on_evict", "_pins", "block_size", "capacity_tokens", "reserved")
