@@ -12,7 +12,11 @@ __all__ = ["serve"]
 
 
 def serve(
-    host: str | None = typer.Option(None, help="Interface to listen on (default: 127.0.0.1)"),
+    host: str | None = typer.Option(
+        None,
+        help="Interface to listen on (default: 127.0.0.1, this machine only; beyond it, set "
+        "PDD_ROUTER_SERVICE__API_KEY)",
+    ),
     port: int | None = typer.Option(None, help="Port to listen on (default: 8000)"),
     instances: Path | None = typer.Option(
         None, "--instances", help="YAML or JSON list of engine instances to drive"
@@ -33,7 +37,12 @@ def serve(
     Settings not given as options come from PDD_ROUTER_* variables or --config, e.g.
     PDD_ROUTER_SERVICE__DECISION_LOG=decisions.jsonl to log every decision and its
     outcome for `predictor train`, PDD_ROUTER_SERVICE__PREDICTOR_MODEL=model.skops to
-    decide with a trained hit-rate model."""
+    decide with a trained hit-rate model.
+
+    PDD_ROUTER_SERVICE__API_KEY=KEY makes every endpoint but /healthz and /readyz require
+    Authorization: Bearer KEY. Without a key, requests that change the router's state
+    (instances, KV events, experiments) are refused unless
+    PDD_ROUTER_SERVICE__ALLOW_UNAUTHENTICATED_ADMIN=true."""
     import os
 
     import uvicorn
@@ -79,5 +88,10 @@ def serve(
         from router.service.app import open_decision_log
 
         open_decision_log(settings.service.decision_log).close()  # fail fast, one line
+    from router.service.auth import exposure_warning
+
+    warning = exposure_warning(settings.service)
+    if warning is not None:
+        typer.echo(warning, err=True)
     app = create_app(settings)
     uvicorn.run(app, host=settings.service.host, port=settings.service.port, log_level=log_level)

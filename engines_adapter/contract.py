@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncGenerator
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -11,6 +12,7 @@ __all__ = [
     "EngineAdapter",
     "EngineError",
     "EngineLoad",
+    "ErrorCause",
     "GenerateRequest",
     "KVEvent",
     "KVEventBatch",
@@ -19,13 +21,58 @@ __all__ = [
 ]
 
 
-class EngineError(Exception):
-    """An engine refused, failed or timed out; the router may fail over to another instance."""
+ErrorCause = Literal["request", "instance", "unreachable"]
+"""Whose fault an engine error is: ``request``: the engine refused this request (a 4xx
+other than 408/425/429, a token outside the vocabulary), the client's error, never held
+against the instance and pointless to retry elsewhere; ``instance``: the engine failed
+(a 5xx, a timeout, a broken stream, an unusable answer), held against the instance,
+another may serve; ``unreachable``: the connection failed, the instance is down."""
 
-    def __init__(self, instance_id: str, message: str, *, retryable: bool = True) -> None:
+_UNPRINTABLE = re.compile(r"[^\x20-\x7e]+")
+
+
+class EngineError(Exception):
+    """An engine refused, failed or timed out.
+
+    ``str(error)`` is the whole story, for logs; ``public`` is what a client may be told:
+    the engine's own reason for refusing a request (its error message, cleaned and cut
+    short), or a generic line for a failure, never the engine's body verbatim.
+    """
+
+    def __init__(
+        self,
+        instance_id: str,
+        message: str,
+        *,
+        cause: ErrorCause = "instance",
+        reason: str | None = None,
+    ) -> None:
+        """``reason``: the engine's own words for a refused request, when it gave any."""
         super().__init__(f"{instance_id}: {message}")
         self.instance_id = instance_id
-        self.retryable = retryable
+        self.cause: ErrorCause = cause
+        self.public = _public(cause, reason if reason is not None else message)
+
+    @property
+    def retryable(self) -> bool:
+        """Whether another instance may serve the request."""
+        return self.cause != "request"
+
+    @property
+    def held_against_instance(self) -> bool:
+        """Whether the error says something about the instance's health."""
+        return self.cause != "request"
+
+
+def _public(cause: ErrorCause, reason: str) -> str:
+    if cause != "request":
+        return "the engine failed" if cause == "instance" else "the engine is unreachable"
+    cleaned = _UNPRINTABLE.sub(" ", reason).strip()
+    return (
+        f"the engine refused the request: {cleaned[:200]}"
+        if cleaned
+        else ("the engine refused the request")
+    )
 
 
 class GenerateRequest(BaseModel):
@@ -145,7 +192,7 @@ class EngineAdapter(Protocol):
         """KV-cache events as they are published (never ends while the engine runs).
 
         A batch with ``gap`` set follows lost ones and starts with AllBlocksCleared.
-        Raises EngineError(retryable=False) when the adapter has no event source.
+        Raises EngineError when the adapter has no event source.
         """
         ...
 

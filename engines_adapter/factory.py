@@ -13,7 +13,7 @@ from typing import Literal
 import httpx
 
 from engines_adapter.contract import EngineAdapter
-from engines_adapter.http_engine import DEFAULT_TIMEOUT
+from engines_adapter.http_engine import DEFAULT_TIMEOUT, PROBE_TIMEOUT
 from engines_adapter.sglang import SGLangAdapter
 from engines_adapter.sim_engine import SimEngine, SimEngineConfig
 from engines_adapter.vllm import VLLMAdapter
@@ -44,8 +44,10 @@ def build_adapter(
     bootstrap_port: int | None = None,
     sim_config: SimEngineConfig | None = None,
     timeout: httpx.Timeout = DEFAULT_TIMEOUT,
+    probe_timeout: httpx.Timeout = PROBE_TIMEOUT,
 ) -> EngineAdapter:
-    """An adapter for one engine instance; raises ValueError for a missing URL or client."""
+    """An adapter for one engine instance; raises ValueError for a missing URL or client.
+    ``timeout`` applies to generation calls, ``probe_timeout`` to health and load."""
     if kind == "sim":
         return SimEngine(instance_id, sim_config)
     if url is None:
@@ -62,6 +64,7 @@ def build_adapter(
             model=model,
             vocab_size=vocab_size,
             timeout=timeout,
+            probe_timeout=probe_timeout,
         )
     if kind == "sglang":
         return SGLangAdapter(
@@ -72,5 +75,6 @@ def build_adapter(
             kv_events_endpoint=kv_events_endpoint,
             vocab_size=vocab_size,
             timeout=timeout,
+            probe_timeout=probe_timeout,
         )
     raise ValueError(f"unknown engine kind {kind!r} (sim, vllm, sglang)")

@@ -1,8 +1,9 @@
 """What the HTTP adapters share: error mapping, SSE parsing, abortable streams.
 
-Errors become ``EngineError`` with ``retryable`` set by what a retry elsewhere could
-fix: connection failures, timeouts, 5xx, 408 and 429 are retryable; other 4xx (a
-request the engine will never accept) are not. A streamed generation runs in a task
+Errors become ``EngineError`` with a cause: connection failures are ``unreachable``;
+timeouts, 5xx, 408, 425 and 429 are the ``instance``'s (another may serve); other 4xx
+(a request the engine will never accept) are the ``request``'s, with the engine's
+message as the reason the client is told. A streamed generation runs in a task
 that feeds a queue, so ``abort`` can cancel it (closing the HTTP stream, which makes
 vLLM and SGLang abort the request) while the consumer sees a clean final delta.
 """
@@ -15,6 +16,7 @@ import json
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any
 
+import anyio
 import httpx
 
 from engines_adapter.contract import EngineError, KVEventBatch, TokenDelta
@@ -29,6 +31,7 @@ __all__ = [
     "engine_error",
     "error_message",
     "message_of",
+    "open_stream",
     "raise_for_status",
     "sse_data",
 ]
@@ -48,14 +51,14 @@ def check_prompt(instance_id: str, token_ids: list[int], vocab_size: int | None)
     engine process dies on one outside the vocabulary, so the check is done here.
     """
     if not token_ids:
-        raise EngineError(instance_id, "empty prompt", retryable=False)
+        raise EngineError(instance_id, "empty prompt", cause="request")
     if vocab_size is not None:
         bad = next((t for t in token_ids if not 0 <= t < vocab_size), None)
         if bad is not None:
             raise EngineError(
                 instance_id,
                 f"token id {bad} out of vocabulary (vocab_size {vocab_size})",
-                retryable=False,
+                cause="request",
             )
 
 
@@ -83,21 +86,47 @@ def error_message(body: str) -> str:
 
 
 def engine_error(instance_id: str, exc: httpx.HTTPError, what: str) -> EngineError:
-    """An httpx transport error as an EngineError (always retryable: another engine may answer)."""
-    kind = "timed out" if isinstance(exc, httpx.TimeoutException) else "unreachable"
-    return EngineError(instance_id, f"{what}: engine {kind}: {exc!r}", retryable=True)
+    """An httpx transport error as an EngineError: a timeout is the instance's failure, a
+    connection that could not be made or was cut means it is unreachable."""
+    if isinstance(exc, httpx.TimeoutException):
+        return EngineError(instance_id, f"{what}: engine timed out: {exc!r}")
+    return EngineError(instance_id, f"{what}: engine unreachable: {exc!r}", cause="unreachable")
 
 
 async def raise_for_status(instance_id: str, response: httpx.Response, what: str) -> None:
     """Raise EngineError for a non-2xx response (reading the body of a streamed one)."""
     if response.is_success:
         return
-    body = (await response.aread()).decode("utf-8", "replace")
+    body = (await response.aread())[:65536].decode("utf-8", "replace")
     status = response.status_code
-    retryable = status >= 500 or status in _RETRYABLE_4XX
+    if status >= 500 or status in _RETRYABLE_4XX:
+        raise EngineError(instance_id, f"{what}: HTTP {status}: {error_message(body)}")
+    try:
+        reason = message_of(json.loads(body))
+    except ValueError:
+        reason = None  # not an error in OpenAI's shape: nothing of it is shown to clients
     raise EngineError(
-        instance_id, f"{what}: HTTP {status}: {error_message(body)}", retryable=retryable
+        instance_id,
+        f"{what}: HTTP {status}: {error_message(body)}",
+        cause="request",
+        reason=reason if reason is not None else f"HTTP {status}",
     )
+
+
+@contextlib.asynccontextmanager
+async def open_stream(
+    client: httpx.AsyncClient, method: str, url: str, **kwargs: Any
+) -> AsyncIterator[httpx.Response]:
+    """A streamed response whose connection is closed on the way out, even when the task is
+    being cancelled (a client left): the engine sees the connection drop and aborts the
+    request. httpx's own ``stream()`` closes it with an await that a cancelled task can skip,
+    leaving the engine generating into a socket nobody reads."""
+    response = await client.send(client.build_request(method, url, **kwargs), stream=True)
+    try:
+        yield response
+    finally:
+        with anyio.CancelScope(shield=True):
+            await response.aclose()
 
 
 async def sse_data(response: httpx.Response) -> AsyncIterator[dict[str, Any] | None]:
@@ -167,8 +196,11 @@ class AbortableStreams:
             if self._tasks.get(request_id) is task:
                 del self._tasks[request_id]
             if not task.done():
+                # wait, shielded, for the producer to close its HTTP stream: a consumer being
+                # cancelled (its client left) must not leave the connection open, or the engine
+                # goes on generating into a socket nobody reads
                 task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
+                with anyio.CancelScope(shield=True), contextlib.suppress(asyncio.CancelledError):
                     await task
 
     async def abort(self, request_id: str) -> None:
@@ -178,7 +210,7 @@ class AbortableStreams:
             return
         self._aborted.add(request_id)
         task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
+        with anyio.CancelScope(shield=True), contextlib.suppress(asyncio.CancelledError):
             await task
 
     async def aclose(self) -> None:
@@ -214,7 +246,7 @@ class HttpEngineCommon:
     async def kv_events(self) -> AsyncGenerator[KVEventBatch, None]:
         """KV events from the engine's ZMQ publisher (``--kv-events-config``)."""
         if self.kv_events_endpoint is None:
-            raise EngineError(self.instance_id, "no KV-event endpoint configured", retryable=False)
+            raise EngineError(self.instance_id, "no KV-event endpoint configured")
         subscriber = KVEventSubscriber(
             self.instance_id, self.kv_events_endpoint, replay_endpoint=self.kv_replay_endpoint
         )

@@ -49,6 +49,7 @@ from engines_adapter.http_engine import (
     check_prompt,
     engine_error,
     message_of,
+    open_stream,
     raise_for_status,
     sse_data,
 )
@@ -134,7 +135,10 @@ class SGLangAdapter(HttpEngineCommon):
         except httpx.HTTPError as exc:
             raise engine_error(self.instance_id, exc, what) from exc
         await raise_for_status(self.instance_id, response, what)
-        data = response.json()
+        try:
+            data = response.json()
+        except ValueError as exc:
+            raise EngineError(self.instance_id, f"{what}: the response is not JSON: {exc}") from exc
         if not isinstance(data, dict):
             raise EngineError(self.instance_id, f"{what}: unexpected response {data!r:.100}")
         return data
@@ -149,9 +153,7 @@ class SGLangAdapter(HttpEngineCommon):
             output_ids = data.get("output_ids") or []
             meta = data.get("meta_info") or {}
             if not output_ids:
-                raise EngineError(
-                    self.instance_id, "prefill: no output_ids in the response", retryable=False
-                )
+                raise EngineError(self.instance_id, "prefill: no output_ids in the response")
             cached = meta.get("cached_tokens")
             return PrefillResult(
                 request_id=request.request_id,
@@ -209,8 +211,8 @@ class SGLangAdapter(HttpEngineCommon):
         cached: int | None = None
         finished = False
         try:
-            async with self._client.stream(
-                "POST", self._url("/generate"), json=body, timeout=self._timeout
+            async with open_stream(
+                self._client, "POST", self._url("/generate"), json=body, timeout=self._timeout
             ) as response:
                 await raise_for_status(self.instance_id, response, "generate")
                 async for chunk in sse_data(response):
@@ -218,7 +220,7 @@ class SGLangAdapter(HttpEngineCommon):
                         break
                     if "error" in chunk:
                         raise EngineError(
-                            self.instance_id, f"generate: {message_of(chunk) or chunk}"
+                            self.instance_id, f"generate: {message_of(chunk) or chunk!r:.300}"
                         )
                     meta = chunk.get("meta_info") or {}
                     tokens = _new_tokens(list(chunk.get("output_ids") or []), meta, seen)

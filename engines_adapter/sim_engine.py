@@ -240,18 +240,18 @@ class SimEngine:
         if self._closed:
             raise EngineError(self.instance_id, "engine is shut down")
         if not request.prompt_token_ids:
-            raise EngineError(self.instance_id, "empty prompt", retryable=False)
+            raise EngineError(self.instance_id, "empty prompt", cause="request")
         vocab = self.config.vocab_size
         bad = [t for t in request.prompt_token_ids if not 0 <= t < vocab]
         if bad:
             raise EngineError(
                 self.instance_id,
                 f"token id {bad[0]} out of vocabulary (vocab_size {vocab})",
-                retryable=False,
+                cause="request",
             )
         if request.request_id in self._running:
             raise EngineError(
-                self.instance_id, f"request {request.request_id} already runs", retryable=False
+                self.instance_id, f"request {request.request_id} already runs", cause="request"
             )
         if self.faults.refuse:
             raise EngineError(self.instance_id, "refusing requests (injected fault)")

@@ -37,6 +37,7 @@ from engines_adapter.http_engine import (
     check_prompt,
     engine_error,
     message_of,
+    open_stream,
     raise_for_status,
     sse_data,
 )
@@ -124,15 +125,14 @@ class VLLMAdapter(HttpEngineCommon):
         except httpx.HTTPError as exc:
             raise engine_error(self.instance_id, exc, "prefill") from exc
         await raise_for_status(self.instance_id, response, "prefill")
-        data = response.json()
         try:
+            data = response.json()
             token_ids = data["choices"][0]["token_ids"]
             first = int(token_ids[0])
         except (KeyError, IndexError, TypeError, ValueError) as exc:
             raise EngineError(
                 self.instance_id,
                 f"prefill: no choices[0].token_ids in the response (return_token_ids): {exc!r}",
-                retryable=False,
             ) from exc
         params = data.get("kv_transfer_params")
         return PrefillResult(
@@ -163,8 +163,8 @@ class VLLMAdapter(HttpEngineCommon):
         cached: int | None = None
         headers = {"X-Request-Id": request_id, "Accept": "text/event-stream"}
         try:
-            async with self._client.stream(
-                "POST", self._url("/v1/completions"), json=body, headers=headers,
+            async with open_stream(
+                self._client, "POST", self._url("/v1/completions"), json=body, headers=headers,
                 timeout=self._timeout,
             ) as response:  # fmt: skip
                 await raise_for_status(self.instance_id, response, "generate")
@@ -172,10 +172,12 @@ class VLLMAdapter(HttpEngineCommon):
                     if chunk is None:
                         break
                     if "error" in chunk:
+                        refused = _error_code(chunk) < 500
                         raise EngineError(
                             self.instance_id,
-                            f"generate: {message_of(chunk) or chunk}",
-                            retryable=_error_code(chunk) >= 500,
+                            f"generate: {message_of(chunk) or chunk!r:.300}",
+                            cause="request" if refused else "instance",
+                            reason=message_of(chunk),
                         )
                     cached = _usage_cached(chunk) if cached is None else cached
                     for choice in chunk.get("choices") or []:

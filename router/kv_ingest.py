@@ -8,18 +8,24 @@ which name only the engine's hash, can be applied.
 
 from __future__ import annotations
 
+import asyncio
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+import numpy as np
+
 from engines_adapter.contract import KVEvent, KVEventBatch
 from router.hashing import chain_hashes
 from router.index.base import PrefixIndex
 
-__all__ = ["IngestStats", "KVEventIngestor", "KVObserver"]
+__all__ = ["CHUNK_COST", "IngestStats", "KVEventIngestor", "KVObserver"]
 
 EngineHash = int | str
+CHUNK_COST = 8192
+"""``apply_in_chunks`` yields to the event loop after events of about this many token IDs
+and block hashes (a few milliseconds of work)."""
 
 
 class KVObserver(Protocol):
@@ -45,6 +51,7 @@ class IngestStats:
     clears: int = 0
     orphans: int = 0  # stored blocks whose parent the router never saw
     unaligned: int = 0  # engine blocks that are not a whole number of router blocks
+    invalid: int = 0  # stored blocks with token IDs outside [0, 2**63)
 
 
 class KVEventIngestor:
@@ -77,18 +84,36 @@ class KVEventIngestor:
         self._dual.pop(instance_id, None)
 
     def apply(self, batch: KVEventBatch) -> None:
+        self._begin(batch)
+        for event in batch.events:
+            self._apply(batch.instance_id, event)
+
+    async def apply_in_chunks(self, batch: KVEventBatch, *, chunk_cost: int = CHUNK_COST) -> None:
+        """``apply``, yielding to the event loop between chunks of events of about
+        ``chunk_cost`` token IDs and block hashes, so a large batch does not hold the loop."""
+        self._begin(batch)
+        cost = 0
+        for event in batch.events:
+            self._apply(batch.instance_id, event)
+            cost += 1 + len(event.block_hashes) + len(event.token_ids)
+            if cost >= chunk_cost:
+                cost = 0
+                await asyncio.sleep(0)
+
+    def _begin(self, batch: KVEventBatch) -> None:
         self.stats.batches += 1
         if batch.gap and self.observer is not None:
             self.observer.lost(batch.instance_id)
-        for event in batch.events:
-            if event.type == "BlockStored":
-                self._stored(batch.instance_id, event)
-            elif event.type == "BlockRemoved":
-                self._removed(batch.instance_id, event)
-            elif event.type == "AllBlocksCleared":
-                self.index.clear(batch.instance_id)
-                self._dual.pop(batch.instance_id, None)
-                self.stats.clears += 1
+
+    def _apply(self, instance_id: str, event: KVEvent) -> None:
+        if event.type == "BlockStored":
+            self._stored(instance_id, event)
+        elif event.type == "BlockRemoved":
+            self._removed(instance_id, event)
+        elif event.type == "AllBlocksCleared":
+            self.index.clear(instance_id)
+            self._dual.pop(instance_id, None)
+            self.stats.clears += 1
 
     def _stored(self, instance_id: str, event: KVEvent) -> None:
         dual = self._dual.setdefault(instance_id, OrderedDict())
@@ -100,6 +125,14 @@ class KVEventIngestor:
             self.stats.unaligned += n
             self._lost(instance_id)
             return
+        try:  # out of int64: OverflowError; the checks below run in C
+            tokens = np.array(event.token_ids[: n * engine_bs], dtype=np.int64)
+        except (OverflowError, TypeError, ValueError):
+            tokens = None
+        if tokens is None or int(tokens.min()) < 0:
+            self.stats.invalid += n
+            self._lost(instance_id)
+            return
         parent: int | None = None
         if event.parent_block_hash is not None:
             known = dual.get(event.parent_block_hash)
@@ -108,15 +141,15 @@ class KVEventIngestor:
                 self._lost(instance_id)
                 return
             parent = known[0][-1]
-        new: list[int] = []
+        # the run hashed at once: chaining from the parent, hashing the event's blocks
+        # together gives each engine block the hashes it would get alone
+        new = list(chain_hashes(tokens, self.block_size, self.seed, parent=parent).hashes)
+        per = engine_bs // self.block_size
         for j, engine_hash in enumerate(event.block_hashes):
-            tokens = event.token_ids[j * engine_bs : (j + 1) * engine_bs]
-            ours = chain_hashes(tokens, self.block_size, self.seed, parent=parent).hashes
+            ours = tuple(new[j * per : (j + 1) * per])
             count = dual[engine_hash][1] if engine_hash in dual else 0
             dual[engine_hash] = (ours, count + 1)
             dual.move_to_end(engine_hash)
-            new.extend(ours)
-            parent = ours[-1]
         while len(dual) > self.max_mapped:
             dual.popitem(last=False)
         self.index.store(instance_id, new)

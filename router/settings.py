@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Literal
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, IPvAnyNetwork, ValidationError
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -33,8 +33,25 @@ class RedisSettings(BaseModel):
 
     url: str = "redis://127.0.0.1:6379/0"
     key_prefix: str = Field("pdd", description="Namespace of every key the index writes")
-    socket_timeout_s: float = Field(1.0, gt=0)
-    retries: int = Field(3, ge=0, description="Retries with backoff on connection errors")
+    socket_timeout_s: float = Field(
+        0.25, gt=0, description="Longest wait for one Redis reply: a hung Redis stalls a "
+        "decision this long, then the router's local mirror answers",
+    )  # fmt: skip
+    connect_timeout_s: float = Field(0.25, gt=0, description="Longest wait to connect")
+    retries: int = Field(
+        3, ge=0, description="Retries with backoff on connection errors (not on timeouts)"
+    )
+    retry_after_s: float = Field(
+        1.0, gt=0, description="While Redis is unreachable, how often it is tried again"
+    )
+    verify_every_s: float = Field(
+        1.0, gt=0, description="How often the router checks that Redis still holds its "
+        "state (a restart without persistence empties it; the router then writes it back)",
+    )  # fmt: skip
+    recovery_step_s: float = Field(
+        0.05, gt=0, description="Time one index call may spend writing the router's state "
+        "back to Redis after an outage or a restart",
+    )  # fmt: skip
 
 
 class IndexSettings(BaseModel):
@@ -52,13 +69,54 @@ class ServiceSettings(BaseModel):
 
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
-    api_key: str | None = Field(None, description="Required on admin endpoints when set")
+    api_key: str | None = Field(
+        None, description="When set, required on every endpoint but /healthz and /readyz"
+    )
+    metrics_key: str | None = Field(
+        None, description="A key accepted on /metrics only (for scrapers), besides api_key"
+    )
+    allow_unauthenticated_admin: bool = Field(
+        False, description="Without api_key, accept admin writes (instances, KV events, "
+        "experiments) from anyone; refused with 403 otherwise",
+    )  # fmt: skip
+    instance_networks: list[IPvAnyNetwork] = Field(
+        default_factory=list, description="CIDRs that instances registered over the API "
+        "must resolve into (empty: any address)",
+    )  # fmt: skip
     max_body_bytes: int = Field(8 * 1024 * 1024, gt=0, description="Larger bodies get 413")
     max_prompt_tokens: int = Field(131_072, gt=0, description="Longer prompts get 400")
+    max_hash_ids: int = Field(
+        131_072, gt=0, description="More block IDs in one /v1/route request get 400"
+    )
+    max_kv_events_per_batch: int = Field(
+        100_000, gt=0, description="More events in one POST /v1/kv-events batch get 400"
+    )
+    max_kv_event_tokens: int = Field(
+        131_072, gt=0, description="More token IDs in one posted KV event get 400"
+    )
     vocab_size: int | None = Field(None, gt=0, description="Token IDs at or above it get 400")
     max_tokens_default: int = Field(256, gt=0, description="max_tokens when a request omits it")
     max_tokens_limit: int = Field(32_768, gt=0, description="Larger max_tokens get 400")
-    engine_timeout_s: float = Field(30.0, gt=0, description="Per upstream call")
+    engine_timeout_s: float = Field(
+        30.0, gt=0, description="Longest wait for an engine's first token (a prefill, or the "
+        "first token of a stream); then the instance counts a failure and the request is "
+        "decided again elsewhere",
+    )  # fmt: skip
+    engine_inter_token_timeout_s: float = Field(
+        15.0, gt=0, description="Longest wait between two tokens of a stream"
+    )
+    engine_connect_timeout_s: float = Field(2.0, gt=0, description="Connecting to an engine")
+    probe_timeout_s: float = Field(
+        1.0, gt=0, description="Longest wait for an engine's health and load answer"
+    )
+    breaker_failures: int = Field(
+        3, ge=1, description="Failures in a row (timeouts, 5xx, failed probes) that take an "
+        "instance out of service; a refused connection takes it out at once",
+    )  # fmt: skip
+    breaker_open_s: float = Field(
+        2.0, gt=0, description="How long an instance stays out before a successful probe lets "
+        "requests try it again (doubled after each failed try, up to 30 s)",
+    )  # fmt: skip
     load_poll_s: float = Field(1.0, gt=0, description="How often engines' load is read")
     instances_file: str | None = Field(None, description="YAML or JSON list of instances")
     predictor_model: str | None = Field(

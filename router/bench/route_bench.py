@@ -95,7 +95,8 @@ def _http_samples(index: PrefixIndex, prompt: list[int], repeats: int) -> np.nda
     from router.service.app import create_app
     from router.settings import Settings
 
-    settings = Settings(service={"load_poll_s": 3600.0})
+    key = "route-bench"  # as deployed: with a key, every call is authenticated
+    settings = Settings(service={"load_poll_s": 3600.0, "api_key": key})
     app = create_app(settings, index=index, adapter_factory=lambda c, _: SimEngine(c.instance_id))
     port = _free_port()
     server = uvicorn.Server(uvicorn.Config(app, port=port, log_level="error", access_log=False))
@@ -104,7 +105,8 @@ def _http_samples(index: PrefixIndex, prompt: list[int], repeats: int) -> np.nda
     while not server.started:
         time.sleep(0.01)
     try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+        auth = {"authorization": f"Bearer {key}"}
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30, headers=auth) as client:
             for iid, tier, dc in TOPOLOGY:
                 body = {"instance_id": iid, "tier": tier.value, "datacenter": dc,
                         "adapter": "sim"}  # fmt: skip

@@ -5,6 +5,7 @@ Key layout, scripts and their reasons: ``router.index.redis_layout``.
 
 from __future__ import annotations
 
+import secrets
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -47,13 +48,14 @@ class RedisPrefixIndex:
         socket_timeout_s: float = 1.0,
         retries: int = 3,
         client: redis.Redis | None = None,
+        connect_timeout_s: float | None = None,
     ) -> None:
         self._layout = Layout(key_prefix, default_capacity_blocks, ttl_s, clock)
         self.url = url
         if client is None:
             with valid_url(url):
                 client = redis.Redis.from_url(
-                    url, **connect_kwargs(socket_timeout_s, retries, Retry)
+                    url, **connect_kwargs(socket_timeout_s, retries, Retry, connect_timeout_s)
                 )
         self._client: redis.Redis = client
         self._scripts = {name: client.register_script(src) for name, src in SCRIPTS.items()}
@@ -128,6 +130,33 @@ class RedisPrefixIndex:
         reply = self._run("num_blocks", self._layout.num_blocks_args(instance_id))
         Layout.check_known(reply, instance_id)
         return int(reply)
+
+    def generation(self) -> str:
+        """The token naming the index's contents (set now when absent): it changes when Redis
+        loses its data, e.g. a restart without persistence, so a client that remembers
+        another one knows what it registered and stored is gone."""
+        token = self._run("generation", [self.key_prefix, secrets.token_hex(8)])
+        return token.decode() if isinstance(token, bytes) else str(token)
+
+    def restore(
+        self,
+        instances: Sequence[IndexedInstance],
+        chains: Sequence[tuple[str, Sequence[int]]],
+    ) -> None:
+        """Register ``instances`` then store ``chains`` (instance, chain), in this order, in
+        one pipelined round trip; UnknownInstanceError when a chain's instance is not
+        registered (the others are stored all the same)."""
+        stores = [self._layout.store_args(iid, chain) for iid, chain in chains]
+        with reachable(self.url):
+            pipe = self._client.pipeline(transaction=False)
+            for instance in instances:
+                self._scripts["register"](keys=[], args=self._layout.register_args(instance),
+                                          client=pipe)  # fmt: skip
+            for args in stores:
+                self._scripts["store"](keys=[], args=args, client=pipe)
+            replies = pipe.execute()
+        for (iid, _), reply in zip(chains, replies[len(instances) :], strict=True):
+            Layout.check_known(reply, iid)
 
     def delete_all_keys(self) -> int:
         """Delete every key under the prefix (SCAN + UNLINK; for tests and benchmarks)."""

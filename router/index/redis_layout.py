@@ -16,6 +16,9 @@ each registered instance owns a small *slot* number, its bit in every bitmap):
 - STRING ``P:b:{block}``  bitmap over slots of the instances holding the block
 - HASH ``P:t:{block}``    slot -> last touch time (the client clock; only with a TTL)
 - ZSET ``P:lru:{id}``     block -> touch sequence number (lowest = least recently used)
+- STRING ``P:generation`` a random token naming the index's contents, written by the first
+  client that asks when it is absent: a Redis that restarts without its data (or a flush)
+  loses it, so a client that finds another token knows its own state must be written again
 
 Every operation is one server-side Lua script (``register_script``, which reloads a
 script after NOSCRIPT), hence atomic. ``match`` sends the chain as one hex string
@@ -74,6 +77,7 @@ _SCRIPT_PARTS = {
     "remove": ("lib", "write", "remove"),
     "num_blocks": ("lib", "write", "num_blocks"),
     "match": ("lib", "match"),
+    "generation": ("lib", "generation"),
 }
 
 
@@ -314,10 +318,22 @@ def _retry_backoff() -> ExponentialBackoff:
     return ExponentialBackoff(cap=0.5, base=0.01)
 
 
-def connect_kwargs(socket_timeout_s: float, retries: int, retry_class: Any) -> dict[str, Any]:
-    """Client options both clients use: timeouts and redis-py's retry with backoff."""
+def connect_kwargs(
+    socket_timeout_s: float,
+    retries: int,
+    retry_class: Any,
+    connect_timeout_s: float | None = None,
+) -> dict[str, Any]:
+    """Client options both clients use: timeouts and redis-py's retry with backoff.
+
+    Only connection errors are retried (a reconnect after a restart or a dropped
+    connection); a timeout is not, so a hung server stalls a call for one
+    ``socket_timeout_s``, not for ``retries + 1`` of them.
+    """
     return {
         "socket_timeout": socket_timeout_s,
-        "socket_connect_timeout": socket_timeout_s,
-        "retry": retry_class(_retry_backoff(), retries),
+        "socket_connect_timeout": socket_timeout_s
+        if connect_timeout_s is None
+        else connect_timeout_s,
+        "retry": retry_class(_retry_backoff(), retries, supported_errors=(redis.ConnectionError,)),
     }

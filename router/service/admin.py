@@ -1,13 +1,18 @@
-"""Admin endpoints: instances (list, register, remove) and KV-event ingestion."""
+"""Admin endpoints: instances (list, register, remove), KV-event ingestion, experiments."""
 
 from __future__ import annotations
 
-import secrets
+import asyncio
+import functools
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from fastapi import APIRouter, Depends, Request, Response
+from fastapi import APIRouter, Request, Response
 
-from engines_adapter.contract import KVEvent, KVEventBatch
+from engines_adapter.contract import KVEventBatch
+from engines_adapter.kv_events import KVEventInputError, decode_json_batch
+from router.index.base import UnknownInstanceError
+from router.service.auth import outside_networks
 from router.service.errors import ApiError
 from router.service.experiment_report import experiment_report
 from router.service.experiments import Experiment, ExperimentSpec
@@ -20,7 +25,10 @@ from router.service.schemas import (
 )
 from router.service.state import ServiceState
 
-__all__ = ["admin_router", "event_from_wire"]
+__all__ = ["admin_router"]
+
+_DECODER = ThreadPoolExecutor(max_workers=2, thread_name_prefix="kv-events-decode")
+"""Posted KV-event batches are decoded here, two at most at once, off the event loop."""
 
 
 def _state(request: Request) -> ServiceState:
@@ -28,22 +36,9 @@ def _state(request: Request) -> ServiceState:
     return state
 
 
-def require_api_key(request: Request) -> None:
-    """When an API key is configured, admin calls carry it as a Bearer token."""
-    key = _state(request).settings.service.api_key
-    if key is None:
-        return
-    given = request.headers.get("authorization", "")
-    if not secrets.compare_digest(given.encode(), f"Bearer {key}".encode()):
-        raise ApiError(401, "missing or wrong API key", type_="authentication_error",
-                       headers={"WWW-Authenticate": "Bearer"})  # fmt: skip
-
-
-admin_router = APIRouter(
-    dependencies=[Depends(require_api_key)],
-    tags=["admin"],
-    responses=ERROR_RESPONSES(400, 401, 422),
-)
+# Access control (the API key; writes refused without one) is added where the app
+# includes this router: router.service.app with router.service.auth.ServiceAuth.
+admin_router = APIRouter(tags=["admin"], responses=ERROR_RESPONSES(400, 422))
 
 
 def _status(svc: ServiceState, instance_id: str) -> InstanceStatus:
@@ -62,9 +57,17 @@ async def list_instances(request: Request) -> list[InstanceStatus]:
 
 @admin_router.post("/v1/instances", response_model=InstanceStatus, status_code=201)
 async def register_instance(config: InstanceConfig, request: Request) -> InstanceStatus:
+    """Drive a new engine instance; with service.instance_networks set, its URL (and KV-event
+    endpoint) must resolve into one of them."""
     svc = _state(request)
     from router.service.lifecycle import attach_instance
 
+    networks = svc.settings.service.instance_networks
+    for field in ("url", "kv_events_endpoint"):
+        value = getattr(config, field)
+        reason = None if value is None else await outside_networks(value, networks)
+        if reason is not None:
+            raise ApiError(400, f"{field}: {reason}", param=field)
     await attach_instance(svc, config)
     return _status(svc, config.instance_id)
 
@@ -91,37 +94,49 @@ async def remove_instance(instance_id: str, request: Request) -> Response:
     return Response(status_code=204)
 
 
-_POSITIONAL = {
-    "BlockStored": ("block_hashes", "parent_block_hash", "token_ids", "block_size"),
-    "BlockRemoved": ("block_hashes",),
-    "AllBlocksCleared": (),
+_KV_EVENTS_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/json": {"schema": KVEventsBody.model_json_schema()}},
+    }
 }
 
 
-def event_from_wire(raw: dict[str, object] | list[object]) -> KVEvent:
-    """An event as a map ({"type": ...}) or a tagged positional array (["BlockStored", ...])."""
-    if isinstance(raw, dict):
-        return KVEvent.model_validate(raw)
-    if not raw or not isinstance(raw[0], str) or raw[0] not in _POSITIONAL:
-        raise ValueError(f"unknown event {raw[:1]!r}; known: {', '.join(_POSITIONAL)}")
-    names = _POSITIONAL[raw[0]]
-    return KVEvent.model_validate({"type": raw[0], **dict(zip(names, raw[1:], strict=False))})
+@admin_router.post(
+    "/v1/kv-events", status_code=202, responses=ERROR_RESPONSES(404), openapi_extra=_KV_EVENTS_BODY
+)
+async def kv_events(request: Request) -> dict[str, int]:
+    """Apply a batch of KV events (vLLM's schema, ``KVEventsBody``) to the index.
 
-
-@admin_router.post("/v1/kv-events", status_code=202, responses=ERROR_RESPONSES(404))
-async def kv_events(body: KVEventsBody, request: Request) -> dict[str, int]:
-    """Apply a batch of KV events (vLLM's schema) to the index."""
+    The body is decoded and checked in a worker thread, and the events are applied in
+    chunks that yield to the event loop: a batch of megabytes holds no other request up.
+    """
     svc = _state(request)
+    service = svc.settings.service
+    raw = await request.body()
+    decode = functools.partial(
+        decode_json_batch, raw, max_events=service.max_kv_events_per_batch,
+        max_tokens_per_event=service.max_kv_event_tokens, vocab_size=service.vocab_size,
+    )  # fmt: skip
+    try:
+        body = await asyncio.get_running_loop().run_in_executor(_DECODER, decode)
+    except KVEventInputError as exc:
+        status = 422 if exc.kind == "invalid" else 400
+        raise ApiError(status, str(exc), param=exc.param) from exc
     if body.instance_id not in svc.pool.configs:
         raise ApiError(404, f"unknown instance {body.instance_id!r}", param="instance_id")
+    batch = KVEventBatch.model_construct(
+        instance_id=body.instance_id, timestamp=body.timestamp, sequence=None,
+        events=body.events, gap=False, missed=0,
+    )  # fmt: skip
     try:
-        events = [event_from_wire(e) for e in body.events]
-    except ValueError as exc:
-        raise ApiError(422, f"events: {exc}", param="events") from exc
-    svc.ingestor.apply(KVEventBatch(instance_id=body.instance_id, timestamp=body.timestamp,
-                                    events=events))  # fmt: skip
+        await svc.ingestor.apply_in_chunks(batch)
+    except UnknownInstanceError as exc:  # removed while its events were being applied
+        svc.ingestor.forget(body.instance_id)
+        raise ApiError(404, f"instance {body.instance_id!r} was removed",
+                       param="instance_id") from exc  # fmt: skip
     svc.metrics.kv_events.labels(body.instance_id).inc()
-    return {"applied": len(events)}
+    return {"applied": len(body.events)}
 
 
 def _experiment(svc: ServiceState, experiment_id: str) -> Experiment:

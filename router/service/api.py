@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Collection
+from typing import TypeVar
 
+import anyio
+import structlog
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
@@ -30,6 +34,14 @@ __all__ = ["api_router"]
 
 api_router = APIRouter(responses=ERROR_RESPONSES(400, 413, 422, 503))
 MAX_ATTEMPTS = 3
+DISCONNECT_POLL_S = 0.2
+"""How often a request waiting on engines checks that its client is still there."""
+log = structlog.get_logger("pdd_router.service")
+T = TypeVar("T")
+
+
+class ClientGone(Exception):
+    """The client closed the connection while its request ran; the engines were told."""
 
 
 def _state(request: Request) -> ServiceState:
@@ -52,8 +64,11 @@ def _check_prompt(svc: ServiceState, tokens: list[int], field: str) -> None:
         raise ApiError(400, f"{field} holds token id {bad}, outside {bound}", param=field)
 
 
-def _decide(svc: ServiceState, view: RequestView) -> tuple[Decision, Arm | None]:
-    """Decide with the running experiment's arm for this request, or the default policy."""
+def _decide(
+    svc: ServiceState, view: RequestView, exclude: Collection[str] = ()
+) -> tuple[Decision, Arm | None]:
+    """Decide with the running experiment's arm for this request, or the default policy;
+    ``exclude``: instances this request already failed on."""
     start = time.perf_counter()
     svc.pool.view.now = time.time()  # the decision log's ``t``
     experiment = svc.experiments.running()
@@ -61,7 +76,7 @@ def _decide(svc: ServiceState, view: RequestView) -> tuple[Decision, Arm | None]
     scheduler = arm.scheduler if arm is not None else svc.scheduler
     with svc.tracer.start_as_current_span("pdd.decide") as span:
         try:
-            decision = scheduler.decide(view, svc.pool.view)
+            decision = scheduler.decide(view, svc.pool.view_without(exclude))
         except LookupError as exc:
             raise ApiError(503, f"cannot route: {exc}", type_="service_unavailable",
                            headers={"Retry-After": "1"}) from exc  # fmt: skip
@@ -95,10 +110,43 @@ async def route(body: RouteRequest, request: Request) -> Decision:
     return _decide(svc, view)[0]
 
 
-def _mark_unhealthy(svc: ServiceState, instance_id: str) -> None:
-    load = svc.pool.loads.get(instance_id)
-    if load is not None:
-        load.healthy = False  # the health poller restores it when the engine answers
+async def _unless_client_leaves(request: Request, work: Awaitable[T]) -> T:
+    """``work``'s result, or ClientGone once the client has closed the connection (``work``
+    is then cancelled, which closes its engine streams: engines abort such requests)."""
+    task = asyncio.ensure_future(work)
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
+            if done:
+                return task.result()
+            if await request.is_disconnected():
+                raise ClientGone
+    finally:
+        if not task.done():
+            task.cancel()
+            with anyio.CancelScope(shield=True):
+                await asyncio.wait({task})
+
+
+def _upstream(svc: ServiceState) -> Upstream:
+    service = svc.settings.service
+    return Upstream(svc.pool, svc.metrics, svc.tracer, first_token_s=service.engine_timeout_s,
+                    inter_token_s=service.engine_inter_token_timeout_s)  # fmt: skip
+
+
+def _refused(exc: EngineError) -> ApiError:
+    """An engine refused the request itself: the client's error, in the engine's words."""
+    return ApiError(400, exc.public, param="prompt")
+
+
+async def _collect(stream: AsyncIterator[list[int]], first: list[int] | None,
+                   timing: Timing) -> list[int]:  # fmt: skip
+    tokens = list(first or [])
+    timing.saw(len(tokens))
+    async for ids in stream:
+        tokens.extend(ids)
+        timing.saw(len(ids))
+    return tokens
 
 
 @api_router.post(
@@ -129,41 +177,46 @@ async def completions(body: CompletionRequest, request: Request) -> object:
         temperature=body.temperature, ignore_eos=body.ignore_eos,
     )  # fmt: skip
 
-    # Fail over until the first token: a refused or timed-out engine is marked
-    # unhealthy and the request is decided again without it.
+    # Fail over until the first token: an instance that failed is left out and the request
+    # decided again; its breaker counts the failure. A refusal is the client's error.
+    failed: set[str] = set()
     with unwatched_on_error(svc, request_id):
         for attempt in range(MAX_ATTEMPTS):
-            decision, arm = _decide(svc, view)
+            decision, arm = _decide(svc, view, failed)
             watch(svc, view, decision)
             outcome = ExecutionResult(decision.pipeline)
-            up = Upstream(svc.pool, svc.metrics, svc.tracer)
-            stream = execute(up, decision, generation, outcome)
+            stream = execute(_upstream(svc), decision, generation, outcome)
             try:
-                first = await anext(stream, None)
+                first = await _unless_client_leaves(request, anext(stream, None))
                 break
+            except ClientGone:
+                raise ApiError(499, "the client closed the connection") from None
             except EngineError as exc:
-                _mark_unhealthy(svc, exc.instance_id)
-                if not exc.retryable:
-                    raise ApiError(400, str(exc)) from exc
+                await stream.aclose()
+                if exc.cause == "request":
+                    raise _refused(exc) from exc
+                log.warning("engine failed before the first token", request=request_id,
+                            attempt=attempt + 1, error=str(exc))  # fmt: skip
+                failed.add(exc.instance_id)
                 if attempt == MAX_ATTEMPTS - 1:
-                    raise ApiError(503, f"no engine could serve the request: {exc}",
+                    raise ApiError(503, f"no engine could serve the request: {exc.public}",
                                    type_="service_unavailable",
                                    headers={"Retry-After": "1"}) from exc  # fmt: skip
 
     created = int(time.time())
     model = body.model or "pdd-router"
     if not body.stream:
-        tokens = list(first or [])
-        timing.saw(len(tokens))
         with unwatched_on_error(svc, request_id):
             try:
-                async for ids in stream:
-                    tokens.extend(ids)
-                    timing.saw(len(ids))
+                tokens = await _unless_client_leaves(request, _collect(stream, first, timing))
+            except ClientGone:
+                raise ApiError(499, "the client closed the connection") from None
             except EngineError as exc:
-                _mark_unhealthy(svc, exc.instance_id)
+                if exc.cause == "request":
+                    raise _refused(exc) from exc
+                log.warning("engine failed mid-request", request=request_id, error=str(exc))
                 raise ApiError(
-                    502, f"engine failed mid-request: {exc}", type_="upstream_error"
+                    502, f"engine failed mid-request: {exc.public}", type_="upstream_error"
                 ) from exc
         record_outcome(svc, view, decision, outcome, arm, timing)
         return CompletionResponse(
@@ -190,10 +243,14 @@ async def completions(body: CompletionRequest, request: Request) -> object:
                     yield _data({**chunk, "choices": [choice]})
                     pending = await anext(stream, None)
             except EngineError as exc:
-                _mark_unhealthy(svc, exc.instance_id)
-                yield _data(
-                    error_body(f"engine failed mid-stream: {exc}", "upstream_error", None, 502)
+                log.warning("engine failed mid-stream", request=request_id, error=str(exc))
+                status, kind = (
+                    (400, "invalid_request_error")
+                    if exc.cause == "request"
+                    else (502, "upstream_error")
                 )
+                yield _data(error_body(f"engine failed mid-stream: {exc.public}", kind, None,
+                                       status))  # fmt: skip
                 yield "data: [DONE]\n\n"
                 return
             record_outcome(svc, view, decision, outcome, arm, timing)
@@ -206,6 +263,8 @@ async def completions(body: CompletionRequest, request: Request) -> object:
                 yield _data({**chunk, "choices": [], "usage": usage})
             yield "data: [DONE]\n\n"
         finally:  # a failed or dropped stream writes no outcome: stop watching it
+            with anyio.CancelScope(shield=True):  # a client that left: engines abort
+                await stream.aclose()
             if not recorded:
                 unwatch(svc, request_id)
 

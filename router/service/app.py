@@ -10,12 +10,12 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import httpx
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi import Depends, FastAPI, Request
+from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
 from opentelemetry import trace
 from opentelemetry.trace import TracerProvider
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 from engines_adapter.contract import EngineAdapter
 from router import __version__
@@ -27,7 +27,10 @@ from router.predictor.tracking import TrackedIndex
 from router.scheduler_factory import SchedulerFactory
 from router.service.admin import admin_router
 from router.service.api import api_router
-from router.service.errors import error_body, install_error_handlers
+from router.service.auth import ServiceAuth, auth_responses
+from router.service.body_limit import BodyLimit
+from router.service.breaker import CircuitBreakers
+from router.service.errors import install_error_handlers
 from router.service.experiments import Experiments
 from router.service.lifecycle import (
     attach_instance,
@@ -60,9 +63,20 @@ def adapter_factory_for(settings: Settings) -> AdapterFactory:
             client=client,
             kv_events_endpoint=config.kv_events_endpoint,
             vocab_size=settings.service.vocab_size,
+            timeout=engine_timeouts(settings),
+            probe_timeout=httpx.Timeout(settings.service.probe_timeout_s),
         )
 
     return build
+
+
+def engine_timeouts(settings: Settings) -> httpx.Timeout:
+    """The HTTP timeouts of a generation call. The read timeout is a backstop: the
+    orchestrator holds each stream to the first-token and inter-token deadlines."""
+    service = settings.service
+    read = max(service.engine_timeout_s, service.engine_inter_token_timeout_s)
+    return httpx.Timeout(connect=service.engine_connect_timeout_s, read=read, write=10.0,
+                         pool=service.engine_timeout_s)  # fmt: skip
 
 
 def open_decision_log(path: str) -> TextIO:
@@ -90,29 +104,6 @@ def _tracer_provider() -> TracerProvider:
     return provider
 
 
-class BodyLimit:
-    """Refuse request bodies over ``limit`` bytes with 413 before they reach a handler."""
-
-    def __init__(self, app: ASGIApp, limit: int) -> None:
-        self.app = app
-        self.limit = limit
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        length = dict(scope["headers"]).get(b"content-length")
-        if length is not None and length.isdigit() and int(length) > self.limit:
-            response = JSONResponse(
-                error_body(f"request body over {self.limit} bytes", "invalid_request_error",
-                           None, 413),
-                status_code=413,
-            )  # fmt: skip
-            await response(scope, receive, send)
-            return
-        await self.app(scope, receive, send)
-
-
 def build_state(
     settings: Settings,
     index: PrefixIndex | None,
@@ -124,14 +115,15 @@ def build_state(
     survive outages; tracked when a model or a decision log needs block ages), the policy
     and scheduler, the engine pool, KV-event ingestion (and, with a decision log, the
     realized hits it reads from stored events), metrics and experiments."""
-    from router.index.factory import build_index
+    from router.index.factory import build_index, build_resilient_index
 
+    metrics = ServiceMetrics()
     idx = index if index is not None else build_index(settings.index, settings.redis)
     if settings.index.backend == "redis" and not isinstance(idx, ResilientIndex):
-        idx = ResilientIndex(
-            idx, default_capacity_blocks=settings.index.capacity_blocks,
-            ttl_s=settings.index.ttl_s,
-        )  # fmt: skip
+        idx = build_resilient_index(idx, settings.index, settings.redis)
+    if isinstance(idx, ResilientIndex):  # the index keeps the degraded gauge true itself
+        idx.on_state_change = lambda degraded: metrics.index_degraded.set(int(degraded))
+        metrics.index_degraded.set(int(idx.degraded))
     predictor = None
     if settings.service.predictor_model is not None:
         from router.predictor.persist import load_predictor
@@ -147,17 +139,22 @@ def build_state(
         from router.predictor.realization import KVRealizations
 
         realizations = KVRealizations()
-    timeout = httpx.Timeout(settings.service.engine_timeout_s, connect=2.0)
-    http = httpx.AsyncClient(timeout=timeout, limits=httpx.Limits(max_connections=512))
+    http = httpx.AsyncClient(
+        timeout=engine_timeouts(settings), limits=httpx.Limits(max_connections=512)
+    )
     return ServiceState(
         settings=settings, index=idx,
-        pool=InstancePool(idx, settings.cluster, lambda cfg: factory(cfg, http)),
+        pool=InstancePool(
+            idx, settings.cluster, lambda cfg: factory(cfg, http),
+            CircuitBreakers(failures_to_open=settings.service.breaker_failures,
+                            open_s=settings.service.breaker_open_s),
+        ),
         scheduler=schedulers.build(settings.policy.name, settings.policy.params),
         ingestor=KVEventIngestor(
             idx, block_size=settings.block_size, seed=settings.hash_seed,
             observer=realizations,
         ),
-        metrics=ServiceMetrics(), http=http, tracer=provider.get_tracer("pdd_router"),
+        metrics=metrics, http=http, tracer=provider.get_tracer("pdd_router"),
         experiments=Experiments(schedulers),
         realizations=realizations,
     )  # fmt: skip
@@ -202,10 +199,20 @@ def create_app(
         version=__version__,
         description="Control plane for two-datacenter PDD serving.",
         lifespan=lifespan,
+        # served below behind the API key, when one is configured
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
     )
     install_error_handlers(app)
-    app.include_router(api_router)
-    app.include_router(admin_router)
+    auth = ServiceAuth(settings.service)
+    keyed = [Depends(auth.require_key)]
+    app.include_router(api_router, dependencies=keyed, responses=auth_responses(401))
+    app.include_router(
+        admin_router,
+        dependencies=[*keyed, Depends(auth.guard_admin_writes)],
+        responses=auth_responses(401, 403),
+    )
     app.add_middleware(BodyLimit, limit=settings.service.max_body_bytes)
 
     @app.get("/healthz", tags=["ops"])
@@ -216,25 +223,32 @@ def create_app(
     @app.get(
         "/readyz",
         tags=["ops"],
-        responses={503: {"description": "A tier has no healthy instance"}},
+        responses={503: {"description": "P or MD has no healthy instance"}},
     )
     async def readyz(request: Request) -> JSONResponse:
-        """200 when each tier has a healthy instance, 503 otherwise."""
+        """Whether requests can be served: 200 when P and MD each have a healthy instance,
+        else 503. What runs degraded is named (``degraded``): RLD with no healthy
+        instance (requests go P-MD), and a shared index that is unreachable or being
+        rebuilt (``index_degraded``: decisions use the router's local mirror). The shared
+        index is probed on each call (once per retry delay while it is down)."""
         svc: ServiceState = request.state.svc
         tiers = {t.value: ok for t, ok in svc.pool.ready_tiers().items()}
-        ready = all(tiers.values())
+        ready, degraded_tiers = svc.pool.readiness()
         base = svc.index.inner if isinstance(svc.index, TrackedIndex) else svc.index
-        degraded = isinstance(base, ResilientIndex) and base.degraded
-        svc.metrics.index_degraded.set(1 if degraded else 0)
+        index_degraded = isinstance(base, ResilientIndex) and base.check()
+        degraded = [t.value for t in degraded_tiers] + (["index"] if index_degraded else [])
         body = {
             "ready": ready,
             "tiers": tiers,
+            "degraded": degraded,
             "index": settings.index.backend,
-            "index_degraded": degraded,
+            "index_degraded": index_degraded,
         }
+        if isinstance(base, ResilientIndex):
+            body["index_state"] = base.state
         return JSONResponse(body, status_code=200 if ready else 503)
 
-    @app.get("/version", tags=["ops"])
+    @app.get("/version", tags=["ops"], dependencies=keyed, responses=auth_responses(401))
     async def version() -> dict[str, str]:
         return {"version": __version__}
 
@@ -242,12 +256,29 @@ def create_app(
         "/metrics",
         tags=["ops"],
         response_class=PlainTextResponse,
-        responses={200: {"content": {"text/plain": {}}, "description": "Prometheus text"}},
+        responses={
+            200: {"content": {"text/plain": {}}, "description": "Prometheus text"},
+            **auth_responses(401),
+        },
+        dependencies=[Depends(auth.require_metrics_key)],
     )
     async def metrics_endpoint(request: Request) -> PlainTextResponse:
+        """Prometheus metrics; with a key configured, the API key or service.metrics_key."""
         svc: ServiceState = request.state.svc
         return PlainTextResponse(
             generate_latest(svc.metrics.registry), media_type=CONTENT_TYPE_LATEST
         )
+
+    @app.get("/openapi.json", include_in_schema=False, dependencies=keyed)
+    async def openapi() -> JSONResponse:
+        return JSONResponse(app.openapi())
+
+    @app.get("/docs", include_in_schema=False, dependencies=keyed)
+    async def swagger_ui() -> HTMLResponse:
+        return get_swagger_ui_html(openapi_url="/openapi.json", title=f"{app.title} - API")
+
+    @app.get("/redoc", include_in_schema=False, dependencies=keyed)
+    async def redoc() -> HTMLResponse:
+        return get_redoc_html(openapi_url="/openapi.json", title=f"{app.title} - API")
 
     return app

@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+import logging
+from typing import Any
+
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-__all__ = ["ApiError", "error_body", "install_error_handlers"]
+__all__ = ["ApiError", "LastResort", "error_body", "install_error_handlers"]
+
+log = logging.getLogger("pdd_router.service")
+
+BAD_VALUE_ERRORS = frozenset({"over_limit", "json_invalid"})
+"""Validation errors answered with 400 (a value over a configured limit, malformed JSON);
+every other validation error is a 422."""
 
 
 class ApiError(Exception):
@@ -36,6 +46,11 @@ def error_body(message: str, type_: str, param: str | None, code: int) -> dict[s
 
 
 def install_error_handlers(app: FastAPI) -> None:
+    """Every error in OpenAI's shape: API errors, validation errors (422 naming the field,
+    400 for the kinds in ``BAD_VALUE_ERRORS``), HTTP errors, and (``LastResort``) a JSON
+    500 for anything unexpected, on a connection that stays open."""
+    app.add_middleware(LastResort)
+
     @app.exception_handler(ApiError)
     async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
         return JSONResponse(
@@ -47,12 +62,14 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
         errors = exc.errors()
-        first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
+        first: dict[str, Any] = dict(errors[0]) if errors else {"msg": "invalid request"}
         loc = [str(p) for p in first.get("loc", ()) if p != "body"]
-        param = ".".join(loc) or None
+        ctx: dict[str, Any] = first.get("ctx") or {}
+        param = ".".join(loc) or ctx.get("param") or None
         message = f"{param}: {first['msg']}" if param else str(first["msg"])
+        status = 400 if first.get("type") in BAD_VALUE_ERRORS else 422
         return JSONResponse(
-            error_body(message, "invalid_request_error", param, 422), status_code=422
+            error_body(message, "invalid_request_error", param, status), status_code=status
         )
 
     @app.exception_handler(StarletteHTTPException)
@@ -75,3 +92,43 @@ def _allowed_methods(app: FastAPI, request: Request) -> list[str]:
         if match is not Match.NONE:
             methods |= set(getattr(route, "methods", None) or ())
     return sorted(methods)
+
+
+class LastResort:
+    """Answer an exception no handler took with a JSON 500 in OpenAI's shape, and log it.
+
+    Starlette's outermost middleware answers such an exception too, but then re-raises it,
+    and the server closes the connection; here it ends with the response, so a keep-alive
+    connection stays usable. An HTTP exception raised outside the routes (by a middleware)
+    gets its own status. An exception after the response started is re-raised: the
+    response cannot be completed.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracked_send(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracked_send)
+        except StarletteHTTPException as exc:  # raised outside the routes (a middleware)
+            if started:
+                raise
+            body = error_body(str(exc.detail), "invalid_request_error", None, exc.status_code)
+            await JSONResponse(body, exc.status_code, exc.headers)(scope, receive, send)
+        except Exception:
+            if started:
+                raise
+            log.exception("unhandled error on %s %s", scope.get("method"), scope.get("path"))
+            body = error_body("internal error", "server_error", None, 500)
+            await JSONResponse(body, 500)(scope, receive, send)

@@ -92,35 +92,52 @@ async def _consume_events(svc: ServiceState, instance_id: str, events: object) -
         log.warning("kv events stopped", instance=instance_id, error=str(exc))
 
 
-PROBE_FAILURES_UNHEALTHY = 3
-"""Consecutive failed probes before an instance is taken out (a busy engine may be slow
-to answer once; a refused request marks it unhealthy at once, see the API)."""
+SUSPECT_REPROBE_S = 0.25
+"""How soon an instance whose last probe failed is probed again."""
 
 
 async def poll_loads(svc: ServiceState) -> None:
-    """Forever: read each engine's health and load into the cluster view."""
+    """Forever: probe each engine for its health and load, all due ones at once, each
+    within ``probe_timeout_s``. A failed or late probe counts against the instance in its
+    circuit breaker, and a suspect instance is probed again after ``SUSPECT_REPROBE_S``
+    rather than ``load_poll_s``, so a hung engine is out of service after about
+    ``breaker_failures`` probe timeouts, whatever the other engines do."""
     interval = svc.settings.service.load_poll_s
-    timeout = max(interval * 2, 5.0)
-    failures: dict[str, int] = {}
+    timeout = svc.settings.service.probe_timeout_s
+    loop = asyncio.get_running_loop()
+    due: dict[str, float] = {}
     while True:
-        for iid in list(svc.pool.configs):
-            if iid not in svc.pool.configs:
-                continue
-            _, adapter, load = svc.pool.get(iid)
-            try:
-                healthy = await asyncio.wait_for(adapter.health(), timeout=timeout)
-                figures = await asyncio.wait_for(adapter.load(), timeout=timeout)
-            except Exception:
-                failures[iid] = failures.get(iid, 0) + 1
-                if failures[iid] >= PROBE_FAILURES_UNHEALTHY:
-                    load.healthy = False
-                continue
-            failures[iid] = 0
-            load.healthy = healthy
-            svc.pool.reported(
-                iid, running=figures.running, waiting=figures.waiting,
-                kv_used=int(figures.kv_usage * load.kv_capacity_tokens),
-            )  # fmt: skip
-            with contextlib.suppress(Exception):
-                svc.metrics.index_blocks.labels(iid).set(svc.index.num_blocks(iid))
-        await asyncio.sleep(interval)
+        now = loop.time()
+        ids = [iid for iid in svc.pool.configs if due.get(iid, 0.0) <= now]
+        results = await asyncio.gather(*(_probe(svc, iid, timeout) for iid in ids))
+        done = loop.time()
+        for iid, ok in zip(ids, results, strict=True):
+            due[iid] = done + (interval if ok else min(interval, SUSPECT_REPROBE_S))
+        for iid in [i for i in due if i not in svc.pool.configs]:
+            del due[iid]
+        wake = min(due.values(), default=done + interval)
+        await asyncio.sleep(max(wake - loop.time(), 0.01))
+
+
+async def _probe(svc: ServiceState, instance_id: str, timeout: float) -> bool:
+    """One probe of one instance; False when it failed (the breaker was told)."""
+    if instance_id not in svc.pool.configs:
+        return True
+    _, adapter, load = svc.pool.get(instance_id)
+    try:
+        async with asyncio.timeout(timeout):
+            healthy = await adapter.health()
+            figures = await adapter.load() if healthy else None
+    except Exception:
+        healthy, figures = False, None
+    if instance_id not in svc.pool.configs:  # removed while probed
+        return True
+    svc.pool.probed(instance_id, healthy)
+    if figures is not None:
+        svc.pool.reported(
+            instance_id, running=figures.running, waiting=figures.waiting,
+            kv_used=int(figures.kv_usage * load.kv_capacity_tokens),
+        )  # fmt: skip
+        with contextlib.suppress(Exception):
+            svc.metrics.index_blocks.labels(instance_id).set(svc.index.num_blocks(instance_id))
+    return healthy

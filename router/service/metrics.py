@@ -55,5 +55,8 @@ class ServiceMetrics:
             buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 60), registry=r,
         )  # fmt: skip
         self.index_degraded = Gauge(
-            "pdd_router_index_degraded", "1 while the shared index is unreachable", registry=r
+            "pdd_router_index_degraded",
+            "1 while decisions use the local mirror: the shared index is unreachable or being "
+            "brought up to date (set by the index when its state changes)",
+            registry=r,
         )

@@ -4,14 +4,19 @@ The handoff is extend-decode by token IDs: MD receives the prompt plus the eager
 tokens RLD already streamed and continues from there, so the client's token
 sequence has no gap and no repeat. One-shot switches as soon as MD is ready;
 catch-up first warms MD with chunks of eager tokens while RLD keeps decoding and
-switches once fewer than a chunk remain.
+switches once fewer than a chunk remain. If MD fails before the switch, RLD, which was
+asked for the whole generation, finishes the request (it degrades to P-RLD).
+
+Every upstream call is held to deadlines (the first token within ``first_token_s``,
+each next one within ``inter_token_s``) and its result reaches the pool's circuit
+breakers: a failure held against the instance counts, a success clears the count.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,11 +52,19 @@ class ExecutionResult:
 
 @dataclass(slots=True)
 class Upstream:
-    """How the orchestrator reaches engines: adapters, with metrics and a span per call."""
+    """How the orchestrator reaches engines: adapters, with metrics, a span, deadlines and
+    the breakers' bookkeeping per call."""
 
     pool: InstancePool
     metrics: ServiceMetrics
     tracer: Tracer
+    first_token_s: float = 30.0
+    inter_token_s: float = 15.0
+
+    def _failed(self, instance_id: str, exc: EngineError) -> None:
+        self.metrics.errors.labels(instance_id).inc()
+        if exc.held_against_instance:
+            self.pool.failed(instance_id, unreachable=exc.cause == "unreachable")
 
     def adapter(self, instance_id: str) -> EngineAdapter:
         self.metrics.requests.labels(instance_id).inc()
@@ -73,17 +86,27 @@ class Upstream:
             adapter = self.adapter(instance_id)
             self.pool.prefill_started(instance_id, tokens)
             try:
-                return await adapter.prefill(request, targets=targets)
+                async with asyncio.timeout(self.first_token_s):
+                    result = await adapter.prefill(request, targets=targets)
+            except TimeoutError as exc:
+                late = EngineError(
+                    instance_id, f"prefill: no answer within {self.first_token_s:g} s"
+                )
+                self._failed(instance_id, late)
+                span.record_exception(late)
+                raise late from exc
             except EngineError as exc:
-                self.metrics.errors.labels(instance_id).inc()
+                self._failed(instance_id, exc)
                 span.record_exception(exc)
                 raise
             finally:
                 self.pool.prefill_started(instance_id, -tokens)
+            self.pool.succeeded(instance_id)
+            return result
 
     async def generate(
         self, instance_id: str, request: GenerateRequest, outcome: ExecutionResult | None
-    ) -> AsyncIterator[TokenDelta]:
+    ) -> AsyncGenerator[TokenDelta, None]:
         """The engine's deltas; with ``outcome``, cached tokens and finish reason recorded."""
         span = self.tracer.start_span("pdd.upstream.generate")
         span.set_attribute("pdd.instance", instance_id)
@@ -92,7 +115,20 @@ class Upstream:
         produced = 0
         self.pool.stream_started(instance_id)
         try:
-            async for delta in stream:
+            while True:
+                wait_s = self.first_token_s if produced == 0 else self.inter_token_s
+                try:
+                    async with asyncio.timeout(wait_s):
+                        delta = await anext(stream)
+                except StopAsyncIteration:
+                    break
+                except TimeoutError as exc:
+                    which = "first token" if produced == 0 else f"token after {produced}"
+                    raise EngineError(
+                        instance_id, f"generate: no {which} within {wait_s:g} s"
+                    ) from exc
+                if produced == 0 and delta.token_ids:
+                    self.pool.succeeded(instance_id)
                 produced += len(delta.token_ids)
                 if outcome is not None:
                     if delta.cached_tokens is not None and outcome.cached_tokens is None:
@@ -101,7 +137,7 @@ class Upstream:
                         outcome.finish_reason = delta.finish_reason
                 yield delta
         except EngineError as exc:
-            self.metrics.errors.labels(instance_id).inc()
+            self._failed(instance_id, exc)
             span.record_exception(exc)
             raise
         finally:
@@ -113,7 +149,7 @@ class Upstream:
 
 async def execute(
     up: Upstream, decision: Decision, client: GenerateRequest, outcome: ExecutionResult
-) -> AsyncIterator[list[int]]:
+) -> AsyncGenerator[list[int], None]:
     """Yield token-ID lists as ``client`` (the whole generation the client asked for: prompt,
     max_tokens, sampling) decodes along ``decision``; raise EngineError on an engine fault.
 
@@ -137,9 +173,10 @@ async def execute(
         assert decision.md_instance is not None
         outcome.instances["md"] = decision.md_instance
         req = derived(kv_transfer_params=kv)
-        async for delta in up.generate(decision.md_instance, req, outcome):
-            outcome.tokens += len(delta.token_ids)
-            yield delta.token_ids
+        async with contextlib.aclosing(up.generate(decision.md_instance, req, outcome)) as deltas:
+            async for delta in deltas:
+                outcome.tokens += len(delta.token_ids)
+                yield delta.token_ids
         return
 
     assert decision.rld_instance is not None
@@ -147,10 +184,11 @@ async def execute(
     rld_id = decision.rld_instance
     rld_req = derived(request_id=f"{request_id}-rld", kv_transfer_params=kv)
     if decision.pipeline is Pipeline.P_RLD:
-        async for delta in up.generate(rld_id, rld_req, outcome):
-            outcome.tokens += len(delta.token_ids)
-            outcome.eager_tokens += len(delta.token_ids)
-            yield delta.token_ids
+        async with contextlib.aclosing(up.generate(rld_id, rld_req, outcome)) as deltas:
+            async for delta in deltas:
+                outcome.tokens += len(delta.token_ids)
+                outcome.eager_tokens += len(delta.token_ids)
+                yield delta.token_ids
         return
 
     assert decision.md_instance is not None
@@ -162,6 +200,7 @@ async def execute(
     chunk = decision.chunk_tokens or 64
     warming: asyncio.Task[None] | None = None
     handed = 0
+    md_fault: EngineError | None = None  # MD failed before the switch: RLD goes on
     try:
         async for delta in rld_stream:
             if delta.token_ids:
@@ -169,18 +208,21 @@ async def execute(
                 outcome.tokens += len(delta.token_ids)
                 yield delta.token_ids
             if delta.finished:
-                # RLD finished before the handoff: the request ends on RLD (odd traffic)
+                # RLD finished before the handoff: the request ends on RLD (odd traffic, or
+                # MD lost on the way)
                 outcome.pipeline = Pipeline.P_RLD
                 outcome.finish_reason = delta.finish_reason
                 outcome.eager_tokens = len(eager)
                 return
-            if not md_ready.done():
+            if md_fault is not None or not md_ready.done():
                 continue
-            md_ready.result()  # raises the MD fault, if any
+            md_fault = _fault_of(md_ready) or (
+                _fault_of(warming) if warming is not None and warming.done() else None
+            )
+            if md_fault is not None:
+                continue
             if decision.handoff is HandoffMode.CATCH_UP and len(eager) - handed >= chunk:
                 if warming is None or warming.done():
-                    if warming is not None:
-                        warming.result()
                     handed = len(eager)
                     warming = asyncio.create_task(
                         _warm(
@@ -200,11 +242,13 @@ async def execute(
         aclose = getattr(rld_stream, "aclose", None)
         if aclose is not None:
             await aclose()
-        with contextlib.suppress(EngineError):
+        with contextlib.suppress(EngineError, KeyError):  # KeyError: RLD was removed
             await up.pool.get(rld_id)[1].abort(rld_req.request_id)
         for task in (md_ready, warming):
             if task is not None and not task.done():
                 task.cancel()
+    if md_fault is not None:  # RLD's stream ended without finishing, and MD is lost
+        raise md_fault
     # RLD's stream ended without finishing and MD never got ready: wait for MD
     if not md_ready.done() or md_ready.cancelled():
         await _warm(up, md_id, derived(request_id=f"{request_id}-md0"), kv_md)
@@ -217,9 +261,18 @@ async def execute(
         outcome.finish_reason = "length"
         return
     ext = derived(prompt_token_ids=prompt + eager, max_tokens=rest)
-    async for delta in up.generate(md_id, ext, outcome):
-        outcome.tokens += len(delta.token_ids)
-        yield delta.token_ids
+    async with contextlib.aclosing(up.generate(md_id, ext, outcome)) as deltas:
+        async for delta in deltas:
+            outcome.tokens += len(delta.token_ids)
+            yield delta.token_ids
+
+
+def _fault_of(task: asyncio.Task[None]) -> EngineError | None:
+    """A finished task's engine fault (other exceptions are bugs: raised)."""
+    exc = task.exception()
+    if exc is None or isinstance(exc, EngineError):
+        return exc
+    raise exc
 
 
 async def _warm(

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import dataclasses
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from engines_adapter.contract import EngineAdapter
 from policies.tiers import Tier
 from policies.types import ClusterView, InstanceLoad, LinkState
 from router.index.base import IndexedInstance, PrefixIndex
+from router.service.breaker import CircuitBreakers
 from router.service.schemas import InstanceConfig
 from router.settings import ClusterSettings
 
@@ -46,14 +48,22 @@ class InstancePool:
     """
 
     def __init__(
-        self, index: PrefixIndex, cluster: ClusterSettings, adapter_factory: AdapterFactory
+        self,
+        index: PrefixIndex,
+        cluster: ClusterSettings,
+        adapter_factory: AdapterFactory,
+        breakers: CircuitBreakers | None = None,
     ) -> None:
+        """``breakers`` decide which instances take requests (default: 3 failures in a row
+        take one out for 2 s, then a successful probe lets requests try it again)."""
         self.index = index
         self._factory = adapter_factory
         self.configs: dict[str, InstanceConfig] = {}
         self.adapters: dict[str, EngineAdapter] = {}
         self.loads: dict[str, InstanceLoad] = {}
         self._inflight: dict[str, _InFlight] = {}
+        self.breakers = breakers or CircuitBreakers()
+        self.breakers.on_change = self._allowed
         block_bytes = cluster.kv_bytes_per_token
         self.view = ClusterView(
             instances={tier: [] for tier in Tier},
@@ -84,6 +94,7 @@ class InstancePool:
             kv_capacity_tokens=config.capacity_tokens,
             max_batch=config.max_batch,
         )
+        self.breakers.forget(config.instance_id)
         self.configs[config.instance_id] = config
         self.adapters[config.instance_id] = adapter
         self.loads[config.instance_id] = load
@@ -98,6 +109,7 @@ class InstancePool:
             raise UnknownInstance(instance_id)
         load = self.loads.pop(instance_id)
         self._inflight.pop(instance_id, None)
+        self.breakers.forget(instance_id)
         self.view.instances[config.tier].remove(load)
         self.index.unregister(instance_id)
         return self.adapters.pop(instance_id)
@@ -106,6 +118,38 @@ class InstancePool:
         if instance_id not in self.configs:
             raise UnknownInstance(instance_id)
         return self.configs[instance_id], self.adapters[instance_id], self.loads[instance_id]
+
+    def view_without(self, instance_ids: Collection[str]) -> ClusterView:
+        """The cluster view without some instances (those a request already failed on)."""
+        if not instance_ids:
+            return self.view
+        instances = {
+            tier: [i for i in pool if i.instance_id not in instance_ids]
+            for tier, pool in self.view.instances.items()
+        }
+        return dataclasses.replace(self.view, instances=instances)
+
+    # -- health: what the breakers say ----------------------------------------------------
+
+    def _allowed(self, instance_id: str, allowed: bool) -> None:
+        load = self.loads.get(instance_id)
+        if load is not None:
+            load.healthy = allowed
+
+    def failed(self, instance_id: str, *, unreachable: bool = False) -> None:
+        """A failure held against the instance (a timeout, a 5xx, a broken stream)."""
+        if instance_id in self.configs:
+            self.breakers.failure(instance_id, unreachable=unreachable)
+
+    def succeeded(self, instance_id: str) -> None:
+        """A request got what it needed from the instance."""
+        if instance_id in self.configs:
+            self.breakers.success(instance_id)
+
+    def probed(self, instance_id: str, ok: bool) -> None:
+        """A health probe answered (``ok``) or failed or timed out."""
+        if instance_id in self.configs:
+            self.breakers.probe(instance_id, ok)
 
     # -- load: the engine's report and the router's own in-flight work -------------------
 
@@ -146,3 +190,11 @@ class InstancePool:
             pool = self.view.instances[tier]
             out[tier] = any(i.healthy for i in pool) if pool or tier is not Tier.RLD else True
         return out
+
+    def readiness(self) -> tuple[bool, list[Tier]]:
+        """Whether requests can be served, and the tiers running degraded. P and MD are
+        needed (without either no pipeline exists); RLD is optional: with RLD down,
+        requests go P-MD, so the router is ready, with RLD named as degraded."""
+        tiers = self.ready_tiers()
+        ready = tiers[Tier.P] and tiers[Tier.MD]
+        return ready, [tier for tier in Tier if tier is Tier.RLD and not tiers[tier]]

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -11,26 +15,80 @@ from pydantic import (
     StrictBool,
     StrictFloat,
     StrictInt,
+    field_validator,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
 from policies.tiers import Tier
+from router.settings import ServiceSettings
 
 __all__ = [
     "ERROR_RESPONSES",
     "CompletionChoice",
     "CompletionRequest",
     "CompletionResponse",
+    "InputLimits",
     "InstanceConfig",
     "InstanceStatus",
     "KVEventsBody",
     "RouteRequest",
     "StreamOptions",
     "Usage",
+    "input_limits",
+    "over_limit",
+    "use_input_limits",
 ]
 
+TOKEN_ID_END = 1 << 63
+"""Token IDs are below it: numpy hashes them as int64, engines take them as int64."""
+BLOCK_ID_END = 1 << 64
+"""Block IDs are below it: the router's hashes are unsigned 64-bit, as the indexes store them."""
+MAX_TEMPERATURE = 2.0
 
-TokenId = Annotated[StrictInt, Field(ge=0)]
+TokenId = Annotated[StrictInt, Field(ge=0, lt=TOKEN_ID_END)]
+BlockId = Annotated[StrictInt, Field(ge=0, lt=BLOCK_ID_END)]
+
+
+@dataclass(frozen=True, slots=True)
+class InputLimits:
+    """The configured bounds the request models check (from ServiceSettings)."""
+
+    max_prompt_tokens: int
+    max_hash_ids: int
+    max_tokens_limit: int
+
+    @classmethod
+    def of(cls, service: ServiceSettings) -> InputLimits:
+        return cls(service.max_prompt_tokens, service.max_hash_ids, service.max_tokens_limit)
+
+
+_DEFAULT_LIMITS = InputLimits.of(ServiceSettings())
+_LIMITS: ContextVar[InputLimits | None] = ContextVar("pdd_router_input_limits", default=None)
+
+
+def input_limits() -> InputLimits:
+    """The limits of the service handling the current request (the defaults outside one)."""
+    return _LIMITS.get() or _DEFAULT_LIMITS
+
+
+@contextlib.contextmanager
+def use_input_limits(service: ServiceSettings | None) -> Iterator[None]:
+    """Validate the request models of the enclosed code against ``service``'s limits."""
+    if service is None:
+        yield
+        return
+    token = _LIMITS.set(InputLimits.of(service))
+    try:
+        yield
+    finally:
+        _LIMITS.reset(token)
+
+
+def over_limit(message: str, param: str | None = None) -> PydanticCustomError:
+    """A value over a configured limit: the error handlers answer it with 400, naming
+    ``param`` when the error is not raised on the field itself."""
+    return PydanticCustomError("over_limit", message, {"param": param} if param else None)
 
 
 class ErrorDetail(BaseModel):
@@ -68,11 +126,37 @@ class RouteRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     token_ids: list[TokenId] | None = Field(None, description="Prompt token IDs")
-    hash_ids: list[int] | None = Field(None, description="Prefix-chained block IDs (traces)")
+    hash_ids: list[BlockId] | None = Field(
+        None, description="Prefix-chained block IDs (traces), each in [0, 2**64)"
+    )
     block_size: int | None = Field(None, gt=0, description="Tokens per block of hash_ids")
     input_length: int | None = Field(None, gt=0, description="Prompt tokens, with hash_ids")
     max_tokens: int | None = Field(None, gt=0)
     session_id: str | None = Field(None, max_length=256)
+
+    @field_validator("hash_ids")
+    @classmethod
+    def _few_blocks(cls, ids: list[int] | None) -> list[int] | None:
+        limit = input_limits().max_hash_ids
+        if ids is not None and len(ids) > limit:
+            raise over_limit(f"{len(ids)} block IDs, over the limit of {limit}")
+        return ids
+
+    @field_validator("block_size", "input_length")
+    @classmethod
+    def _within_prompt(cls, value: int | None) -> int | None:
+        limit = input_limits().max_prompt_tokens
+        if value is not None and value > limit:
+            raise over_limit(f"{value} tokens, over the prompt limit of {limit}")
+        return value
+
+    @field_validator("max_tokens")
+    @classmethod
+    def _max_tokens(cls, value: int | None) -> int | None:
+        limit = input_limits().max_tokens_limit
+        if value is not None and value > limit:
+            raise over_limit(f"max_tokens {value} is over the limit of {limit}")
+        return value
 
     @model_validator(mode="after")
     def _one_prompt(self) -> RouteRequest:
@@ -82,6 +166,15 @@ class RouteRequest(BaseModel):
             raise ValueError("hash_ids needs block_size")
         if self.token_ids is not None and not self.token_ids:
             raise ValueError("token_ids must not be empty")
+        if self.hash_ids is not None and self.input_length is None:
+            assert self.block_size is not None
+            limit = input_limits().max_prompt_tokens
+            if len(self.hash_ids) * self.block_size > limit:
+                raise over_limit(
+                    f"{len(self.hash_ids)} blocks of {self.block_size} tokens are over the "
+                    f"prompt limit of {limit} tokens (give input_length for a shorter last block)",
+                    "hash_ids",
+                )
         return self
 
 
@@ -99,7 +192,7 @@ class CompletionRequest(BaseModel):
     model: str | None = None
     prompt: list[TokenId] = Field(min_length=1, description="Prompt token IDs")
     max_tokens: int | None = Field(None, gt=0)
-    temperature: StrictFloat = Field(0.0, ge=0)
+    temperature: StrictFloat = Field(0.0, ge=0, le=MAX_TEMPERATURE, allow_inf_nan=False)
     stream: StrictBool = False
     stream_options: StreamOptions | None = None
     ignore_eos: StrictBool = False
@@ -148,6 +241,20 @@ class InstanceConfig(BaseModel):
     max_batch: StrictInt = Field(256, gt=0)
     kv_events_endpoint: str | None = Field(None, description="ZMQ endpoint of KV events")
 
+    @field_validator("url")
+    @classmethod
+    def _engine_url(cls, url: str) -> str:
+        """http(s) with a host, or inproc:// (the built-in sim): the router sends prompts there."""
+        from urllib.parse import urlsplit
+
+        if url == "inproc://":
+            return url
+        parts = urlsplit(url)
+        if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+            raise ValueError("must be an http:// or https:// URL with a host (inproc:// for sim)")
+        _ = parts.port  # ValueError when the port is not a number in range
+        return url
+
 
 class InstanceStatus(InstanceConfig):
     healthy: bool
@@ -157,10 +264,20 @@ class InstanceStatus(InstanceConfig):
 
 
 class KVEventsBody(BaseModel):
-    """A batch of KV events in vLLM's schema (events as maps or positional arrays)."""
+    """A batch of KV events in vLLM's schema (events as maps or positional arrays).
+
+    Bounds (400 naming the value beyond them): at most ``service.max_kv_events_per_batch``
+    events, at most ``service.max_kv_event_tokens`` token IDs per event, each in
+    [0, 2**63) and below ``service.vocab_size`` when set; integer block hashes in the
+    signed or unsigned 64-bit range.
+    """
 
     model_config = ConfigDict(strict=True)
 
     instance_id: str
-    timestamp: StrictFloat = 0.0
-    events: list[dict[str, Any] | list[Any]]
+    timestamp: StrictFloat = Field(0.0, allow_inf_nan=False)
+    events: list[dict[str, Any] | list[Any]] = Field(
+        description='Maps ({"type": "BlockStored", "block_hashes": [...], "parent_block_hash": '
+        '..., "token_ids": [...], "block_size": 16}) or tagged arrays (["BlockStored", '
+        "block_hashes, parent_block_hash, token_ids, block_size, ...])"
+    )

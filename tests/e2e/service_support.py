@@ -50,12 +50,21 @@ def reference(prompt: list[int], n: int) -> list[int]:
 
 
 def make_client(
-    engines: Engines, *, policy: dict[str, Any] | None = None, **service: Any
+    engines: Engines,
+    *,
+    policy: dict[str, Any] | None = None,
+    allow_unauthenticated_admin: bool = True,
+    **service: Any,
 ) -> TestClient:
+    """A service on simulated engines. Its admin API (registering instances, KV events,
+    experiments) accepts requests without a key unless the test passes ``api_key=...``
+    (then every endpoint but the health checks needs it) or
+    ``allow_unauthenticated_admin=False`` (the default of a real deployment)."""
     settings = Settings(
-        service={"vocab_size": VOCAB, "load_poll_s": 0.05, **service},
+        service={"vocab_size": VOCAB, "load_poll_s": 0.05,
+                 "allow_unauthenticated_admin": allow_unauthenticated_admin, **service},
         policy={"name": "pdd", "params": policy or {}},
-    )
+    )  # fmt: skip
     return TestClient(create_app(settings, adapter_factory=engines))
 
 

@@ -38,6 +38,7 @@ def test_two_arm_experiment_splits_sticks_and_reports() -> None:
         auth = {"authorization": "Bearer k"}
         register(c, *TOPOLOGY, key="k")
         assert c.post("/v1/experiments", json={"name": "x", "arms": ARMS}).status_code == 401
+        c.headers.update(auth)  # with a key, completions and metrics need it too
         created = c.post("/v1/experiments", json={"name": "relay-vs-paper", "arms": ARMS},
                          headers=auth)  # fmt: skip
         assert created.status_code == 201

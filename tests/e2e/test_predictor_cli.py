@@ -116,7 +116,9 @@ def test_the_service_decides_with_a_configured_model(model: Path) -> None:
     from router.service.app import create_app
     from router.settings import Settings
 
-    settings = Settings(service={"vocab_size": 512, "predictor_model": str(model)})
+    service = {"vocab_size": 512, "predictor_model": str(model),
+               "allow_unauthenticated_admin": True}  # fmt: skip
+    settings = Settings(service=service)
     with TestClient(create_app(settings, adapter_factory=Engines())) as client:
         register(client, ("p0", "p", "A"), ("rld0", "rld", "A"), ("md0", "md", "B"))
         body = {"prompt": PROMPT, "max_tokens": 4, "session_id": "s1"}
@@ -141,7 +143,7 @@ def test_experiment_arms_decide_as_the_service_does(model: Path, tmp_path: Path)
 
     log = tmp_path / "decisions.jsonl"
     service = {"vocab_size": 512, "predictor_model": str(model), "approximate_index": True,
-               "decision_log": str(log)}  # fmt: skip
+               "decision_log": str(log), "allow_unauthenticated_admin": True}  # fmt: skip
     arms = [{"name": "a", "policy": "pdd"}, {"name": "b", "policy": "pdd-adaptive"}]
     with TestClient(create_app(Settings(service=service), adapter_factory=Engines())) as client:
         register(client, ("p0", "p", "A"), ("rld0", "rld", "A"), ("md0", "md", "B"))

@@ -208,7 +208,7 @@ def test_a_span_per_decision_and_per_upstream_call() -> None:
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    settings = Settings(service={"vocab_size": VOCAB})
+    settings = Settings(service={"vocab_size": VOCAB, "allow_unauthenticated_admin": True})
     app = create_app(settings, adapter_factory=Engines(), tracer_provider=provider)
     with TestClient(app) as c:
         register(c, *TOPOLOGY)

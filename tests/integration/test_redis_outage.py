@@ -14,8 +14,10 @@ import pytest
 
 from policies.tiers import Tier
 from router.index.base import IndexedInstance
+from router.index.factory import build_index, build_resilient_index
 from router.index.redis_index import RedisPrefixIndex
 from router.index.resilient_index import ResilientIndex
+from router.settings import IndexSettings, RedisSettings
 
 pytestmark = pytest.mark.redis
 
@@ -83,3 +85,33 @@ def test_decisions_continue_during_an_outage_and_the_index_catches_up(
     assert not index.degraded
     other_replica = RedisPrefixIndex(url, key_prefix=prefix)
     assert other_replica.match([1, 2, 3, 4, 5]) == {"md0": 5}
+
+
+def test_a_hung_redis_stalls_a_decision_for_about_one_socket_timeout(
+    redis_url: tuple[str, subprocess.Popen[bytes]],
+) -> None:
+    """With the default settings a frozen Redis costs one short timeout per attempt (not one
+    per retry), and calls within the retry delay do not wait for it at all."""
+    url, server = redis_url
+    redis_settings = RedisSettings(url=url, key_prefix=f"pdd-test:{uuid.uuid4().hex}")
+    index_settings = IndexSettings(backend="redis")
+    shared = build_index(index_settings, redis_settings)
+    index = build_resilient_index(shared, index_settings, redis_settings)
+    index.register(IndexedInstance("md0", Tier.MD, "B"))
+    index.store("md0", [1, 2, 3])
+    server.send_signal(signal.SIGSTOP)
+    try:
+        start = time.perf_counter()
+        assert index.match([1, 2, 3, 4]) == {"md0": 3}  # from the local view
+        stalled = time.perf_counter() - start
+        start = time.perf_counter()
+        assert index.match([1, 2]) == {"md0": 2}
+        after = time.perf_counter() - start
+    finally:
+        server.send_signal(signal.SIGCONT)
+    timeout_ms = redis_settings.socket_timeout_s * 1000
+    print(f"\nhung Redis: first call {stalled * 1000:.0f} ms (socket timeout {timeout_ms:.0f} ms),"
+          f" next {after * 1000:.2f} ms")  # fmt: skip
+    assert index.degraded
+    assert redis_settings.socket_timeout_s <= stalled < 4 * redis_settings.socket_timeout_s
+    assert after < 0.05

@@ -34,6 +34,7 @@ def start_replica(port: int, prefix: str, instances: Path, log: Path) -> subproc
         "PDD_ROUTER_INDEX__BACKEND": "redis",
         "PDD_ROUTER_REDIS__URL": REDIS_URL,
         "PDD_ROUTER_REDIS__KEY_PREFIX": prefix,
+        "PDD_ROUTER_SERVICE__ALLOW_UNAUTHENTICATED_ADMIN": "true",  # the test posts KV events
     }
     cmd = [sys.executable, "-m", "cli.app", "serve", "--port", str(port),
            "--instances", str(instances), "--log-level", "warning"]  # fmt: skip

@@ -31,7 +31,13 @@ def router(pair: list[Endpoint], policy_params: dict[str, Any], **service: Any) 
     a, b = pair
     settings = Settings(
         block_size=16,
-        service={"vocab_size": VOCAB, "load_poll_s": 0.5, "engine_timeout_s": 120, **service},
+        service={
+            "vocab_size": VOCAB,
+            "load_poll_s": 0.5,
+            "engine_timeout_s": 120,
+            "allow_unauthenticated_admin": True,
+            **service,
+        },
         policy={"name": "pdd", "params": policy_params},
     )
     client = TestClient(create_app(settings))

@@ -127,11 +127,46 @@ async def test_prefill_works_when_the_engine_ignores_transfer_params(adapter: VL
 
 
 @respx.mock
-async def test_prefill_without_token_ids_is_not_retryable(adapter: VLLMAdapter) -> None:
+async def test_an_engine_without_token_ids_is_the_instances_fault(adapter: VLLMAdapter) -> None:
+    """A vLLM started without return_token_ids cannot serve anyone: held against it (its
+    breaker opens), never blamed on the client, whom another instance may serve."""
     respx.post(COMPLETIONS).mock(return_value=httpx.Response(200, json={"choices": [{}]}))
     with pytest.raises(EngineError, match="token_ids") as err:
         await adapter.prefill(_req())
-    assert not err.value.retryable
+    assert err.value.cause == "instance"
+    assert err.value.held_against_instance
+    assert "token_ids" not in err.value.public  # what the client is told: nothing internal
+
+
+@respx.mock
+async def test_a_refusal_is_the_clients_error_told_in_the_engines_words(
+    adapter: VLLMAdapter,
+) -> None:
+    body = {"error": {"message": "maximum context length is 512 tokens\x00", "code": 400}}
+    respx.post(COMPLETIONS).mock(return_value=httpx.Response(400, json=body))
+    with pytest.raises(EngineError) as err:
+        await adapter.prefill(_req())
+    assert err.value.cause == "request"
+    assert not err.value.held_against_instance
+    assert (
+        err.value.public == "the engine refused the request: maximum context length is 512 tokens"
+    )
+
+
+@respx.mock
+async def test_an_error_body_that_is_not_openai_shaped_is_not_shown(adapter: VLLMAdapter) -> None:
+    leak = "<html>internal proxy db_password=hunter2</html>"
+    respx.post(COMPLETIONS).mock(return_value=httpx.Response(403, text=leak))
+    with pytest.raises(EngineError) as err:
+        await adapter.prefill(_req())
+    assert err.value.cause == "request"
+    assert "hunter2" not in err.value.public
+    assert err.value.public == "the engine refused the request: HTTP 403"
+    respx.post(COMPLETIONS).mock(return_value=httpx.Response(500, text=leak))
+    with pytest.raises(EngineError) as failed:
+        await adapter.prefill(_req())
+    assert failed.value.cause == "instance"
+    assert "hunter2" not in failed.value.public
 
 
 @pytest.mark.parametrize(
@@ -301,4 +336,4 @@ async def test_health(
 async def test_kv_events_need_an_endpoint(adapter: VLLMAdapter) -> None:
     with pytest.raises(EngineError, match="no KV-event endpoint") as err:
         await anext(adapter.kv_events())
-    assert not err.value.retryable
+    assert err.value.cause == "instance"  # the instance's configuration, not a request

@@ -1,0 +1,149 @@
+"""Real processes for end-to-end tests: engine-sim servers and the router, each its own
+process started from the CLI, stopped (or broken: SIGKILL, SIGSTOP) by PID."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def spawn(args: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """``pdd-router ARGS`` as a process writing to ``log``."""
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "cli.app", *args],
+            stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
+        )  # fmt: skip
+
+
+def wait_for(
+    url: str, procs: list[tuple[subprocess.Popen[bytes], Path]], limit_s: float = 60
+) -> None:
+    """Until ``url`` answers 200 (AssertionError naming a process that exited meanwhile)."""
+    deadline = time.time() + limit_s
+    while time.time() < deadline:
+        for proc, log in procs:
+            if proc.poll() is not None:
+                raise AssertionError(f"{log.name} exited:\n{log.read_text()}")
+        try:
+            if httpx.get(url, timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise AssertionError(f"{url} never answered 200")
+
+
+@dataclass
+class Engine:
+    instance_id: str
+    tier: str
+    url: str
+    events: str
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+    def running(self) -> float:
+        """The engine's own count of requests it is running (its Prometheus gauge)."""
+        text = httpx.get(f"{self.url}/metrics", timeout=2).text
+        found = re.search(r"^vllm:num_requests_running\{[^}]*\} ([0-9.e+-]+)$", text, re.M)
+        assert found is not None, text[:500]
+        return float(found.group(1))
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        self.proc.send_signal(signal.SIGCONT)
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait(timeout=10)
+
+
+@dataclass
+class Stack:
+    """Engines and one router in front of them, as processes; ``close`` stops them all."""
+
+    folder: Path
+    engines: dict[str, Engine] = field(default_factory=dict)
+    router: str = ""
+    procs: list[tuple[subprocess.Popen[bytes], Path]] = field(default_factory=list)
+
+    def engine(self, instance_id: str, tier: str, *extra: str) -> Engine:
+        port, events = free_port(), free_port()
+        log = self.folder / f"{instance_id}.log"
+        args = ["engine-sim", "serve", "--tier", tier, "--port", str(port),
+                "--instance-id", instance_id, "--kv-events-endpoint", f"tcp://*:{events}",
+                *extra]  # fmt: skip
+        proc = spawn(args, log)
+        self.procs.append((proc, log))
+        engine = Engine(instance_id, tier, f"http://127.0.0.1:{port}",
+                        f"tcp://127.0.0.1:{events}", proc, log)  # fmt: skip
+        self.engines[instance_id] = engine
+        return engine
+
+    def start_router(self, env: dict[str, str], *extra: str) -> str:
+        """Wait for the engines, then serve the router on them (``env``: its settings)."""
+        for engine in self.engines.values():
+            wait_for(f"{engine.url}/health", self.procs)
+        instances = [
+            {"instance_id": e.instance_id, "tier": e.tier, "adapter": "vllm", "url": e.url,
+             "datacenter": "B" if e.tier == "md" else "A", "kv_events_endpoint": e.events}
+            for e in self.engines.values()
+        ]  # fmt: skip
+        (self.folder / "instances.json").write_text(json.dumps(instances))
+        port = free_port()
+        log = self.folder / "router.log"
+        args = ["serve", "--port", str(port), "--instances", str(self.folder / "instances.json"),
+                "--log-level", "warning", *extra]  # fmt: skip
+        self.procs.append((spawn(args, log, env), log))
+        self.router = f"http://127.0.0.1:{port}"
+        wait_for(f"{self.router}/readyz", self.procs)
+        return self.router
+
+    def healthy(self) -> dict[str, bool]:
+        """Which instances the router sends requests to (``GET /v1/instances``)."""
+        listing: Any = httpx.get(f"{self.router}/v1/instances", timeout=5).json()
+        rows = listing["instances"] if isinstance(listing, dict) else listing
+        return {row["instance_id"]: row["healthy"] for row in rows}
+
+    def close(self) -> None:
+        for proc, _ in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGCONT)
+                proc.terminate()
+        for proc, _ in self.procs:
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=5)
+
+
+def stream_tokens(response: httpx.Response) -> tuple[list[int], list[dict[str, Any]]]:
+    """The token IDs of an SSE completion and its parsed chunks."""
+    chunks = []
+    for line in response.iter_lines():
+        if line.startswith("data: ") and line != "data: [DONE]":
+            chunks.append(json.loads(line[6:]))
+    tokens = [t for c in chunks for choice in c.get("choices", []) for t in choice["token_ids"]]
+    return tokens, chunks
