@@ -42,19 +42,35 @@ def route(
     repeats: int = typer.Option(200, "--repeats", min=10, help="Decisions timed per row"),
     no_redis: bool = typer.Option(False, "--no-redis", help="Measure the in-memory index only"),
     no_http: bool = typer.Option(False, "--no-http", help="Skip the HTTP rows"),
+    throughput_s: float = typer.Option(
+        3.0, "--throughput-seconds", min=0, help="Length of the sustained-load run (0: skip it)"
+    ),
     json_output: bool = typer.Option(False, "--json", help="Print JSON instead of a table"),
 ) -> None:
-    """Decision latency, 8K and 128K-token prompts: in-process and HTTP, memory and Redis."""
+    """Decision latency, 8K and 128K-token prompts: in-process and HTTP, memory and Redis;
+    then routes per second of a router confined to one core, at 8K tokens."""
     import json
+    from dataclasses import asdict
 
     from rich.console import Console
 
-    from router.bench.route_bench import render_route_bench, rows_json, run_route_bench
+    from router.bench.route_bench import (
+        render_route_bench,
+        render_throughput,
+        rows_json,
+        run_route_bench,
+        run_route_throughput,
+    )
     from router.settings import Settings
 
     url = None if no_redis else (redis_url or Settings().redis.url)
     rows = run_route_bench(url, repeats=repeats, http=not no_http)
+    load = run_route_throughput(seconds=throughput_s) if throughput_s > 0 and not no_http else None
     if json_output:
-        typer.echo(json.dumps(rows_json(rows), indent=2))
+        out = {"latency": rows_json(rows), "throughput": asdict(load) if load else None}
+        typer.echo(json.dumps(out, indent=2))
     else:
-        Console().print(render_route_bench(rows))
+        console = Console()
+        console.print(render_route_bench(rows))
+        if load is not None:
+            console.print(render_throughput(load))

@@ -9,9 +9,13 @@ from collections.abc import AsyncIterator, Awaitable, Collection
 from typing import TypeVar
 
 import anyio
+import numpy as np
+import numpy.typing as npt
 import structlog
 from fastapi import APIRouter, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import StreamingResponse
+from pydantic import ValidationError
 
 from engines_adapter.contract import EngineError, GenerateRequest
 from policies.types import Decision, RequestView
@@ -20,6 +24,7 @@ from router.service.errors import ApiError, error_body
 from router.service.experiments import Arm
 from router.service.orchestrator import ExecutionResult, Upstream, execute
 from router.service.outcomes import Timing, record_outcome, unwatch, unwatched_on_error, watch
+from router.service.route_body import FastRouteBody, decode_route_body
 from router.service.schemas import (
     ERROR_RESPONSES,
     CompletionChoice,
@@ -27,6 +32,7 @@ from router.service.schemas import (
     CompletionResponse,
     RouteRequest,
     Usage,
+    input_limits,
 )
 from router.service.state import ServiceState
 
@@ -49,16 +55,22 @@ def _state(request: Request) -> ServiceState:
     return state
 
 
-def _check_prompt(svc: ServiceState, tokens: list[int], field: str) -> None:
+def _check_prompt(svc: ServiceState, tokens: list[int] | npt.NDArray[np.int64], field: str) -> None:
     limit = svc.settings.service.max_prompt_tokens
     if len(tokens) > limit:
         raise ApiError(400, f"{field} has {len(tokens)} tokens, over the limit of {limit}",
                        param=field)  # fmt: skip
     vocab = svc.settings.service.vocab_size
-    # min/max run in C; the Python scan that names the token runs only on the error path
-    if not tokens or (min(tokens) >= 0 and (vocab is None or max(tokens) < vocab)):
+    if len(tokens) == 0:
         return
-    bad = next((t for t in tokens if t < 0 or (vocab is not None and t >= vocab)), None)
+    # min/max run in C; the Python scan that names the token runs only on the error path
+    if isinstance(tokens, np.ndarray):
+        low, high = int(tokens.min()), int(tokens.max())
+    else:
+        low, high = min(tokens), max(tokens)
+    if low >= 0 and (vocab is None or high < vocab):
+        return
+    bad = next((int(t) for t in tokens if t < 0 or (vocab is not None and t >= vocab)), None)
     if bad is not None:
         bound = f"[0, {vocab})" if vocab is not None else "non-negative"
         raise ApiError(400, f"{field} holds token id {bad}, outside {bound}", param=field)
@@ -92,10 +104,36 @@ def _decide(
     return decision, arm
 
 
-@api_router.post("/v1/route", response_model=Decision, tags=["routing"])
-async def route(body: RouteRequest, request: Request) -> Decision:
-    """Decide a request without executing it."""
+_ROUTE_BODY = {
+    "required": True,
+    "content": {"application/json": {"schema": RouteRequest.model_json_schema()}},
+}
+
+
+def _route_body(body: bytes) -> FastRouteBody | RouteRequest:
+    """The route request: decoded fast when valid, else validated by ``RouteRequest``
+    (whose errors name the bad field: 422, or 400 for a value over a limit)."""
+    fast = decode_route_body(body, input_limits())
+    if fast is not None:
+        return fast
+    try:
+        return RouteRequest.model_validate_json(body)
+    except ValidationError as exc:
+        errors = [{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)]
+        raise RequestValidationError(errors) from None
+
+
+@api_router.post(
+    "/v1/route",
+    response_model=Decision,
+    tags=["routing"],
+    openapi_extra={"requestBody": _ROUTE_BODY},
+)
+async def route(request: Request) -> Decision:
+    """Decide a request without executing it (the body is a ``RouteRequest``: token IDs, or
+    a trace's block IDs with their block size)."""
     svc = _state(request)
+    body = _route_body(await request.body())
     if body.token_ids is not None:
         _check_prompt(svc, body.token_ids, "token_ids")
         chain = chain_hashes(body.token_ids, svc.settings.block_size, svc.settings.hash_seed)

@@ -14,8 +14,10 @@ REDIS_URL = os.environ.get("PDD_ROUTER_TEST_REDIS_URL", "redis://127.0.0.1:6379/
 
 @pytest.mark.redis
 def test_route_bench_measures_every_configuration(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["bench", "route", "--redis-url", REDIS_URL, "--repeats", "10", "--json"]) == 0
-    rows = json.loads(capsys.readouterr().out)
+    argv = ["bench", "route", "--redis-url", REDIS_URL, "--repeats", "10", "--json"]
+    assert main([*argv, "--throughput-seconds", "1"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    rows = out["latency"]
     keys = {(r["prompt_tokens"], r["index"], r["path"]) for r in rows}
     assert keys == {
         (n, index, path)
@@ -26,3 +28,8 @@ def test_route_bench_measures_every_configuration(capsys: pytest.CaptureFixture[
     for row in rows:
         assert 0 < row["p50_us"] <= row["p99_us"]
         assert (row["p50_pings"] is None) == (row["index"] == "memory")
+        assert (row["vs_in_process"] is None) == (row["path"] == "in-process")
+    load = out["throughput"]
+    assert load["prompt_tokens"] == 8192
+    assert load["failed"] == 0  # every route of the sustained load was answered 200
+    assert load["routes_per_s"] > 0

@@ -1,0 +1,106 @@
+"""The body of ``POST /v1/route`` decoded fast: msgspec straight from bytes, token IDs into
+numpy, with no per-token Python work.
+
+msgspec checks the JSON's syntax and hands over the token list's raw bytes; when they
+hold nothing but digits, commas and whitespace (then, the JSON being valid, they are a
+list of non-negative integers), numpy parses them in C. One byte-class pass guards it.
+
+A route body is mostly one long list of token IDs; validating it through pydantic cost
+several times the decision itself. ``decode_route_body`` checks the same constraints as
+``RouteRequest`` (types, ranges, configured limits) with msgspec's C decoder and numpy,
+and gives up (returns None) on anything it does not accept; the caller then validates
+the body with ``RouteRequest``, whose errors name the bad field. A valid body is never
+refused here that ``RouteRequest`` accepts, so the pydantic model stays the contract
+(and the OpenAPI schema).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated
+
+import msgspec
+import numpy as np
+import numpy.typing as npt
+
+from router.service.schemas import BLOCK_ID_END, TOKEN_ID_END, InputLimits
+
+__all__ = ["FastRouteBody", "decode_route_body"]
+
+_BlockId = Annotated[int, msgspec.Meta(ge=0)]  # below BLOCK_ID_END: checked after decoding
+_Positive = Annotated[int, msgspec.Meta(gt=0)]
+
+
+_NULL = msgspec.Raw(b"null")
+_INTEGER_LIST_BYTES = np.zeros(256, dtype=bool)
+_INTEGER_LIST_BYTES[np.frombuffer(b"0123456789, \t\r\n", dtype=np.uint8)] = True
+_INT64_MAX = np.iinfo(np.int64).max  # what the C parser gives for a number beyond it
+
+
+class _Wire(msgspec.Struct, forbid_unknown_fields=True):
+    token_ids: msgspec.Raw = _NULL
+    hash_ids: list[_BlockId] | None = None
+    block_size: _Positive | None = None
+    input_length: _Positive | None = None
+    max_tokens: _Positive | None = None
+    session_id: Annotated[str, msgspec.Meta(max_length=256)] | None = None
+
+
+_DECODER = msgspec.json.Decoder(_Wire)
+
+
+@dataclass(frozen=True, slots=True)
+class FastRouteBody:
+    """A valid route body: exactly one of ``token_ids`` (as int64) or ``hash_ids``."""
+
+    token_ids: npt.NDArray[np.int64] | None
+    hash_ids: list[int] | None
+    block_size: int | None
+    input_length: int | None
+    max_tokens: int | None
+    session_id: str | None
+
+
+def decode_route_body(body: bytes, limits: InputLimits) -> FastRouteBody | None:
+    """The body if it is valid, else None (validate it with ``RouteRequest`` for the error)."""
+    try:
+        wire = _DECODER.decode(body)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    raw = bytes(wire.token_ids).strip()
+    tokens = None if raw == b"null" else _token_array(raw)
+    if (raw == b"null") == (wire.hash_ids is None) or (raw != b"null" and tokens is None):
+        return None
+    if wire.max_tokens is not None and wire.max_tokens > limits.max_tokens_limit:
+        return None
+    for value in (wire.block_size, wire.input_length):
+        if value is not None and value > limits.max_prompt_tokens:
+            return None
+    if tokens is not None:
+        if tokens.size == 0:
+            return None
+        return FastRouteBody(tokens, None, wire.block_size, wire.input_length, wire.max_tokens,
+                             wire.session_id)  # fmt: skip
+    hash_ids = wire.hash_ids
+    assert hash_ids is not None
+    if wire.block_size is None or len(hash_ids) > limits.max_hash_ids:
+        return None
+    if hash_ids and max(hash_ids) >= BLOCK_ID_END:
+        return None
+    if wire.input_length is None and len(hash_ids) * wire.block_size > limits.max_prompt_tokens:
+        return None
+    return FastRouteBody(None, hash_ids, wire.block_size, wire.input_length, wire.max_tokens,
+                         wire.session_id)  # fmt: skip
+
+
+def _token_array(raw: bytes) -> npt.NDArray[np.int64] | None:
+    """A JSON list of integers in [0, 2**63 - 1), else None (anything else it may hold)."""
+    if raw[:1] != b"[" or raw[-1:] != b"]":
+        return None
+    inner = raw[1:-1]
+    if not _INTEGER_LIST_BYTES[np.frombuffer(inner, dtype=np.uint8)].all():
+        return None
+    tokens = np.fromstring(inner, dtype=np.int64, sep=",")  # text mode: C, and not deprecated
+    if tokens.size and int(tokens.max()) >= min(_INT64_MAX, TOKEN_ID_END - 1):
+        return None  # at or past the int64 limit: let the model say which value is too big
+    return tokens
