@@ -191,8 +191,8 @@ class Scheduler:
             drop = {"request_id", *(k for k in live if getattr(outcome, k) is None)}
             body = outcome.model_dump(mode="json", exclude=drop)
             record = {"kind": "outcome", "id": outcome.request_id, **body}
-            self.decision_log.write(json.dumps(record, separators=(",", ":"), sort_keys=True))
-            self.decision_log.write("\n")
+            line = json.dumps(record, separators=(",", ":"), sort_keys=True)
+            self.decision_log.write(line + "\n")  # one write: lines never interleave
 
 
 def expected_blocks(

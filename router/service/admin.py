@@ -41,18 +41,19 @@ def _state(request: Request) -> ServiceState:
 admin_router = APIRouter(tags=["admin"], responses=ERROR_RESPONSES(400, 422))
 
 
-def _status(svc: ServiceState, instance_id: str) -> InstanceStatus:
+async def _status(svc: ServiceState, instance_id: str) -> InstanceStatus:
     config, _, load = svc.pool.get(instance_id)
+    blocks = await svc.lane.run(svc.index.num_blocks, instance_id)
     return InstanceStatus(
         **config.model_dump(), healthy=load.healthy, running=load.running, queued=load.queued,
-        indexed_blocks=svc.index.num_blocks(instance_id),
+        indexed_blocks=blocks,
     )  # fmt: skip
 
 
 @admin_router.get("/v1/instances", response_model=list[InstanceStatus])
 async def list_instances(request: Request) -> list[InstanceStatus]:
     svc = _state(request)
-    return [_status(svc, iid) for iid in sorted(svc.pool.configs)]
+    return [await _status(svc, iid) for iid in sorted(svc.pool.configs)]
 
 
 @admin_router.post("/v1/instances", response_model=InstanceStatus, status_code=201)
@@ -69,7 +70,7 @@ async def register_instance(config: InstanceConfig, request: Request) -> Instanc
         if reason is not None:
             raise ApiError(400, f"{field}: {reason}", param=field)
     await attach_instance(svc, config)
-    return _status(svc, config.instance_id)
+    return await _status(svc, config.instance_id)
 
 
 @admin_router.get(
@@ -77,7 +78,7 @@ async def register_instance(config: InstanceConfig, request: Request) -> Instanc
 )
 async def get_instance(instance_id: str, request: Request) -> InstanceStatus:
     try:
-        return _status(_state(request), instance_id)
+        return await _status(_state(request), instance_id)
     except UnknownInstance as exc:
         raise ApiError(404, f"unknown instance {instance_id!r}", param="instance_id") from exc
 
@@ -130,7 +131,10 @@ async def kv_events(request: Request) -> dict[str, int]:
         events=body.events, gap=False, missed=0,
     )  # fmt: skip
     try:
-        await svc.ingestor.apply_in_chunks(batch)
+        if svc.lane.threaded:  # a shared index: applied off the event loop, on its lane
+            await svc.lane.run(svc.ingestor.apply, batch)
+        else:
+            await svc.ingestor.apply_in_chunks(batch)
     except UnknownInstanceError as exc:  # removed while its events were being applied
         svc.ingestor.forget(body.instance_id)
         raise ApiError(404, f"instance {body.instance_id!r} was removed",

@@ -76,7 +76,7 @@ def _check_prompt(svc: ServiceState, tokens: list[int] | npt.NDArray[np.int64], 
         raise ApiError(400, f"{field} holds token id {bad}, outside {bound}", param=field)
 
 
-def _decide(
+async def _decide(
     svc: ServiceState, view: RequestView, exclude: Collection[str] = ()
 ) -> tuple[Decision, Arm | None]:
     """Decide with the running experiment's arm for this request, or the default policy;
@@ -88,7 +88,7 @@ def _decide(
     scheduler = arm.scheduler if arm is not None else svc.scheduler
     with svc.tracer.start_as_current_span("pdd.decide") as span:
         try:
-            decision = scheduler.decide(view, svc.pool.view_without(exclude))
+            decision = await svc.lane.run(scheduler.decide, view, svc.pool.view_without(exclude))
         except LookupError as exc:
             raise ApiError(503, f"cannot route: {exc}", type_="service_unavailable",
                            headers={"Retry-After": "1"}) from exc  # fmt: skip
@@ -145,7 +145,7 @@ async def route(request: Request) -> Decision:
         length = body.input_length or len(body.hash_ids) * body.block_size
         view = RequestView(tuple(body.hash_ids), body.block_size, length, body.max_tokens,
                            body.session_id, time.time(), svc.next_request_id())  # fmt: skip
-    return _decide(svc, view)[0]
+    return (await _decide(svc, view))[0]
 
 
 async def _unless_client_leaves(request: Request, work: Awaitable[T]) -> T:
@@ -220,7 +220,7 @@ async def completions(body: CompletionRequest, request: Request) -> object:
     failed: set[str] = set()
     with unwatched_on_error(svc, request_id):
         for attempt in range(MAX_ATTEMPTS):
-            decision, arm = _decide(svc, view, failed)
+            decision, arm = await _decide(svc, view, failed)
             watch(svc, view, decision)
             outcome = ExecutionResult(decision.pipeline)
             stream = execute(_upstream(svc), decision, generation, outcome)

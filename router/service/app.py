@@ -21,6 +21,7 @@ from engines_adapter.contract import EngineAdapter
 from router import __version__
 from router.errors import UserError
 from router.index.base import PrefixIndex
+from router.index.memory_index import MemoryPrefixIndex
 from router.index.resilient_index import ResilientIndex
 from router.kv_ingest import KVEventIngestor
 from router.predictor.tracking import TrackedIndex
@@ -32,6 +33,7 @@ from router.service.body_limit import BodyLimit
 from router.service.breaker import CircuitBreakers
 from router.service.errors import install_error_handlers
 from router.service.experiments import Experiments
+from router.service.index_lane import IndexLane
 from router.service.lifecycle import (
     attach_instance,
     detach_instance,
@@ -129,6 +131,8 @@ def build_state(
         from router.predictor.persist import load_predictor
 
         predictor = load_predictor(Path(settings.service.predictor_model))
+    # a shared index is used from one worker thread, never on the event loop
+    lane = IndexLane(threaded=not isinstance(idx, MemoryPrefixIndex))
     schedulers = SchedulerFactory.create(
         idx, predictor=predictor, decision_log=log,
         record_routes=settings.service.approximate_index,
@@ -157,6 +161,7 @@ def build_state(
         metrics=metrics, http=http, tracer=provider.get_tracer("pdd_router"),
         experiments=Experiments(schedulers),
         realizations=realizations,
+        lane=lane,
     )  # fmt: skip
 
 
@@ -193,6 +198,7 @@ def create_app(
                     for iid in list(svc.pool.configs):
                         await detach_instance(svc, iid)
                     await svc.http.aclose()
+                    svc.lane.close()
 
     app = FastAPI(
         title="pdd-router",
@@ -235,7 +241,7 @@ def create_app(
         tiers = {t.value: ok for t, ok in svc.pool.ready_tiers().items()}
         ready, degraded_tiers = svc.pool.readiness()
         base = svc.index.inner if isinstance(svc.index, TrackedIndex) else svc.index
-        index_degraded = isinstance(base, ResilientIndex) and base.check()
+        index_degraded = isinstance(base, ResilientIndex) and await svc.lane.run(base.check)
         degraded = [t.value for t in degraded_tiers] + (["index"] if index_degraded else [])
         body = {
             "ready": ready,

@@ -84,7 +84,7 @@ async def _consume_events(svc: ServiceState, instance_id: str, events: object) -
     stream: AsyncIterator[KVEventBatch] = events
     try:
         async for batch in stream:
-            svc.ingestor.apply(batch)
+            await svc.lane.run(svc.ingestor.apply, batch)
             svc.metrics.kv_events.labels(instance_id).inc()
     except asyncio.CancelledError:
         raise
@@ -139,5 +139,6 @@ async def _probe(svc: ServiceState, instance_id: str, timeout: float) -> bool:
             kv_used=int(figures.kv_usage * load.kv_capacity_tokens),
         )  # fmt: skip
         with contextlib.suppress(Exception):
-            svc.metrics.index_blocks.labels(instance_id).set(svc.index.num_blocks(instance_id))
+            blocks = await svc.lane.run(svc.index.num_blocks, instance_id)
+            svc.metrics.index_blocks.labels(instance_id).set(blocks)
     return healthy

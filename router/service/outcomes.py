@@ -130,7 +130,7 @@ def record_outcome(
     request_id = view.request_id
     finished_s = time.time()
     scheduler = arm.scheduler if arm is not None else svc.scheduler
-    scheduler.record_output(view.session_id, timing.tokens)
+    svc.lane.submit(scheduler.record_output, view.session_id, timing.tokens)
     arm_outcome: ArmSample | None = None
     if timing.first_at is not None:
         assert timing.last_at is not None

@@ -16,6 +16,7 @@ from router.kv_ingest import KVEventIngestor
 from router.predictor.realization import KVRealizations
 from router.scheduler import Scheduler
 from router.service.experiments import Experiments
+from router.service.index_lane import IndexLane
 from router.service.metrics import ServiceMetrics
 from router.service.pool import InstancePool
 from router.settings import Settings
@@ -37,6 +38,7 @@ class ServiceState:
     tracer: Tracer
     experiments: Experiments
     realizations: KVRealizations | None = None  # with a decision log: hits from KV events
+    lane: IndexLane = field(default_factory=lambda: IndexLane(threaded=False))
     event_tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     background: list[asyncio.Task[None]] = field(default_factory=list)
     request_counter: int = 0

@@ -256,3 +256,62 @@ def test_ready_but_degraded_with_rld_down_and_not_ready_without_p() -> None:
         gone = client.get("/readyz")
         assert gone.status_code == 503
         assert gone.json()["ready"] is False
+
+
+@pytest.mark.redis
+def test_a_hung_redis_never_holds_the_event_loop(redis_server: RedisServer) -> None:
+    """Redis frozen (SIGSTOP): completions go on (decided from the local mirror after the
+    first call times out on the index's own lane) and /healthz answers at once throughout."""
+    import threading
+
+    import uvicorn
+
+    settings = Settings(
+        service={"vocab_size": VOCAB, "load_poll_s": 0.05, "api_key": KEY},
+        index={"backend": "redis"},
+        redis={"url": redis_server.url, "key_prefix": f"pdd-hung:{uuid.uuid4().hex}"},
+    )
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    app = create_app(settings, adapter_factory=Engines())
+    server = uvicorn.Server(uvicorn.Config(app, port=port, log_level="error"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    poll_until(lambda: server.started, 20.0, "the service to start")
+    base = f"http://127.0.0.1:{port}"
+    try:
+        with httpx.Client(base_url=base, headers=AUTH, timeout=30) as client:
+            for iid, tier, dc in TOPOLOGY:
+                body = {"instance_id": iid, "tier": tier, "datacenter": dc, "adapter": "sim"}
+                client.post("/v1/instances", json=body).raise_for_status()
+            body = {"prompt": PROMPT, "max_tokens": 4}
+            assert client.post("/v1/completions", json=body).status_code == 200
+            assert redis_server.proc is not None
+            redis_server.proc.send_signal(signal.SIGSTOP)
+            codes: list[int] = []
+
+            def traffic() -> None:
+                with httpx.Client(base_url=base, headers=AUTH, timeout=30) as other:
+                    for i in range(15):
+                        prompt = [(t + i) % VOCAB for t in OTHER_PROMPT]
+                        codes.append(other.post("/v1/completions", json={"prompt": prompt,
+                                                "max_tokens": 4}).status_code)  # fmt: skip
+
+            sender = threading.Thread(target=traffic)
+            sender.start()
+            waits = []
+            while sender.is_alive():
+                start = time.perf_counter()
+                assert httpx.get(f"{base}/healthz", timeout=5).status_code == 200
+                waits.append(time.perf_counter() - start)
+                time.sleep(0.01)
+            sender.join()
+            print(f"\nhung Redis: /healthz worst {max(waits) * 1e3:.1f} ms over {len(waits)} calls")
+            assert codes == [200] * 15
+            assert max(waits) < 0.15  # an index call waits 0.25 s for its timeout, the loop never
+    finally:
+        if redis_server.proc is not None:
+            redis_server.proc.send_signal(signal.SIGCONT)
+        server.should_exit = True
+        thread.join(timeout=10)
