@@ -3,7 +3,8 @@ numpy, with no per-token Python work.
 
 msgspec checks the JSON's syntax and hands over the token list's raw bytes; when they
 hold nothing but digits, commas and whitespace (then, the JSON being valid, they are a
-list of non-negative integers), numpy parses them in C. One byte-class pass guards it.
+list of non-negative integers), numpy parses them in C. One ``bytes.translate`` pass
+(C, deleting every allowed byte) guards it.
 
 A route body is mostly one long list of token IDs; validating it through pydantic cost
 several times the decision itself. ``decode_route_body`` checks the same constraints as
@@ -32,8 +33,7 @@ _Positive = Annotated[int, msgspec.Meta(gt=0)]
 
 
 _NULL = msgspec.Raw(b"null")
-_INTEGER_LIST_BYTES = np.zeros(256, dtype=bool)
-_INTEGER_LIST_BYTES[np.frombuffer(b"0123456789, \t\r\n", dtype=np.uint8)] = True
+_INTEGER_LIST_BYTES = b"0123456789, \t\r\n"
 _INT64_MAX = np.iinfo(np.int64).max  # what the C parser gives for a number beyond it
 
 
@@ -98,7 +98,7 @@ def _token_array(raw: bytes) -> npt.NDArray[np.int64] | None:
     if raw[:1] != b"[" or raw[-1:] != b"]":
         return None
     inner = raw[1:-1]
-    if not _INTEGER_LIST_BYTES[np.frombuffer(inner, dtype=np.uint8)].all():
+    if inner.translate(None, _INTEGER_LIST_BYTES):  # a byte that is none of those
         return None
     tokens = np.fromstring(inner, dtype=np.int64, sep=",")  # text mode: C, and not deprecated
     if tokens.size and int(tokens.max()) >= min(_INT64_MAX, TOKEN_ID_END - 1):
