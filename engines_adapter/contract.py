@@ -140,6 +140,11 @@ class KVEvent(BaseModel):
     parent_block_hash: int | str | None = None
     token_ids: list[int] = Field(default_factory=list)
     block_size: int | None = None
+    # vLLM's isolation keys of a stored run: the LoRA adapter's name, and per block the
+    # extra keys it hashed (LoRA name, (mm identifier, offset) pairs, cache salt on the
+    # first block of a prompt, prompt-embedding digests); None when not sent
+    lora_name: str | None = None
+    extra_keys: list[list[Any] | None] | None = None
 
 
 class KVEventBatch(BaseModel):

@@ -6,7 +6,8 @@ sequence is 8 bytes big-endian, the payload msgpack ``[timestamp, [events...], .
 map with a ``type`` key (what vLLM sends now) or a positional array tagged by its
 first element (older vLLM and SGLang: msgspec ``array_like`` tagged structs)::
 
-    ["BlockStored", block_hashes, parent_block_hash, token_ids, block_size, lora_id, ...]
+    ["BlockStored", block_hashes, parent_block_hash, token_ids, block_size, lora_id,
+     medium, lora_name, extra_keys, ...]
     ["BlockRemoved", block_hashes, ...]
     ["AllBlocksCleared"]
 
@@ -99,12 +100,28 @@ def _fields_from_array(event: Sequence[Any]) -> dict[str, Any]:
     kind = event[0]
     names: tuple[str, ...]
     if kind == "BlockStored":
-        names = ("block_hashes", "parent_block_hash", "token_ids", "block_size")
+        names = ("block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id",
+                 "medium", "lora_name", "extra_keys")  # fmt: skip
     elif kind == "BlockRemoved":
         names = ("block_hashes",)
     else:
         names = ()
     return dict(zip(names, event[1:], strict=False))
+
+
+def _extra_keys(value: object) -> list[list[Any] | None] | None:
+    """vLLM's per-block extra keys (tuples arrive as lists), kept as they are."""
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(k is None or isinstance(k, list) for k in value):
+        raise ValueError("BlockStored.extra_keys: expected a list of lists or nulls")
+    return value
+
+
+def _optional_str(value: object, what: str) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    raise ValueError(f"{what}: expected a string, got {type(value).__name__}")
 
 
 def _event(kind: str, fields: Mapping[str, Any]) -> KVEvent:
@@ -122,6 +139,8 @@ def _event(kind: str, fields: Mapping[str, Any]) -> KVEvent:
         parent_block_hash=None if parent is None else _block_hash(parent, "parent_block_hash"),
         token_ids=_int_list(fields.get("token_ids"), "BlockStored.token_ids"),
         block_size=_optional_int(fields.get("block_size"), "BlockStored.block_size"),
+        lora_name=_optional_str(fields.get("lora_name"), "BlockStored.lora_name"),
+        extra_keys=_extra_keys(fields.get("extra_keys")),
     )
 
 
@@ -204,6 +223,8 @@ def _event_to_wire(event: KVEvent, form: WireForm) -> Any:
                 event.block_size,
                 None,  # lora_id
                 None,  # medium
+                event.lora_name,
+                event.extra_keys,
             ]
         return {
             "type": event.type,
@@ -213,6 +234,8 @@ def _event_to_wire(event: KVEvent, form: WireForm) -> Any:
             "block_size": event.block_size,
             "lora_id": None,
             "medium": None,
+            "lora_name": event.lora_name,
+            "extra_keys": event.extra_keys,
         }
     if event.type == "BlockRemoved":
         if form == "array":

@@ -12,17 +12,28 @@ invertible modulo 2**64, so ``s_i = A**i * (A * s_(-1) + sum_(j<=i) A**(-j) * c_
 one cumulative sum instead of a Python loop over blocks. The published hash of
 block i is the finalizer applied to ``s_i`` (a bijection, so it carries the whole
 prefix). Not cryptographic: it names cache blocks, it does not authenticate them.
+
+Isolation (``HashExtras``) is folded in where vLLM folds its extra keys: a cache salt
+into the first block only (so the whole chain differs), a LoRA adapter's name into
+every block, a multimodal item's identifier (with its offset from the block start)
+into each block its placeholder tokens overlap. Each adds a keyed 64-bit value to
+the block's content value, so the chain recurrence and its vectorized form are
+unchanged; without extras nothing is added and the hashes are the plain ones. Equal
+tokens with equal extras give equal chains; a different salt or adapter changes
+block 0's state, and, since each step is a bijection of the previous state, every
+later one: no block is shared (up to 64-bit collisions).
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["BlockChain", "chain_hashes"]
+__all__ = ["BlockChain", "HashExtras", "MMSpan", "chain_hashes"]
 
 _MASK = (1 << 64) - 1
 _A = 0x9E3779B97F4A7C15  # odd, hence invertible mod 2**64
@@ -76,6 +87,45 @@ class _Powers:
 _POWERS = _Powers()
 
 
+MMSpan = tuple[str, int, int]
+"""A multimodal item in a prompt: (identifier, offset of its first placeholder token,
+number of placeholder tokens), the offset counted from the first hashed token."""
+
+
+def _key64(kind: str, *parts: object) -> int:
+    data = "\x1f".join([kind, *(repr(p) for p in parts)]).encode("utf-8", "surrogatepass")
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
+
+
+@dataclass(frozen=True, slots=True)
+class HashExtras:
+    """What besides the tokens names a block (vLLM's block-hash extra keys)."""
+
+    cache_salt: str | None = None  # the first block only
+    lora_name: str | None = None  # every block
+    mm: tuple[MMSpan, ...] = ()  # the blocks each placeholder overlaps
+
+    def __bool__(self) -> bool:
+        return bool(self.cache_salt) or self.lora_name is not None or bool(self.mm)
+
+    def block_keys(self, num_blocks: int, block_size: int, *, first: bool) -> U64Array:
+        """The value added to each block's content; ``first``: block 0 starts the prompt
+        (a chain continued from a parent gets no salt, as in vLLM)."""
+        keys = np.zeros(num_blocks, dtype=np.uint64)
+        if self.lora_name is not None:
+            keys += np.uint64(_key64("lora", self.lora_name))
+        if first and self.cache_salt and num_blocks:
+            keys[:1] += np.uint64(_key64("salt", self.cache_salt))  # slices wrap silently
+        for identifier, offset, length in self.mm:
+            if length <= 0:
+                continue
+            first_block = max(offset, 0) // block_size
+            last_block = min((offset + length - 1) // block_size, num_blocks - 1)
+            for b in range(first_block, last_block + 1):
+                keys[b : b + 1] += np.uint64(_key64("mm", identifier, offset - b * block_size))
+        return keys
+
+
 @dataclass(frozen=True, slots=True)
 class BlockChain:
     """A request's prompt as a chain of block hashes, first block first."""
@@ -119,12 +169,15 @@ def chain_hashes(
     seed: int = 0,
     *,
     parent: int | None = None,
+    extras: HashExtras | None = None,
 ) -> BlockChain:
     """Hash a token-ID sequence into chained block hashes (the last block may be partial).
 
     With ``parent`` (the hash of the block before ``token_ids[0]``), the chain continues
     from it: hashing a prompt in two pieces gives the same hashes as hashing it whole,
-    which is how KV events naming only their parent block are re-hashed.
+    which is how KV events naming only their parent block are re-hashed (with the same
+    ``extras``; the salt then applies to the piece without a parent only).
+    ``extras``: tenant isolation and multimodal items (see the module doc).
     """
     if block_size <= 0:
         raise ValueError(f"block_size must be positive, got {block_size}")
@@ -152,6 +205,8 @@ def chain_hashes(
     lengths = np.full(num_blocks, block_size, dtype=np.uint64)
     lengths[-1] = block_size - pad
     content = mixed.sum(axis=1, dtype=np.uint64) + _fmix64(lengths * _LEN)
+    if extras:
+        content += extras.block_keys(num_blocks, block_size, first=parent is None)
 
     _POWERS.ensure(num_blocks)
     if parent is None:

@@ -17,15 +17,36 @@ from typing import Protocol
 import numpy as np
 
 from engines_adapter.contract import KVEvent, KVEventBatch
-from router.hashing import chain_hashes
+from router.hashing import HashExtras, chain_hashes
 from router.index.base import PrefixIndex
 
-__all__ = ["CHUNK_COST", "IngestStats", "KVEventIngestor", "KVObserver"]
+__all__ = ["CHUNK_COST", "IngestStats", "KVEventIngestor", "KVObserver", "event_extras"]
 
 EngineHash = int | str
 CHUNK_COST = 8192
 """``apply_in_chunks`` yields to the event loop after events of about this many token IDs
 and block hashes (a few milliseconds of work)."""
+
+
+def event_extras(event: KVEvent) -> HashExtras | None:
+    """The isolation a stored run was hashed with, as the router hashes it: the LoRA
+    name (every block) and the cache salt (a bare string among the first block's extra
+    keys, when the run starts a prompt). Raises ValueError for keys the router cannot
+    re-hash at its own block size (multimodal items, prompt embeddings)."""
+    lora = event.lora_name
+    salt: str | None = None
+    for j, keys in enumerate(event.extra_keys or ()):
+        rest = list(keys or ())
+        if lora is not None and rest[:1] == [lora]:
+            rest = rest[1:]
+        first = j == 0 and event.parent_block_hash is None
+        if first and len(rest) == 1 and isinstance(rest[0], str):
+            salt, rest = rest[0], []
+        if rest:
+            raise ValueError(f"extra keys the router does not re-hash: {rest!r:.80}")
+    if lora is None and salt is None:
+        return None
+    return HashExtras(cache_salt=salt, lora_name=lora)
 
 
 class KVObserver(Protocol):
@@ -52,6 +73,7 @@ class IngestStats:
     orphans: int = 0  # stored blocks whose parent the router never saw
     unaligned: int = 0  # engine blocks that are not a whole number of router blocks
     invalid: int = 0  # stored blocks with token IDs outside [0, 2**63)
+    unhashable: int = 0  # stored blocks with extra keys beyond a LoRA name and a salt
 
 
 class KVEventIngestor:
@@ -133,6 +155,12 @@ class KVEventIngestor:
             self.stats.invalid += n
             self._lost(instance_id)
             return
+        try:
+            extras = event_extras(event)
+        except ValueError:
+            self.stats.unhashable += n
+            self._lost(instance_id)
+            return
         parent: int | None = None
         if event.parent_block_hash is not None:
             known = dual.get(event.parent_block_hash)
@@ -143,7 +171,8 @@ class KVEventIngestor:
             parent = known[0][-1]
         # the run hashed at once: chaining from the parent, hashing the event's blocks
         # together gives each engine block the hashes it would get alone
-        new = list(chain_hashes(tokens, self.block_size, self.seed, parent=parent).hashes)
+        chain = chain_hashes(tokens, self.block_size, self.seed, parent=parent, extras=extras)
+        new = list(chain.hashes)
         per = engine_bs // self.block_size
         for j, engine_hash in enumerate(event.block_hashes):
             ours = tuple(new[j * per : (j + 1) * per])

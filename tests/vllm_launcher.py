@@ -10,7 +10,9 @@ is a 2-cycle depending on the last token only (a handoff check would be vacuous)
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -21,6 +23,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+
+from router.tokenization.builtin import VOCAB_SIZE as BUILTIN_VOCAB_SIZE
+from router.tokenization.builtin import builtin_tokenizer_dir
 
 REPO = Path(__file__).resolve().parents[1]
 VLLM_MODEL = REPO / "tests" / "integration" / "vllm_model"
@@ -86,16 +91,33 @@ def vllm_python() -> str:
     return ensure.stdout.strip().splitlines()[-1]
 
 
-def random_model(python: str, out: Path) -> Path:
-    """Write the tiny model's config and seeded random weights into ``out``."""
+def random_model(python: str, out: Path, *, tokenizer: bool = False) -> Path:
+    """Write the tiny model's config and seeded random weights into ``out``;
+    ``tokenizer``: also the router's built-in tokenizer files (its vocabulary is the
+    model's, so a server started with them tokenizes as the router does)."""
     subprocess.run([python, "-c", RANDOM_WEIGHTS, str(VLLM_MODEL), str(out)], check=True)
+    if tokenizer:
+        add_tokenizer(out)
     return out
 
 
+def add_tokenizer(model: Path) -> None:
+    """Copy the built-in tokenizer into a model directory, checking the vocabularies match."""
+    config = json.loads((model / "config.json").read_text())
+    if config["vocab_size"] != BUILTIN_VOCAB_SIZE:
+        raise ValueError(f"model vocab {config['vocab_size']} != tokenizer {BUILTIN_VOCAB_SIZE}")
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copyfile(builtin_tokenizer_dir() / name, model / name)
+
+
 @contextlib.contextmanager
-def vllm_servers(python: str, model: Path, count: int) -> Iterator[list[Endpoint]]:
-    """Start ``count`` vLLM servers at once, wait until all are healthy, stop them after."""
-    procs = [_start(python, model, i) for i in range(count)]
+def vllm_servers(
+    python: str, model: Path, count: int, *, skip_tokenizer_init: bool = True
+) -> Iterator[list[Endpoint]]:
+    """Start ``count`` vLLM servers at once, wait until all are healthy, stop them after.
+    ``skip_tokenizer_init=False`` loads the model directory's tokenizer (it must have
+    one: ``random_model(..., tokenizer=True)``), so text, chat and /tokenize work."""
+    procs = [_start(python, model, i, skip_tokenizer_init) for i in range(count)]
     try:
         for i in range(count):
             for attempt in range(3):
@@ -105,7 +127,7 @@ def vllm_servers(python: str, model: Path, count: int) -> Iterator[list[Endpoint
                 # a port chosen free was taken before vLLM bound it (its own ZMQ sockets
                 # pick ports too): start again on new ones
                 _stop(proc)
-                procs[i] = _start(python, model, i)
+                procs[i] = _start(python, model, i, skip_tokenizer_init)
             _warm_up(procs[i][1])
         yield [endpoint for _, endpoint, _ in procs]
     finally:
@@ -113,7 +135,9 @@ def vllm_servers(python: str, model: Path, count: int) -> Iterator[list[Endpoint
             _stop(proc)
 
 
-def _start(python: str, model: Path, i: int) -> tuple[subprocess.Popen[bytes], Endpoint, Path]:
+def _start(
+    python: str, model: Path, i: int, skip_tokenizer_init: bool = True
+) -> tuple[subprocess.Popen[bytes], Endpoint, Path]:
     port, kv_port, replay_port = free_port(), free_port(), free_port()
     kv_config = (
         '{"enable_kv_cache_events": true, "publisher": "zmq", '
@@ -121,7 +145,8 @@ def _start(python: str, model: Path, i: int) -> tuple[subprocess.Popen[bytes], E
     )
     args = [
         python, "-m", "vllm.entrypoints.openai.api_server",
-        "--model", str(model), "--load-format", "safetensors", "--skip-tokenizer-init",
+        "--model", str(model), "--load-format", "safetensors",
+        *(["--skip-tokenizer-init"] if skip_tokenizer_init else []),
         "--enable-prefix-caching", "--enable-prompt-tokens-details",
         "--max-model-len", "4096", "--host", "127.0.0.1", "--port", str(port),
         "--kv-events-config", kv_config,

@@ -42,8 +42,9 @@ def _tree_files(suffixes: set[str] | None) -> set[str]:
 
 def test_the_wheel_carries_every_module_and_data_file(wheel: zipfile.ZipFile) -> None:
     names = set(wheel.namelist())
-    data = _tree_files({".lua", ".yaml", ".j2", ".css", ".typed"})
+    data = _tree_files({".lua", ".yaml", ".j2", ".css", ".typed", ".json", ".jinja"})
     assert {"router/index/lua/match.lua", "replay/presets/clusters/pdd.yaml"} <= data
+    assert "router/tokenization/data/tokenizer.json" in data
     assert "replay/report/templates/report.html.j2" in data
     assert _tree_files(None) - {n for n in names} == set()
     tops = {n.split("/")[0] for n in names if not n.startswith("pdd_router-")}

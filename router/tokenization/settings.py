@@ -1,0 +1,41 @@
+"""Per-model tokenizer settings (how the router turns a model's text into token IDs)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+__all__ = ["ModelSettings", "TokenizerSettings"]
+
+
+class TokenizerSettings(BaseModel):
+    """Where a model's tokenizer comes from and how much work it may do at once."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tokenizer_path: str | None = None  # a model directory or an HF cache entry
+    builtin: bool = False  # the router's built-in tokenizer (demo engines, tests)
+    tokenize_with_engine: bool = False  # ask an engine's /tokenize instead
+    pool_size: int = Field(2, gt=0, le=64)  # worker threads
+    max_pending: int | None = Field(None, gt=0)  # submitted at once (None: 4 x pool_size)
+    prefix_cache_entries: int = Field(4096, ge=0)  # 0: no reuse of conversation prefixes
+    prefix_cache_bytes: int = Field(256 << 20, gt=0)
+    verify_every: int = Field(64, ge=0)  # check every n-th prefix reuse (0: never)
+    engine_cache_entries: int = Field(1024, ge=0)  # cached /tokenize answers
+
+    @model_validator(mode="after")
+    def _one_source(self) -> TokenizerSettings:
+        sources = [self.tokenizer_path is not None, self.builtin, self.tokenize_with_engine]
+        if sum(sources) != 1:
+            raise ValueError("give exactly one of tokenizer_path, builtin, tokenize_with_engine")
+        return self
+
+
+class ModelSettings(BaseModel):
+    """A served model name: its tokenizer, and whether the name is a LoRA adapter
+    (its name is then folded into every block hash, as vLLM does)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1)
+    tokenizer: TokenizerSettings
+    lora_adapter: bool = False
