@@ -102,6 +102,10 @@ class ServiceSettings(BaseModel):
         "first token of a stream); then the instance counts a failure and the request is "
         "decided again elsewhere",
     )  # fmt: skip
+    route_fast_path: bool = Field(
+        True, description="Answer ordinary POST /v1/route requests straight from ASGI (the "
+        "same decision, without the framework's per-request work); false: always the endpoint",
+    )  # fmt: skip
     engine_inter_token_timeout_s: float = Field(
         15.0, gt=0, description="Longest wait between two tokens of a stream"
     )

@@ -36,7 +36,7 @@ from router.service.schemas import (
 )
 from router.service.state import ServiceState
 
-__all__ = ["api_router"]
+__all__ = ["api_router", "decide_route"]
 
 api_router = APIRouter(responses=ERROR_RESPONSES(400, 413, 422, 503))
 MAX_ATTEMPTS = 3
@@ -132,8 +132,12 @@ def _route_body(body: bytes) -> FastRouteBody | RouteRequest:
 async def route(request: Request) -> Decision:
     """Decide a request without executing it (the body is a ``RouteRequest``: token IDs, or
     a trace's block IDs with their block size)."""
-    svc = _state(request)
-    body = _route_body(await request.body())
+    return await decide_route(_state(request), _route_body(await request.body()))
+
+
+async def decide_route(svc: ServiceState, body: FastRouteBody | RouteRequest) -> Decision:
+    """The decision for a route request (ApiError for a prompt the service refuses, or no
+    instance to route to)."""
     if body.token_ids is not None:
         _check_prompt(svc, body.token_ids, "token_ids")
         chain = chain_hashes(body.token_ids, svc.settings.block_size, svc.settings.hash_seed)

@@ -42,6 +42,7 @@ from router.service.lifecycle import (
 )
 from router.service.metrics import ServiceMetrics
 from router.service.pool import InstancePool
+from router.service.route_fast_path import RouteFastPath
 from router.service.schemas import InstanceConfig
 from router.service.state import ServiceState
 from router.settings import Settings
@@ -210,8 +211,12 @@ def create_app(
         redoc_url=None,
         openapi_url=None,
     )
-    install_error_handlers(app)
     auth = ServiceAuth(settings.service)
+    # innermost middleware: ordinary route requests skip the framework (LastResort and the
+    # body limit, added after it, still wrap it)
+    if settings.service.route_fast_path:
+        app.add_middleware(RouteFastPath, auth=auth)
+    install_error_handlers(app)
     keyed = [Depends(auth.require_key)]
     app.include_router(api_router, dependencies=keyed, responses=auth_responses(401))
     app.include_router(

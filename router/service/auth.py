@@ -73,6 +73,14 @@ class ServiceAuth:
         self.metrics_key = service.metrics_key or None
         self.allow_unauthenticated_admin = service.allow_unauthenticated_admin
 
+    def accepts(self, authorization: str | None) -> bool:
+        """Whether a request with this Authorization header passes ``require_key``."""
+        if self.api_key is None:
+            return True
+        scheme, _, token = (authorization or "").partition(" ")
+        presented = token.strip() if scheme.lower() == "bearer" and token.strip() else None
+        return _matches(presented, self.api_key)
+
     async def require_key(self, request: Request) -> None:
         """With an API key configured, the request carries it."""
         if self.api_key is not None and not _matches(_bearer(request), self.api_key):
