@@ -86,6 +86,11 @@ class GenerateRequest(BaseModel):
     temperature: float = 0.0
     ignore_eos: bool = False
     kv_transfer_params: dict[str, Any] | None = None  # from a prefill, for disaggregation
+    sampling: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Further sampling fields of OpenAI's API (top_p, seed, ...), passed to "
+        "the engine as they came; the adapter's own fields win over them",
+    )
 
 
 class PrefillResult(BaseModel):

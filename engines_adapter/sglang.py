@@ -116,6 +116,7 @@ class SGLangAdapter(HttpEngineCommon):
         body: dict[str, Any] = {
             "input_ids": request.prompt_token_ids,
             "sampling_params": {
+                **request.sampling,
                 "max_new_tokens": max_new_tokens,
                 "temperature": request.temperature,
                 "ignore_eos": request.ignore_eos,

@@ -97,6 +97,7 @@ class VLLMAdapter(HttpEngineCommon):
     def _body(self, request: GenerateRequest, *, max_tokens: int, stream: bool) -> dict[str, Any]:
         check_prompt(self.instance_id, request.prompt_token_ids, self.vocab_size)
         body: dict[str, Any] = {
+            **request.sampling,
             "prompt": request.prompt_token_ids,
             "max_tokens": max_tokens,
             "temperature": request.temperature,

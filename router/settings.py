@@ -14,6 +14,7 @@ from pydantic_settings import (
 )
 
 from router.sla import SLA_TPOT_S, SLA_TTFT_S
+from router.tokenization.settings import ModelSettings
 
 __all__ = [
     "ClusterSettings",
@@ -175,6 +176,11 @@ class Settings(BaseSettings):
     service: ServiceSettings = ServiceSettings()
     cluster: ClusterSettings = ClusterSettings()
     policy: PolicySettings = PolicySettings()
+    models: list[ModelSettings] = Field(
+        default_factory=list,
+        description="Served model names with their tokenizers (chat and text requests need "
+        "one); an instance serves the model its config names",
+    )
 
     @classmethod
     def settings_customise_sources(

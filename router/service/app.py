@@ -41,6 +41,8 @@ from router.service.lifecycle import (
     poll_loads,
 )
 from router.service.metrics import ServiceMetrics
+from router.service.models import ModelRegistry
+from router.service.openai_api import openai_router
 from router.service.pool import InstancePool
 from router.service.route_fast_path import RouteFastPath
 from router.service.schemas import InstanceConfig
@@ -66,6 +68,7 @@ def adapter_factory_for(settings: Settings) -> AdapterFactory:
             client=client,
             kv_events_endpoint=config.kv_events_endpoint,
             vocab_size=settings.service.vocab_size,
+            model=config.model,
             timeout=engine_timeouts(settings),
             probe_timeout=httpx.Timeout(settings.service.probe_timeout_s),
         )
@@ -161,6 +164,7 @@ def build_state(
         ),
         metrics=metrics, http=http, tracer=provider.get_tracer("pdd_router"),
         experiments=Experiments(schedulers),
+        models=ModelRegistry.of(settings.models, http),
         realizations=realizations,
         lane=lane,
     )  # fmt: skip
@@ -198,6 +202,7 @@ def create_app(
                         task.cancel()
                     for iid in list(svc.pool.configs):
                         await detach_instance(svc, iid)
+                    await svc.models.aclose()
                     await svc.http.aclose()
                     svc.lane.close()
 
@@ -219,6 +224,7 @@ def create_app(
     install_error_handlers(app)
     keyed = [Depends(auth.require_key)]
     app.include_router(api_router, dependencies=keyed, responses=auth_responses(401))
+    app.include_router(openai_router, dependencies=keyed, responses=auth_responses(401))
     app.include_router(
         admin_router,
         dependencies=[*keyed, Depends(auth.guard_admin_writes)],

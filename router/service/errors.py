@@ -16,7 +16,7 @@ __all__ = ["ApiError", "LastResort", "error_body", "install_error_handlers"]
 
 log = logging.getLogger("pdd_router.service")
 
-BAD_VALUE_ERRORS = frozenset({"over_limit", "json_invalid"})
+BAD_VALUE_ERRORS = frozenset({"over_limit", "json_invalid", "unsupported"})
 """Validation errors answered with 400 (a value over a configured limit, malformed JSON);
 every other validation error is a 422."""
 
@@ -32,16 +32,19 @@ class ApiError(Exception):
         type_: str = "invalid_request_error",
         param: str | None = None,
         headers: dict[str, str] | None = None,
+        code: str | None = None,
     ) -> None:
+        """``code``: OpenAI's error code (e.g. ``model_not_found``); default, the status."""
         super().__init__(message)
         self.status = status
         self.message = message
         self.type = type_
         self.param = param
         self.headers = headers or {}
+        self.code: int | str = code if code is not None else status
 
 
-def error_body(message: str, type_: str, param: str | None, code: int) -> dict[str, object]:
+def error_body(message: str, type_: str, param: str | None, code: int | str) -> dict[str, object]:
     return {"error": {"message": message, "type": type_, "param": param, "code": code}}
 
 
@@ -54,7 +57,7 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
         return JSONResponse(
-            error_body(exc.message, exc.type, exc.param, exc.status),
+            error_body(exc.message, exc.type, exc.param, exc.code),
             status_code=exc.status,
             headers=exc.headers,
         )

@@ -119,14 +119,19 @@ class InstancePool:
             raise UnknownInstance(instance_id)
         return self.configs[instance_id], self.adapters[instance_id], self.loads[instance_id]
 
-    def view_without(self, instance_ids: Collection[str]) -> ClusterView:
-        """The cluster view without some instances (those a request already failed on)."""
-        if not instance_ids:
+    def view_for(self, model: str | None, without: Collection[str] = ()) -> ClusterView:
+        """The cluster view a request for ``model`` is decided on: the instances serving it
+        (``None``: those that declare no model), less ``without`` (instances the request
+        already failed on)."""
+        if not without and all(c.model == model for c in self.configs.values()):
             return self.view
         instances = {
-            tier: [i for i in pool if i.instance_id not in instance_ids]
+            tier: [
+                i for i in pool
+                if i.instance_id not in without and self.configs[i.instance_id].model == model
+            ]
             for tier, pool in self.view.instances.items()
-        }
+        }  # fmt: skip
         return dataclasses.replace(self.view, instances=instances)
 
     # -- health: what the breakers say ----------------------------------------------------

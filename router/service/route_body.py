@@ -44,6 +44,7 @@ class _Wire(msgspec.Struct, forbid_unknown_fields=True):
     input_length: _Positive | None = None
     max_tokens: _Positive | None = None
     session_id: Annotated[str, msgspec.Meta(max_length=256)] | None = None
+    model: Annotated[str, msgspec.Meta(max_length=256)] | None = None
 
 
 _DECODER = msgspec.json.Decoder(_Wire)
@@ -59,6 +60,7 @@ class FastRouteBody:
     input_length: int | None
     max_tokens: int | None
     session_id: str | None
+    model: str | None = None
 
 
 def decode_route_body(body: bytes, limits: InputLimits) -> FastRouteBody | None:
@@ -80,7 +82,7 @@ def decode_route_body(body: bytes, limits: InputLimits) -> FastRouteBody | None:
         if tokens.size == 0:
             return None
         return FastRouteBody(tokens, None, wire.block_size, wire.input_length, wire.max_tokens,
-                             wire.session_id)  # fmt: skip
+                             wire.session_id, wire.model)  # fmt: skip
     hash_ids = wire.hash_ids
     assert hash_ids is not None
     if wire.block_size is None or len(hash_ids) > limits.max_hash_ids:
@@ -90,7 +92,7 @@ def decode_route_body(body: bytes, limits: InputLimits) -> FastRouteBody | None:
     if wire.input_length is None and len(hash_ids) * wire.block_size > limits.max_prompt_tokens:
         return None
     return FastRouteBody(None, hash_ids, wire.block_size, wire.input_length, wire.max_tokens,
-                         wire.session_id)  # fmt: skip
+                         wire.session_id, wire.model)  # fmt: skip
 
 
 def _token_array(raw: bytes) -> npt.NDArray[np.int64] | None:

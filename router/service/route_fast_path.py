@@ -56,7 +56,7 @@ class RouteFastPath:
         try:
             decision = await decide_route(svc, fast)
         except ApiError as exc:
-            payload = json.dumps(error_body(exc.message, exc.type, exc.param, exc.status))
+            payload = json.dumps(error_body(exc.message, exc.type, exc.param, exc.code))
             await _respond(send, exc.status, payload.encode(), exc.headers)
             return
         await _respond(send, 200, decision.model_dump_json().encode(), None)

@@ -11,10 +11,12 @@ from typing import Annotated, Any, Literal
 from pydantic import (
     BaseModel,
     ConfigDict,
+    Discriminator,
     Field,
     StrictBool,
     StrictFloat,
     StrictInt,
+    Tag,
     field_validator,
     model_validator,
 )
@@ -25,6 +27,7 @@ from router.settings import ServiceSettings
 
 __all__ = [
     "ERROR_RESPONSES",
+    "ChatRequest",
     "CompletionChoice",
     "CompletionRequest",
     "CompletionResponse",
@@ -133,6 +136,7 @@ class RouteRequest(BaseModel):
     input_length: int | None = Field(None, gt=0, description="Prompt tokens, with hash_ids")
     max_tokens: int | None = Field(None, gt=0)
     session_id: str | None = Field(None, max_length=256)
+    model: str | None = Field(None, max_length=256, description="Decide among its instances")
 
     @field_validator("hash_ids")
     @classmethod
@@ -184,20 +188,87 @@ class StreamOptions(BaseModel):
     include_usage: StrictBool = False
 
 
-class CompletionRequest(BaseModel):
-    """OpenAI's completion request, with the prompt as a list of token IDs."""
+Stop = str | list[Annotated[str, Field(min_length=1)]] | None
+ROUTER_FIELDS = frozenset({"session_id"})
+"""Fields the router reads itself; every other field a request carries beyond its schema
+is passed to the engine as it came (OpenAI's sampling fields: top_p, seed, ...)."""
+
+
+class GenerationFields(BaseModel):
+    """What OpenAI's completion and chat requests share."""
 
     model_config = ConfigDict(extra="allow", strict=True)
 
-    model: str | None = None
-    prompt: list[TokenId] = Field(min_length=1, description="Prompt token IDs")
+    model: str | None = Field(None, description="A served model (GET /v1/models)")
     max_tokens: int | None = Field(None, gt=0)
     temperature: StrictFloat = Field(0.0, ge=0, le=MAX_TEMPERATURE, allow_inf_nan=False)
+    n: StrictInt = Field(1, description="Choices per prompt: only 1 is supported")
+    stop: Stop = Field(None, description="Text that ends the generation (not included)")
     stream: StrictBool = False
     stream_options: StreamOptions | None = None
     ignore_eos: StrictBool = False
+    cache_salt: str | None = Field(
+        None, max_length=256, description="Isolates this tenant's cached prefixes (vLLM)"
+    )
     user: str | None = Field(None, description="Used as the session id when no session_id")
     session_id: str | None = Field(None, max_length=256)
+
+    @field_validator("n")
+    @classmethod
+    def _one_choice(cls, n: int) -> int:
+        if n != 1:
+            raise PydanticCustomError(
+                "unsupported", "only n=1 is supported: send the request n times for n choices"
+            )
+        return n
+
+    def stops(self) -> list[str]:
+        return [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
+
+    def passed_through(self) -> dict[str, Any]:
+        """The request's fields beyond the schema, for the engine."""
+        return {k: v for k, v in (self.model_extra or {}).items() if k not in ROUTER_FIELDS}
+
+
+def _prompt_kind(value: Any) -> str:
+    """Which form a completion prompt takes (so an error names the form it broke)."""
+    if isinstance(value, str):
+        return "text"
+    if isinstance(value, list) and value:
+        first = value[0]
+        if isinstance(first, str):
+            return "texts"
+        if isinstance(first, list):
+            return "token_id_lists"
+    return "token_ids"
+
+
+class CompletionRequest(GenerationFields):
+    """OpenAI's completion request: the prompt as text, token IDs, or a list of either."""
+
+    prompt: Annotated[
+        Annotated[str, Field(min_length=1), Tag("text")]
+        | Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1), Tag("texts")]
+        | Annotated[list[TokenId], Field(min_length=1), Tag("token_ids")]
+        | Annotated[
+            list[Annotated[list[TokenId], Field(min_length=1)]],
+            Field(min_length=1),
+            Tag("token_id_lists"),
+        ],
+        Discriminator(_prompt_kind),
+    ] = Field(description="Text, a list of texts, token IDs, or a list of token-ID lists")
+
+
+class ChatRequest(GenerationFields):
+    """OpenAI's chat completion request."""
+
+    messages: list[dict[str, Any]] = Field(
+        min_length=1, description="The conversation: role and content (text or text parts)"
+    )
+    max_completion_tokens: int | None = Field(None, gt=0)
+    tools: list[dict[str, Any]] | None = None
+    add_generation_prompt: StrictBool = True
+    chat_template_kwargs: dict[str, Any] | None = None
 
 
 class Usage(BaseModel):
@@ -210,7 +281,7 @@ class Usage(BaseModel):
 class CompletionChoice(BaseModel):
     index: int = 0
     text: str = ""
-    token_ids: list[int]
+    token_ids: list[int] | None = None
     finish_reason: str | None = None
     logprobs: None = None
 
@@ -240,6 +311,10 @@ class InstanceConfig(BaseModel):
     capacity_tokens: StrictInt = Field(1_000_000, gt=0, description="KV capacity in tokens")
     max_batch: StrictInt = Field(256, gt=0)
     kv_events_endpoint: str | None = Field(None, description="ZMQ endpoint of KV events")
+    model: str | None = Field(
+        None, max_length=256, description="The model name it serves (OpenAI's `model`): a "
+        "request for a model goes only to its instances; none: the unnamed default model",
+    )  # fmt: skip
 
     @field_validator("url")
     @classmethod

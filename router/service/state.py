@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -18,6 +19,7 @@ from router.scheduler import Scheduler
 from router.service.experiments import Experiments
 from router.service.index_lane import IndexLane
 from router.service.metrics import ServiceMetrics
+from router.service.models import ModelRegistry
 from router.service.pool import InstancePool
 from router.settings import Settings
 
@@ -37,11 +39,13 @@ class ServiceState:
     http: httpx.AsyncClient
     tracer: Tracer
     experiments: Experiments
+    models: ModelRegistry
     realizations: KVRealizations | None = None  # with a decision log: hits from KV events
     lane: IndexLane = field(default_factory=lambda: IndexLane(threaded=False))
     event_tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     background: list[asyncio.Task[None]] = field(default_factory=list)
     request_counter: int = 0
+    started: float = field(default_factory=time.time)  # when the service started (epoch s)
     # request ids are unique across restarts: a decision log opened in append mode joins
     # decisions and outcomes by id, so a restarted service must not reuse pdd-...-1
     id_prefix: str = field(default_factory=lambda: secrets.token_hex(4))

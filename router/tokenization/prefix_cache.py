@@ -40,6 +40,21 @@ def _digest(text: str) -> bytes:
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
 
+def _message_bytes(message: Message) -> bytes:
+    """A message's canonical bytes: for the usual mapping of strings to strings, its items
+    in key order, each key and value length-prefixed (no JSON escaping to pay on long
+    contents), else its sorted-key JSON; a leading tag keeps the two forms apart."""
+    if all(type(k) is str and type(v) is str for k, v in message.items()):
+        parts = [b"s"]
+        for k in sorted(message):
+            for text in (k, message[k]):
+                data = text.encode("utf-8", "surrogatepass")
+                parts += (len(data).to_bytes(8, "little"), data)
+        return b"".join(parts)
+    body = json.dumps(message, sort_keys=True, ensure_ascii=False, default=str)
+    return b"j" + body.encode("utf-8", "surrogatepass")
+
+
 def message_prefix_keys(messages: Sequence[Message], context: Any) -> list[bytes]:
     """``keys[k]``: a digest of ``messages[:k+1]`` and the rendering ``context`` (template,
     tools, options), each built from the previous one (linear in the total size)."""
@@ -47,8 +62,7 @@ def message_prefix_keys(messages: Sequence[Message], context: Any) -> list[bytes
     h = hashlib.blake2b(head.encode("utf-8", "surrogatepass"), digest_size=16).digest()
     keys: list[bytes] = []
     for message in messages:
-        body = json.dumps(message, sort_keys=True, ensure_ascii=False, default=str)
-        h = hashlib.blake2b(h + body.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+        h = hashlib.blake2b(h + _message_bytes(message), digest_size=16).digest()
         keys.append(h)
     return keys
 
@@ -144,13 +158,19 @@ class CachedChatEncoder:
         options = {k: v for k, v in template_kwargs.items() if k != "continue_final_message"}
         context = {"tok": tok.name, "tools": tools, "kw": options}
         keys = message_prefix_keys(messages, context)
-        ids = self._from_cache(keys, full)
+        ids, reused = self._from_cache(keys, full)
         if ids is None:
             ids = tok.encode_text(full, add_special_tokens=False)
-        self._store(messages, keys[-1], full, ids, add_generation_prompt, tools, template_kwargs)
+        self._store(
+            messages, keys[-1], full, ids, reused, add_generation_prompt, tools, template_kwargs
+        )
         return ids
 
-    def _from_cache(self, keys: list[bytes], full: str) -> list[int] | None:
+    def _from_cache(
+        self, keys: list[bytes], full: str
+    ) -> tuple[list[int] | None, array[int] | None]:
+        """The IDs of ``full`` from the longest usable cached prefix, and that prefix's IDs
+        (which the returned IDs start with); ``(None, None)`` when there is none."""
         for key in reversed(keys):
             entry = self.cache.get(key)
             if entry is None:
@@ -158,15 +178,16 @@ class CachedChatEncoder:
             n = entry.text_len
             if n > len(full) or _digest(full[:n]) != entry.text_digest:
                 self._count("unsafe")
-                return None
+                return None, None
             head, rest = full[:n], full[n:]
             if not self.tokenizer.boundary_safe(head, rest):
                 self._count("unsafe")
-                return None
+                return None, None
             ids = [*entry.ids, *self.tokenizer.encode_text(rest, add_special_tokens=False)]
-            return self._checked(ids, full, len(entry.ids))
+            ids = self._checked(ids, full, len(entry.ids))
+            return ids, None if self.disabled else entry.ids
         self._count("misses")
-        return None
+        return None, None
 
     def _checked(self, ids: list[int], full: str, reused: int) -> list[int]:
         with self._lock:
@@ -194,11 +215,13 @@ class CachedChatEncoder:
         key: bytes,
         full: str,
         ids: list[int],
+        reused: array[int] | None,
         add_generation_prompt: bool,
         tools: Tools | None,
         template_kwargs: dict[str, Any],
     ) -> None:
-        """Cache ``messages`` rendered as a finished conversation, its IDs cut from ``ids``."""
+        """Cache ``messages`` rendered as a finished conversation, its IDs cut from ``ids``
+        (which start with ``reused``, when given: only what follows it is converted)."""
         if self.disabled:
             return
         kwargs = {k: v for k, v in template_kwargs.items() if k != "continue_final_message"}
@@ -212,13 +235,16 @@ class CachedChatEncoder:
         if not full.startswith(closed):
             return
         tail = full[len(closed) :]
+        end = len(ids)  # the closed rendering's IDs are ids[:end]
         if tail:
             if not self.tokenizer.boundary_safe(closed, tail):
                 return
             tail_ids = self.tokenizer.encode_text(tail, add_special_tokens=False)
-            if len(tail_ids) > len(ids) or ids[len(ids) - len(tail_ids) :] != tail_ids:
+            end -= len(tail_ids)
+            if end < 0 or ids[end:] != tail_ids:
                 return
-            head_ids = ids[: len(ids) - len(tail_ids)]
+        if reused is not None and len(reused) <= end:
+            packed = reused + array("i", ids[len(reused) : end])
         else:
-            head_ids = ids
-        self.cache.put(key, _Entry(len(closed), _digest(closed), array("i", head_ids)))
+            packed = array("i", ids[:end])
+        self.cache.put(key, _Entry(len(closed), _digest(closed), packed))

@@ -191,7 +191,7 @@ def test_malformed_bodies_are_4xx(client: TestClient, path: str, raw: bytes) -> 
 @pytest.mark.parametrize(
     ("path", "body", "status", "param"),
     [
-        ("/v1/completions", {"prompt": [2**63]}, 422, "prompt.0"),
+        ("/v1/completions", {"prompt": [2**63]}, 422, "prompt.token_ids.0"),
         ("/v1/completions", {"prompt": [1], "temperature": math.inf}, 422, "temperature"),
         ("/v1/completions", {"prompt": [1], "temperature": math.nan}, 422, "temperature"),
         ("/v1/completions", {"prompt": [1], "temperature": 2.5}, 422, "temperature"),

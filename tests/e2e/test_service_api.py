@@ -160,7 +160,7 @@ def test_a_stream_that_breaks_ends_with_an_error_event() -> None:
 @pytest.mark.parametrize(
     ("body", "status", "field"),
     [
-        ({"prompt": "hello", "max_tokens": 4}, 422, "prompt"),
+        ({"prompt": "hello", "max_tokens": 4}, 400, "model"),  # no tokenizer configured
         ({"prompt": [1, 2], "max_tokens": "many"}, 422, "max_tokens"),
         ({"prompt": [1, VOCAB], "max_tokens": 4}, 400, "prompt"),
         ({"prompt": [1] * 5000, "max_tokens": 4}, 400, "prompt"),

@@ -69,14 +69,16 @@ def records(path: Path) -> list[dict[str, Any]]:
 
 
 def complete(client: TestClient, prompt: list[int], *, stream: bool) -> tuple[str, int | None]:
-    """Send a completion; (the service's request id, the cached tokens its usage reports)."""
+    """Send a completion; (the service's request id, the cached tokens its usage reports
+    when the engine reported them; None when usage gives the router's prediction)."""
     body: dict[str, Any] = {"prompt": prompt, "max_tokens": 8, "session_id": "s1"}
     if not stream:
         response = client.post("/v1/completions", json=body)
         assert response.status_code == 200, response.text
-        usage = response.json()["usage"]
-        details = usage["prompt_tokens_details"]
-        return response.json()["id"], None if details is None else details["cached_tokens"]
+        cached = response.json()["usage"]["prompt_tokens_details"]["cached_tokens"]
+        source = response.json()["pdd"]["cached_tokens_source"]
+        assert source in ("engine", "predicted")
+        return response.json()["id"], cached if source == "engine" else None
     body |= {"stream": True, "stream_options": {"include_usage": True}}
     events = []
     with client.stream("POST", "/v1/completions", json=body) as response:
@@ -84,8 +86,9 @@ def complete(client: TestClient, prompt: list[int], *, stream: bool) -> tuple[st
         for line in response.iter_lines():
             if line.startswith("data: ") and line != "data: [DONE]":
                 events.append(json.loads(line[6:]))
-    details = events[-1]["usage"]["prompt_tokens_details"]
-    return events[-1]["id"], None if details is None else details["cached_tokens"]
+    cached = events[-1]["usage"]["prompt_tokens_details"]["cached_tokens"]
+    source = events[-2]["pdd"]["cached_tokens_source"]
+    return events[-1]["id"], cached if source == "engine" else None
 
 
 def outcomes_in(path: Path) -> int:

@@ -1,4 +1,4 @@
-"""`pdd-router bench route` prints a row per prompt size, index and path."""
+"""`pdd-router bench route` prints a row per prompt size, index and path, and chat rows."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ REDIS_URL = os.environ.get("PDD_ROUTER_TEST_REDIS_URL", "redis://127.0.0.1:6379/
 @pytest.mark.redis
 def test_route_bench_measures_every_configuration(capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["bench", "route", "--redis-url", REDIS_URL, "--repeats", "10", "--json"]
-    assert main([*argv, "--throughput-seconds", "1"]) == 0
+    assert main([*argv, "--throughput-seconds", "1", "--chat-repeats", "5"]) == 0
     out = json.loads(capsys.readouterr().out)
     rows = out["latency"]
     keys = {(r["prompt_tokens"], r["index"], r["path"]) for r in rows}
@@ -33,3 +33,17 @@ def test_route_bench_measures_every_configuration(capsys: pytest.CaptureFixture[
     assert load["prompt_tokens"] == 8192
     assert load["failed"] == 0  # every route of the sustained load was answered 200
     assert load["routes_per_s"] > 0
+    chat = {(r["target_tokens"], r["case"]): r for r in out["chat"]}
+    assert set(chat) == {(n, case) for n in (8192, 32768) for case in ("fresh", "cached-prefix")}
+    for row in chat.values():
+        assert 0 < row["p50_us"] <= row["p99_us"]
+        assert row["tokenize_p50_us"] > 0
+        assert row["hash_p50_us"] > 0
+        assert row["decide_p50_us"] > 0
+        assert 0.9 * row["target_tokens"] <= row["prompt_tokens"] <= 1.1 * row["target_tokens"]
+    for n in (8192, 32768):
+        fresh, cached = chat[n, "fresh"], chat[n, "cached-prefix"]
+        assert fresh["prompt_tokens"] == cached["prompt_tokens"]  # the same conversation
+        assert fresh["reused_tokens"] == 0
+        # the earlier turns come from the cache: most of the prompt is not tokenized again
+        assert 0.5 * cached["prompt_tokens"] < cached["reused_tokens"] < cached["prompt_tokens"]

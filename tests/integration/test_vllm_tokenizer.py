@@ -9,7 +9,10 @@ from typing import Any
 import httpx
 import pytest
 
-from router.tokenization import EngineTokenizer, HFTokenizer, IncrementalDetokenizer, builtin
+from router.tokenization import builtin
+from router.tokenization.detokenizer import IncrementalDetokenizer
+from router.tokenization.engine import EngineTokenizer
+from router.tokenization.hf import HFTokenizer
 from vllm_launcher import Endpoint, random_model, vllm_python, vllm_servers
 
 pytestmark = pytest.mark.vllm

@@ -13,20 +13,15 @@ import respx
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from router.tokenization import (
-    AsyncTokenizer,
-    CachedChatEncoder,
-    ChatTemplateError,
-    EngineTokenizer,
-    HFTokenizer,
-    IncrementalDetokenizer,
-    ModelSettings,
-    PrefixCache,
-    TokenizerSettings,
-    build_async_tokenizer,
-    builtin,
-    resolve_model_dir,
-)
+from router.tokenization import builtin
+from router.tokenization.chat_template import ChatTemplateError
+from router.tokenization.detokenizer import IncrementalDetokenizer
+from router.tokenization.engine import EngineTokenizer
+from router.tokenization.factory import build_async_tokenizer
+from router.tokenization.hf import HFTokenizer, resolve_model_dir
+from router.tokenization.pool import AsyncTokenizer
+from router.tokenization.prefix_cache import CachedChatEncoder, PrefixCache
+from router.tokenization.settings import ModelSettings, TokenizerSettings
 
 TOK = HFTokenizer.from_pretrained(builtin.builtin_tokenizer_dir())
 BOS, EOS, IM_START = 1, 2, 3

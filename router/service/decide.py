@@ -1,0 +1,72 @@
+"""Deciding a request in the service: the running experiment's arm or the default
+scheduler, on the view of the instances serving the request's model, on the index lane."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Collection
+
+import numpy as np
+import numpy.typing as npt
+
+from policies.types import Decision, RequestView
+from router.service.errors import ApiError
+from router.service.experiments import Arm
+from router.service.state import ServiceState
+
+__all__ = ["check_prompt", "decide"]
+
+
+def check_prompt(svc: ServiceState, tokens: list[int] | npt.NDArray[np.int64], field: str) -> None:
+    """Refuse (400) a prompt over the length limit or with token IDs beyond the vocabulary."""
+    limit = svc.settings.service.max_prompt_tokens
+    if len(tokens) > limit:
+        raise ApiError(400, f"{field} has {len(tokens)} tokens, over the limit of {limit}",
+                       param=field)  # fmt: skip
+    vocab = svc.settings.service.vocab_size
+    if len(tokens) == 0:
+        return
+    # min/max run in C; the Python scan that names the token runs only on the error path
+    if isinstance(tokens, np.ndarray):
+        low, high = int(tokens.min()), int(tokens.max())
+    else:
+        low, high = min(tokens), max(tokens)
+    if low >= 0 and (vocab is None or high < vocab):
+        return
+    bad = next((int(t) for t in tokens if t < 0 or (vocab is not None and t >= vocab)), None)
+    if bad is not None:
+        bound = f"[0, {vocab})" if vocab is not None else "non-negative"
+        raise ApiError(400, f"{field} holds token id {bad}, outside {bound}", param=field)
+
+
+async def decide(
+    svc: ServiceState,
+    view: RequestView,
+    exclude: Collection[str] = (),
+    model: str | None = None,
+) -> tuple[Decision, Arm | None]:
+    """Decide with the running experiment's arm for this request, or the default policy,
+    among the instances of ``model`` (None: those that declare no model) less ``exclude``
+    (instances this request already failed on)."""
+    start = time.perf_counter()
+    svc.pool.view.now = time.time()  # the decision log's ``t``
+    experiment = svc.experiments.running()
+    arm = experiment.assign(view) if experiment is not None else None
+    scheduler = arm.scheduler if arm is not None else svc.scheduler
+    with svc.tracer.start_as_current_span("pdd.decide") as span:
+        try:
+            cluster = svc.pool.view_for(model, exclude)
+            decision = await svc.lane.run(scheduler.decide, view, cluster)
+        except LookupError as exc:
+            raise ApiError(503, f"cannot route: {exc}", type_="service_unavailable",
+                           headers={"Retry-After": "1"}) from exc  # fmt: skip
+        span.set_attribute("pdd.pipeline", decision.pipeline.value)
+        span.set_attribute("pdd.p_instance", decision.p_instance)
+        span.set_attribute("pdd.md_instance", decision.md_instance or "")
+        span.set_attribute("pdd.rld_instance", decision.rld_instance or "")
+        span.set_attribute("pdd.arm", arm.spec.name if arm is not None else "default")
+    svc.metrics.decision_latency.observe(time.perf_counter() - start)
+    handoff = decision.handoff.value if decision.handoff else "none"
+    arm_name = arm.spec.name if arm is not None else "default"
+    svc.metrics.decisions.labels(decision.pipeline.value, handoff, arm_name).inc()
+    return decision, arm

@@ -1,0 +1,265 @@
+"""One generation through the cluster, as every OpenAI endpoint runs it: hash the prompt's
+token IDs, decide, execute with fail-over until the first token, then stream or collect
+the rest; the outcome is recorded when it ends.
+
+The endpoints (``api.py`` for completions, ``openai_api.py`` for chat) only turn a
+request into a ``Job`` and the tokens into their response format.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import anyio
+import structlog
+from fastapi import Request
+
+from engines_adapter.contract import EngineError, GenerateRequest
+from policies.tiers import Tier
+from policies.types import Decision, RequestView
+from router.hashing import HashExtras, chain_hashes
+from router.service.decide import decide
+from router.service.errors import ApiError
+from router.service.experiments import Arm
+from router.service.models import ResolvedModel
+from router.service.orchestrator import ExecutionResult, Upstream, execute
+from router.service.outcomes import Timing, record_outcome, unwatch, unwatched_on_error, watch
+from router.service.state import ServiceState
+from router.service.text_stream import TextStream
+
+__all__ = ["ClientGone", "Generation", "Job", "served", "sse_data", "stream_error"]
+
+MAX_ATTEMPTS = 3
+DISCONNECT_POLL_S = 0.2
+"""How often a request waiting on engines checks that its client is still there."""
+log = structlog.get_logger("pdd_router.service")
+T = TypeVar("T")
+
+
+class ClientGone(Exception):
+    """The client closed the connection while its request ran; the engines were told."""
+
+
+@dataclass(slots=True)
+class Job:
+    """What to generate: the prompt's token IDs (exactly what the engines get and the
+    router hashes), how much, how to sample, and for whom."""
+
+    prompt: list[int]
+    max_tokens: int
+    model: ResolvedModel
+    temperature: float = 0.0
+    ignore_eos: bool = False
+    sampling: dict[str, Any] = field(default_factory=dict)
+    session_id: str | None = None
+    extras: HashExtras | None = None
+
+
+class Generation:
+    """A started request: decided and executed up to its first tokens."""
+
+    def __init__(
+        self,
+        svc: ServiceState,
+        job: Job,
+        view: RequestView,
+        decision: Decision,
+        arm: Arm | None,
+        outcome: ExecutionResult,
+        stream: Any,
+        first: list[int] | None,
+        timing: Timing,
+    ) -> None:
+        self.svc, self.job, self.view = svc, job, view
+        self.decision, self.arm, self.outcome = decision, arm, outcome
+        self._stream = stream
+        self._first = first
+        self.timing = timing
+        self.request_id = view.request_id or ""
+        self.recorded = False
+
+    @classmethod
+    async def start(cls, svc: ServiceState, request: Request, job: Job) -> Generation:
+        """Decide and execute until the first token, deciding again without an instance
+        that failed (its breaker counts it); ApiError for what the client must be told."""
+        settings = svc.settings
+        chain = chain_hashes(job.prompt, settings.block_size, settings.hash_seed,
+                             extras=job.extras)  # fmt: skip
+        request_id = svc.next_request_id()
+        view = RequestView(chain.hashes, chain.block_size, chain.num_tokens, job.max_tokens,
+                           job.session_id, time.time(), request_id)  # fmt: skip
+        timing = Timing(time.perf_counter())
+        client = GenerateRequest(
+            request_id=request_id, prompt_token_ids=job.prompt, max_tokens=job.max_tokens,
+            temperature=job.temperature, ignore_eos=job.ignore_eos, sampling=job.sampling,
+        )  # fmt: skip
+        failed: set[str] = set()
+        with unwatched_on_error(svc, request_id):
+            for attempt in range(MAX_ATTEMPTS):
+                decision, arm = await decide(svc, view, failed, job.model.instances_of)
+                watch(svc, view, decision)
+                outcome = ExecutionResult(decision.pipeline)
+                stream = execute(_upstream(svc), decision, client, outcome)
+                try:
+                    first = await _unless_client_leaves(request, anext(stream, None))
+                    return cls(svc, job, view, decision, arm, outcome, stream, first, timing)
+                except ClientGone:
+                    raise ApiError(499, "the client closed the connection") from None
+                except EngineError as exc:
+                    await stream.aclose()
+                    if exc.cause == "request":
+                        raise refused(exc) from exc
+                    log.warning("engine failed before the first token", request=request_id,
+                                attempt=attempt + 1, error=str(exc))  # fmt: skip
+                    failed.add(exc.instance_id)
+                    if attempt == MAX_ATTEMPTS - 1:
+                        raise ApiError(503, f"no engine could serve the request: {exc.public}",
+                                       type_="service_unavailable",
+                                       headers={"Retry-After": "1"}) from exc  # fmt: skip
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def deltas(self) -> AsyncIterator[list[int]]:
+        """The token IDs as they come (the first ones included); EngineError mid-stream."""
+        pending = self._first
+        self._first = None
+        while pending is not None:
+            self.timing.saw(len(pending))
+            yield pending
+            pending = await anext(self._stream, None)
+
+    async def until_stopped(self, request: Request, text: TextStream) -> AsyncIterator[list[int]]:
+        """Every token ID batch and its text, until the end or a stop string; waits only
+        while the client stays (ApiError if it leaves or the engine fails)."""
+
+        async def gather() -> list[list[int]]:
+            batches = []
+            async for ids in self.deltas():
+                batches.append(ids)
+                await text.push(ids)
+                if text.stopped:
+                    break
+            await text.flush()
+            return batches
+
+        with unwatched_on_error(self.svc, self.request_id):
+            try:
+                for batch in await _unless_client_leaves(request, gather()):
+                    yield batch
+            except ClientGone:
+                raise ApiError(499, "the client closed the connection") from None
+            except EngineError as exc:
+                if exc.cause == "request":
+                    raise refused(exc) from exc
+                log.warning("engine failed mid-request", request=self.request_id,
+                            error=str(exc))  # fmt: skip
+                raise ApiError(
+                    502, f"engine failed mid-request: {exc.public}", type_="upstream_error"
+                ) from exc
+
+    def finish(self, *, stopped: bool = False) -> None:
+        """The request ended well: record its outcome (history, metrics, decision log);
+        ``stopped``: a stop string ended it."""
+        if stopped:
+            self.outcome.finish_reason = "stop"
+        if not self.recorded:
+            self.recorded = True
+            record_outcome(self.svc, self.view, self.decision, self.outcome, self.arm,
+                           self.timing)  # fmt: skip
+
+    async def close(self) -> None:
+        """Stop the engines' work (a client that left, a stop string); an unrecorded
+        request stops being watched."""
+        with anyio.CancelScope(shield=True):
+            await self._stream.aclose()
+        if not self.recorded:
+            unwatch(self.svc, self.request_id)
+
+    def cached_tokens(self) -> tuple[int, str]:
+        """Prompt tokens found in cache, and where that figure comes from: the engine's
+        report, else the router's prediction for the tier that served."""
+        if self.outcome.cached_tokens is not None:
+            return self.outcome.cached_tokens, "engine"
+        tier = Tier.MD if "md" in self.outcome.instances else Tier.RLD
+        if tier.value not in self.outcome.instances:
+            tier = Tier.P
+        hit = self.decision.predicted_hit.get(tier, 0.0)
+        return round(hit * len(self.job.prompt)), "predicted"
+
+    def usage(self, completion_tokens: int) -> dict[str, Any]:
+        cached, _ = self.cached_tokens()
+        prompt = len(self.job.prompt)
+        return {"prompt_tokens": prompt, "completion_tokens": completion_tokens,
+                "total_tokens": prompt + completion_tokens,
+                "prompt_tokens_details": {"cached_tokens": cached}}  # fmt: skip
+
+    def served(self) -> dict[str, object]:
+        """What served the request, for the response's ``pdd`` field."""
+        return {**served(self.decision, self.outcome),
+                "cached_tokens_source": self.cached_tokens()[1]}  # fmt: skip
+
+    def headers(self) -> dict[str, str]:
+        """The ``x-pdd-*`` headers of the response."""
+        return {
+            "x-pdd-pipeline": self.decision.pipeline.value,
+            "x-pdd-decision": self.decision.reason,
+            "x-pdd-request-id": self.request_id,
+        }
+
+
+def served(decision: Decision, outcome: ExecutionResult) -> dict[str, object]:
+    return {
+        "pipeline": outcome.pipeline.value,
+        "decided_pipeline": decision.pipeline.value,
+        "instances": outcome.instances,
+        "handoff": outcome.handoff,
+        "eager_tokens": outcome.eager_tokens,
+        "predicted_hit": {t.value: h for t, h in decision.predicted_hit.items()},
+        "reason": decision.reason,
+    }
+
+
+def refused(exc: EngineError) -> ApiError:
+    """An engine refused the request itself: the client's error, in the engine's words."""
+    return ApiError(400, exc.public, param="prompt")
+
+
+def stream_error(exc: EngineError) -> tuple[str, str, int]:
+    """The message, type and status of an error event for a stream that broke."""
+    status, kind = (
+        (400, "invalid_request_error") if exc.cause == "request" else (502, "upstream_error")
+    )
+    return f"engine failed mid-stream: {exc.public}", kind, status
+
+
+def sse_data(obj: object) -> str:
+    """One server-sent event carrying ``obj`` as JSON."""
+    return f"data: {json.dumps(obj, separators=(',', ':'))}\n\n"
+
+
+def _upstream(svc: ServiceState) -> Upstream:
+    service = svc.settings.service
+    return Upstream(svc.pool, svc.metrics, svc.tracer, first_token_s=service.engine_timeout_s,
+                    inter_token_s=service.engine_inter_token_timeout_s)  # fmt: skip
+
+
+async def _unless_client_leaves(request: Request, work: Awaitable[T]) -> T:
+    """``work``'s result, or ClientGone once the client has closed the connection (``work``
+    is then cancelled, which closes its engine streams: engines abort such requests)."""
+    task = asyncio.ensure_future(work)
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
+            if done:
+                return task.result()
+            if await request.is_disconnected():
+                raise ClientGone
+    finally:
+        if not task.done():
+            task.cancel()
+            with anyio.CancelScope(shield=True):
+                await asyncio.wait({task})

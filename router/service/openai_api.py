@@ -1,0 +1,122 @@
+"""OpenAI's chat completions and model list: the conversation rendered with the model's
+chat template and tokenized as the engine would, then decided and executed like any
+completion (``generation.py``), the answer's text decoded by the router."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from engines_adapter.contract import EngineError
+from router.service.api import job_of
+from router.service.errors import ApiError, error_body
+from router.service.generation import Generation, sse_data, stream_error
+from router.service.schemas import ERROR_RESPONSES, ChatRequest
+from router.service.state import ServiceState
+from router.service.text_stream import TextStream
+from router.tokenization.chat_template import ChatTemplateError
+
+__all__ = ["openai_router"]
+
+openai_router = APIRouter(responses=ERROR_RESPONSES(400, 404, 413, 422, 503), tags=["openai"])
+
+
+def _state(request: Request) -> ServiceState:
+    state: ServiceState = request.state.svc
+    return state
+
+
+@openai_router.get("/v1/models")
+async def list_models(request: Request) -> dict[str, Any]:
+    """The models requests may name: configured ones and those instances declare."""
+    svc = _state(request)
+    created = int(svc.started)
+    data = [{"id": name, "object": "model", "created": created, "owned_by": "pdd-router"}
+            for name in svc.models.names(svc.pool)]  # fmt: skip
+    return {"object": "list", "data": data}
+
+
+@openai_router.post(
+    "/v1/chat/completions",
+    responses={
+        **ERROR_RESPONSES(502),
+        200: {"content": {"text/event-stream": {}}, "description": "JSON, or SSE when streaming"},
+    },
+)
+async def chat_completions(body: ChatRequest, request: Request) -> object:
+    """OpenAI's chat completion: rendered and tokenized by the router, decided, executed."""
+    svc = _state(request)
+    model = svc.models.resolve(body.model, svc.pool)
+    tokenizer = svc.models.tokenizer(model, svc.pool)
+    kwargs = dict(body.chat_template_kwargs or {})
+    try:
+        prompt = await tokenizer.encode_chat(
+            body.messages, add_generation_prompt=body.add_generation_prompt, tools=body.tools,
+            **kwargs,
+        )  # fmt: skip
+    except (ChatTemplateError, ValueError, TypeError) as exc:
+        raise ApiError(400, f"messages: {exc}", param="messages") from exc
+    job = job_of(svc, body, model, list(prompt), body.max_completion_tokens or body.max_tokens)
+    run = await Generation.start(svc, request, job)
+    text = TextStream(tokenizer, job.prompt, body.stops())
+    created = int(time.time())
+    head = {"id": run.request_id, "created": created, "model": model.name}
+    if body.stream:
+        include_usage = bool(body.stream_options and body.stream_options.include_usage)
+        events = _chat_events(run, text, head, include_usage)
+        return StreamingResponse(events, media_type="text/event-stream", headers=run.headers())
+    tokens = 0
+    try:
+        async for ids in run.until_stopped(request, text):
+            tokens += len(ids)
+        run.finish(stopped=text.stopped)
+    finally:
+        await run.close()
+    reason = "stop" if text.stopped else run.outcome.finish_reason
+    message = {"role": "assistant", "content": text.text}
+    payload = {
+        **head, "object": "chat.completion",
+        "choices": [{"index": 0, "message": message, "finish_reason": reason, "logprobs": None}],
+        "usage": run.usage(tokens), "pdd": run.served(),
+    }  # fmt: skip
+    return JSONResponse(payload, headers=run.headers())
+
+
+async def _chat_events(
+    run: Generation, text: TextStream, head: dict[str, Any], include_usage: bool
+) -> AsyncIterator[str]:
+    """The chat's SSE chunks: the role first, then content deltas, the finish reason, and
+    (with ``include_usage``) the usage."""
+    chunk = {**head, "object": "chat.completion.chunk"}
+    sent = 0
+    try:
+        role = {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
+        yield sse_data({**chunk, "choices": [role]})
+        try:
+            async for ids in run.deltas():
+                sent += len(ids)
+                delta = await text.push(ids)
+                if delta:
+                    choice = {"index": 0, "delta": {"content": delta}, "finish_reason": None}
+                    yield sse_data({**chunk, "choices": [choice]})
+                if text.stopped:
+                    break
+        except EngineError as exc:
+            message, kind, status = stream_error(exc)
+            yield sse_data(error_body(message, kind, None, status))
+            yield "data: [DONE]\n\n"
+            return
+        rest = await text.flush()
+        run.finish(stopped=text.stopped)
+        reason = "stop" if text.stopped else run.outcome.finish_reason or "length"
+        final = {"index": 0, "delta": {"content": rest} if rest else {}, "finish_reason": reason}
+        yield sse_data({**chunk, "choices": [final], "pdd": run.served()})
+        if include_usage:
+            yield sse_data({**chunk, "choices": [], "usage": run.usage(sent)})
+        yield "data: [DONE]\n\n"
+    finally:
+        await run.close()
