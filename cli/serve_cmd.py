@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from policies.registry import policy_names
+
+if TYPE_CHECKING:
+    from router.settings import ServiceSettings
 
 __all__ = ["serve"]
 
@@ -31,6 +36,13 @@ def serve(
         None, "--config", help="YAML settings file (also PDD_ROUTER_CONFIG)"
     ),
     log_level: str = typer.Option("info", help="uvicorn log level"),
+    demo: bool = typer.Option(
+        False,
+        "--demo",
+        help="Serve the model pdd-demo on in-process simulated engines (P and RLD in "
+        "datacenter A, MD in B; the built-in tokenizer and chat template): OpenAI clients "
+        "work with nothing else installed",
+    ),
 ) -> None:
     """Serve the REST API (route, completions, kv-events, instances, experiments, metrics).
 
@@ -42,8 +54,12 @@ def serve(
     PDD_ROUTER_SERVICE__API_KEY=KEY makes every endpoint but /healthz and /readyz require
     Authorization: Bearer KEY. Without a key, requests that change the router's state
     (instances, KV events, experiments) are refused unless
-    PDD_ROUTER_SERVICE__ALLOW_UNAUTHENTICATED_ADMIN=true."""
+    PDD_ROUTER_SERVICE__ALLOW_UNAUTHENTICATED_ADMIN=true.
+
+    --demo needs nothing else: `pdd-router serve --demo`, then point any OpenAI client at
+    http://127.0.0.1:8000/v1 with model pdd-demo (any API key, unless one is configured)."""
     import os
+    import tempfile
 
     import uvicorn
     from pydantic import ValidationError
@@ -65,6 +81,8 @@ def serve(
     service = settings.service.model_copy(
         update={k: v for k, v in {"host": host, "port": port}.items() if v is not None}
     )
+    if instances is not None and demo:
+        raise UserError("--demo runs its own simulated engines: drop --instances")
     if instances is not None:
         if not instances.is_file():
             raise UserError(f"instances file {instances} does not exist")
@@ -80,6 +98,10 @@ def serve(
             raise UserError(str(exc)) from exc
         updates["policy"] = settings.policy.model_copy(update={"name": policy})
     settings = settings.model_copy(update=updates)
+    if demo:
+        from router.service.demo import demo_settings
+
+        settings = demo_settings(settings)
     if settings.index.backend == "redis":
         from router.index.factory import build_index
 
@@ -93,5 +115,31 @@ def serve(
     warning = exposure_warning(settings.service)
     if warning is not None:
         typer.echo(warning, err=True)
-    app = create_app(settings)
-    uvicorn.run(app, host=settings.service.host, port=settings.service.port, log_level=log_level)
+    if not demo:
+        app = create_app(settings)
+        uvicorn.run(app, host=settings.service.host, port=settings.service.port,
+                    log_level=log_level)  # fmt: skip
+        return
+    from router.service.demo import DEMO_MODEL, demo_adapter_factory, demo_instances
+
+    with tempfile.TemporaryDirectory(prefix="pdd-router-demo-") as folder:
+        # the demo's engines are attached like any instances file's, when the service starts
+        file = Path(folder) / "instances.json"
+        file.write_text(json.dumps([c.model_dump(mode="json") for c in demo_instances()]))
+        service = settings.service.model_copy(update={"instances_file": str(file)})
+        settings = settings.model_copy(update={"service": service})
+        app = create_app(settings, adapter_factory=demo_adapter_factory(settings))
+        typer.echo(_demo_banner(settings.service, DEMO_MODEL))
+        uvicorn.run(app, host=settings.service.host, port=settings.service.port,
+                    log_level=log_level)  # fmt: skip
+
+
+def _demo_banner(service: ServiceSettings, model: str) -> str:
+    """The demo's one startup line: where to point an OpenAI client, and with what."""
+    host = f"[{service.host}]" if ":" in service.host else service.host
+    key = (
+        "API key: the value of PDD_ROUTER_SERVICE__API_KEY"
+        if service.api_key
+        else "any API key (none is checked)"
+    )
+    return f"pdd-router demo: OpenAI API at http://{host}:{service.port}/v1, model {model}, {key}"

@@ -16,7 +16,7 @@ import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from engines_adapter.contract import (
     EngineError,
@@ -49,9 +49,19 @@ class SimEngineConfig(BaseModel):
     prefill_s_per_token: float = Field(0.0, ge=0)  # per uncached prompt token
     decode_s_per_token: float = Field(0.0, ge=0)
     eos_token_id: int | None = None  # None: never stops before max_tokens
+    # the token IDs generation draws from, uniformly (repeat one to make it likelier; include
+    # eos_token_id to stop); None: the whole vocabulary
+    output_token_ids: list[int] | None = Field(None, min_length=1)
     model_seed: int = 0  # the toy model; equal on every instance of a deployment
     hash_seed: int = Field(0, ge=0)  # the cache's own block hashes, like an engine's
     event_queue_size: int = Field(10_000, gt=0)  # per KV-event subscriber
+
+    @model_validator(mode="after")
+    def _outputs_in_vocabulary(self) -> SimEngineConfig:
+        bad = [t for t in self.output_token_ids or () if not 0 <= t < self.vocab_size]
+        if bad:
+            raise ValueError(f"output_token_ids: {bad[0]} is not below vocab_size")
+        return self
 
 
 class SimFaults(BaseModel):
@@ -96,7 +106,12 @@ class SimEngine:
         self.instance_id = instance_id
         self.config = config or SimEngineConfig()
         self.faults = faults or SimFaults()
-        self.model = ToyModel(self.config.vocab_size, self.config.model_seed)
+        outputs = self.config.output_token_ids
+        self.model = ToyModel(
+            self.config.vocab_size,
+            self.config.model_seed,
+            tuple(outputs) if outputs is not None else None,
+        )
         self.cache = SimEngineCache(
             self.config.block_size, self.config.cache_blocks, self.config.hash_seed
         )

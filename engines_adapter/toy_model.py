@@ -1,7 +1,8 @@
 """A deterministic toy model for the simulated engine: the next token depends on the whole context.
 
 The context is folded into a 64-bit state, ``s' = (s * A + token + 1) mod 2**64``,
-and the next token is a mix of the state modulo the vocabulary size. Because the
+and the next token is a mix of the state modulo the vocabulary size (or, when the model
+is given the token IDs it may emit, an index into that list). Because the
 state is a function of every token so far, decoding ``prompt + first k outputs``
 as a new prompt continues exactly as the original decode did: the property that
 makes the extend-decode handoff testable without a GPU.
@@ -30,14 +31,24 @@ def _fmix64(x: int) -> int:
 
 @dataclass(frozen=True, slots=True)
 class ToyModel:
-    """Greedy next-token function of the entire context; same seed, same tokens."""
+    """Greedy next-token function of the entire context; same seed, same tokens.
+
+    ``outputs``, when given, are the token IDs it emits, each equally likely (list an ID
+    several times to make it likelier); None: any ID of the vocabulary."""
 
     vocab_size: int = 512
     seed: int = 0
+    outputs: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.vocab_size < 2:
             raise ValueError("vocab_size must be at least 2")
+        if self.outputs is not None:
+            if not self.outputs:
+                raise ValueError("outputs must name at least one token ID")
+            bad = [t for t in self.outputs if not 0 <= t < self.vocab_size]
+            if bad:
+                raise ValueError(f"output token {bad[0]} out of vocabulary ({self.vocab_size})")
 
     @property
     def initial_state(self) -> int:
@@ -58,6 +69,8 @@ class ToyModel:
 
     def next_token(self, state: int) -> int:
         """The token greedy decoding emits after a context with this state."""
+        if self.outputs is not None:
+            return self.outputs[_fmix64(state) % len(self.outputs)]
         return _fmix64(state) % self.vocab_size
 
     def greedy(self, prompt: Iterable[int], n: int) -> list[int]:

@@ -5,19 +5,18 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import ValidationError
 
-from engines_adapter.contract import EngineError
 from policies.types import Decision, RequestView
 from router.hashing import HashExtras, chain_hashes
 from router.service.decide import check_prompt, decide
-from router.service.errors import ApiError, error_body
-from router.service.generation import Generation, Job, sse_data, stream_error
+from router.service.errors import ApiError
+from router.service.generation import Generation, Job, stream_events
 from router.service.models import ResolvedModel
 from router.service.route_body import FastRouteBody, decode_route_body
 from router.service.schemas import (
@@ -204,31 +203,18 @@ async def _stream_completion(
     head = {"id": run.request_id, "object": "text_completion", "created": int(time.time()),
             "model": job.model.name}  # fmt: skip
 
-    async def events() -> AsyncIterator[str]:
-        sent = 0
-        try:
-            try:
-                async for ids in run.deltas():
-                    sent += len(ids)
-                    delta = await text.push(ids)
-                    choice = {"index": 0, "text": delta, "token_ids": ids, "finish_reason": None}
-                    yield sse_data({**head, "choices": [choice]})
-                    if text.stopped:
-                        break
-            except EngineError as exc:
-                message, kind, status = stream_error(exc)
-                yield sse_data(error_body(message, kind, None, status))
-                yield "data: [DONE]\n\n"
-                return
-            rest = await text.flush()
-            run.finish(stopped=text.stopped)
-            reason = "stop" if text.stopped else run.outcome.finish_reason or "length"
-            final = {"index": 0, "text": rest, "token_ids": [], "finish_reason": reason}
-            yield sse_data({**head, "choices": [final], "pdd": run.served()})
-            if include_usage:
-                yield sse_data({**head, "choices": [], "usage": run.usage(sent)})
-            yield "data: [DONE]\n\n"
-        finally:
-            await run.close()
+    events = stream_events(run, text, head, _CompletionChunks(), include_usage)
+    return StreamingResponse(events, media_type="text/event-stream", headers=run.headers())
 
-    return StreamingResponse(events(), media_type="text/event-stream", headers=run.headers())
+
+class _CompletionChunks:
+    """A completion stream's choices: text and the token IDs it came from."""
+
+    def opening(self) -> list[dict[str, Any]]:
+        return []
+
+    def delta(self, text: str, ids: list[int]) -> dict[str, Any] | None:
+        return {"index": 0, "text": text, "token_ids": ids, "finish_reason": None}
+
+    def final(self, text: str, reason: str) -> dict[str, Any]:
+        return {"index": 0, "text": text, "token_ids": [], "finish_reason": reason}

@@ -13,7 +13,7 @@ import json
 import time
 from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import anyio
 import structlog
@@ -24,7 +24,7 @@ from policies.tiers import Tier
 from policies.types import Decision, RequestView
 from router.hashing import HashExtras, chain_hashes
 from router.service.decide import decide
-from router.service.errors import ApiError
+from router.service.errors import ApiError, error_body
 from router.service.experiments import Arm
 from router.service.models import ResolvedModel
 from router.service.orchestrator import ExecutionResult, Upstream, execute
@@ -32,7 +32,16 @@ from router.service.outcomes import Timing, record_outcome, unwatch, unwatched_o
 from router.service.state import ServiceState
 from router.service.text_stream import TextStream
 
-__all__ = ["ClientGone", "Generation", "Job", "served", "sse_data", "stream_error"]
+__all__ = [
+    "ChunkFormat",
+    "ClientGone",
+    "Generation",
+    "Job",
+    "served",
+    "sse_data",
+    "stream_error",
+    "stream_events",
+]
 
 MAX_ATTEMPTS = 3
 DISCONNECT_POLL_S = 0.2
@@ -234,6 +243,60 @@ def stream_error(exc: EngineError) -> tuple[str, str, int]:
         (400, "invalid_request_error") if exc.cause == "request" else (502, "upstream_error")
     )
     return f"engine failed mid-stream: {exc.public}", kind, status
+
+
+class ChunkFormat(Protocol):
+    """How an endpoint writes its stream's choices."""
+
+    def opening(self) -> list[dict[str, Any]]:
+        """Choices sent before any token (chat: the assistant's role)."""
+        ...
+
+    def delta(self, text: str, ids: list[int]) -> dict[str, Any] | None:
+        """The choice for new tokens and their text (None: send nothing)."""
+        ...
+
+    def final(self, text: str, reason: str) -> dict[str, Any]:
+        """The last choice: the text still held back and the finish reason."""
+        ...
+
+
+async def stream_events(
+    run: Generation,
+    text: TextStream,
+    head: dict[str, Any],
+    form: ChunkFormat,
+    include_usage: bool,
+) -> AsyncIterator[str]:
+    """A generation as server-sent events: the endpoint's chunks (``head`` plus choices),
+    the ``pdd`` field on the last one, usage when asked, an error event if an engine
+    fails on the way, and ``[DONE]``; the engines stop when the client leaves."""
+    sent = 0
+    try:
+        for opening in form.opening():
+            yield sse_data({**head, "choices": [opening]})
+        try:
+            async for ids in run.deltas():
+                sent += len(ids)
+                choice = form.delta(await text.push(ids), ids)
+                if choice is not None:
+                    yield sse_data({**head, "choices": [choice]})
+                if text.stopped:
+                    break
+        except EngineError as exc:
+            message, kind, status = stream_error(exc)
+            yield sse_data(error_body(message, kind, None, status))
+            yield "data: [DONE]\n\n"
+            return
+        rest = await text.flush()
+        run.finish(stopped=text.stopped)
+        reason = "stop" if text.stopped else run.outcome.finish_reason or "length"
+        yield sse_data({**head, "choices": [form.final(rest, reason)], "pdd": run.served()})
+        if include_usage:
+            yield sse_data({**head, "choices": [], "usage": run.usage(sent)})
+        yield "data: [DONE]\n\n"
+    finally:
+        await run.close()
 
 
 def sse_data(obj: object) -> str:

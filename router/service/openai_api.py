@@ -5,16 +5,14 @@ completion (``generation.py``), the answer's text decoded by the router."""
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from engines_adapter.contract import EngineError
 from router.service.api import job_of
-from router.service.errors import ApiError, error_body
-from router.service.generation import Generation, sse_data, stream_error
+from router.service.errors import ApiError
+from router.service.generation import Generation, stream_events
 from router.service.schemas import ERROR_RESPONSES, ChatRequest
 from router.service.state import ServiceState
 from router.service.text_stream import TextStream
@@ -67,7 +65,8 @@ async def chat_completions(body: ChatRequest, request: Request) -> object:
     head = {"id": run.request_id, "created": created, "model": model.name}
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        events = _chat_events(run, text, head, include_usage)
+        chunk = {**head, "object": "chat.completion.chunk"}
+        events = stream_events(run, text, chunk, _ChatChunks(), include_usage)
         return StreamingResponse(events, media_type="text/event-stream", headers=run.headers())
     tokens = 0
     try:
@@ -86,37 +85,16 @@ async def chat_completions(body: ChatRequest, request: Request) -> object:
     return JSONResponse(payload, headers=run.headers())
 
 
-async def _chat_events(
-    run: Generation, text: TextStream, head: dict[str, Any], include_usage: bool
-) -> AsyncIterator[str]:
-    """The chat's SSE chunks: the role first, then content deltas, the finish reason, and
-    (with ``include_usage``) the usage."""
-    chunk = {**head, "object": "chat.completion.chunk"}
-    sent = 0
-    try:
-        role = {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
-        yield sse_data({**chunk, "choices": [role]})
-        try:
-            async for ids in run.deltas():
-                sent += len(ids)
-                delta = await text.push(ids)
-                if delta:
-                    choice = {"index": 0, "delta": {"content": delta}, "finish_reason": None}
-                    yield sse_data({**chunk, "choices": [choice]})
-                if text.stopped:
-                    break
-        except EngineError as exc:
-            message, kind, status = stream_error(exc)
-            yield sse_data(error_body(message, kind, None, status))
-            yield "data: [DONE]\n\n"
-            return
-        rest = await text.flush()
-        run.finish(stopped=text.stopped)
-        reason = "stop" if text.stopped else run.outcome.finish_reason or "length"
-        final = {"index": 0, "delta": {"content": rest} if rest else {}, "finish_reason": reason}
-        yield sse_data({**chunk, "choices": [final], "pdd": run.served()})
-        if include_usage:
-            yield sse_data({**chunk, "choices": [], "usage": run.usage(sent)})
-        yield "data: [DONE]\n\n"
-    finally:
-        await run.close()
+class _ChatChunks:
+    """A chat stream's choices: the assistant's role first, then content deltas."""
+
+    def opening(self) -> list[dict[str, Any]]:
+        return [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]
+
+    def delta(self, text: str, ids: list[int]) -> dict[str, Any] | None:
+        if not text:
+            return None
+        return {"index": 0, "delta": {"content": text}, "finish_reason": None}
+
+    def final(self, text: str, reason: str) -> dict[str, Any]:
+        return {"index": 0, "delta": {"content": text} if text else {}, "finish_reason": reason}

@@ -8,48 +8,16 @@ over ZMQ.
 from __future__ import annotations
 
 import json
-import os
-import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
+from process_support import free_port, spawn, wait_for
 
 PROMPT = [(11 * i + 5) % 512 for i in range(480)]  # 30 blocks of 16
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def spawn(args: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    with log.open("wb") as out:
-        return subprocess.Popen(
-            [sys.executable, "-m", "cli.app", *args],
-            stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
-        )  # fmt: skip
-
-
-def wait_for(url: str, procs: list[tuple[subprocess.Popen[bytes], Path]]) -> None:
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        for proc, log in procs:
-            if proc.poll() is not None:
-                raise AssertionError(f"{log.name} exited:\n{log.read_text()}")
-        try:
-            if httpx.get(url, timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise AssertionError(f"{url} never answered 200")
 
 
 @pytest.fixture(scope="module")
