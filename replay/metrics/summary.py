@@ -6,14 +6,23 @@ from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from replay.metrics.record import RequestRecord
-from router.sla import SlaThresholds
+from router.sla import SLA_TPOT_S, SLA_TTFT_S
 
 __all__ = ["Percentiles", "SlaThresholds", "Summary", "TransferStats", "summarize", "wan_gbps"]
 
 FloatArray = npt.NDArray[np.float64]
+
+
+class SlaThresholds(BaseModel):
+    """A request meets the SLA when its TTFT and its TPOT are both within these."""
+
+    model_config = ConfigDict(frozen=True)
+
+    ttft_s: float = Field(SLA_TTFT_S, gt=0, description="SLA on time to first token, seconds")
+    tpot_s: float = Field(SLA_TPOT_S, gt=0, description="SLA on time per output token, seconds")
 
 
 class Percentiles(BaseModel):
