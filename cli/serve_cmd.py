@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -59,7 +58,6 @@ def serve(
     --demo needs nothing else: `pdd-router serve --demo`, then point any OpenAI client at
     http://127.0.0.1:8000/v1 with model pdd-demo (any API key, unless one is configured)."""
     import os
-    import tempfile
 
     import uvicorn
     from pydantic import ValidationError
@@ -115,30 +113,21 @@ def serve(
     warning = exposure_warning(settings.service)
     if warning is not None:
         typer.echo(warning, err=True)
-    if not demo:
-        app = create_app(settings)
-        uvicorn.run(app, host=settings.service.host, port=settings.service.port,
-                    log_level=log_level)  # fmt: skip
-        return
-    from router.service.demo import DEMO_MODEL, demo_adapter_factory, demo_instances
+    if demo:
+        from router.service.demo import DEMO_MODEL, demo_app
 
-    with tempfile.TemporaryDirectory(prefix="pdd-router-demo-") as folder:
-        # the demo's engines are attached like any instances file's, when the service starts
-        file = Path(folder) / "instances.json"
-        file.write_text(json.dumps([c.model_dump(mode="json") for c in demo_instances()]))
-        service = settings.service.model_copy(update={"instances_file": str(file)})
-        settings = settings.model_copy(update={"service": service})
-        app = create_app(settings, adapter_factory=demo_adapter_factory(settings))
+        app = demo_app(settings)  # the simulated engines are attached when it starts
         typer.echo(_demo_banner(settings.service, DEMO_MODEL))
-        uvicorn.run(app, host=settings.service.host, port=settings.service.port,
-                    log_level=log_level)  # fmt: skip
+    else:
+        app = create_app(settings)
+    uvicorn.run(app, host=settings.service.host, port=settings.service.port, log_level=log_level)
 
 
 def _demo_banner(service: ServiceSettings, model: str) -> str:
     """The demo's one startup line: where to point an OpenAI client, and with what."""
     host = f"[{service.host}]" if ":" in service.host else service.host
     key = (
-        "API key: the value of PDD_ROUTER_SERVICE__API_KEY"
+        "API key: the configured one (PDD_ROUTER_SERVICE__API_KEY)"
         if service.api_key
         else "any API key (none is checked)"
     )

@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
 
 import httpx
+from fastapi import FastAPI
 from tokenizers import Tokenizer
 
 from engines_adapter.contract import EngineAdapter
 from engines_adapter.sim_engine import SimEngine, SimEngineConfig
 from policies.tiers import Tier
-from router.service.app import AdapterFactory, adapter_factory_for
+from router.service.app import AdapterFactory, adapter_factory_for, create_app
+from router.service.lifecycle import attach_instance
 from router.service.schemas import InstanceConfig
+from router.service.state import ServiceState
 from router.settings import Settings
 from router.tokenization.builtin import VOCAB_SIZE, builtin_tokenizer_dir
 from router.tokenization.settings import ModelSettings, TokenizerSettings
@@ -19,6 +25,7 @@ from router.tokenization.settings import ModelSettings, TokenizerSettings
 __all__ = [
     "DEMO_MODEL",
     "demo_adapter_factory",
+    "demo_app",
     "demo_engine_config",
     "demo_instances",
     "demo_settings",
@@ -112,3 +119,22 @@ def demo_adapter_factory(settings: Settings) -> AdapterFactory:
         return fallback(config, client)
 
     return build
+
+
+def demo_app(settings: Settings) -> FastAPI:
+    """The service on the demo's engines: ``create_app`` with ``demo_adapter_factory``, and
+    ``demo_instances`` attached when it starts, as an instances file's are."""
+    app = create_app(settings, adapter_factory=demo_adapter_factory(settings))
+    service_lifespan = app.router.lifespan_context
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Any) -> AsyncIterator[Mapping[str, Any]]:
+        async with service_lifespan(app) as state:
+            assert state is not None  # create_app's lifespan yields the service state
+            svc: ServiceState = state["svc"]
+            for config in demo_instances():
+                await attach_instance(svc, config)
+            yield state
+
+    app.router.lifespan_context = lifespan
+    return app

@@ -1,0 +1,120 @@
+"""`pdd-router serve --demo` as a real process, driven by the official `openai` client."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+from openai import OpenAI
+from process_support import free_port, spawn, wait_for
+
+MODEL = "pdd-demo"
+TURN_1: list[Any] = [
+    {"role": "system", "content": "You are a helpful assistant that answers in one sentence."},
+    {"role": "user", "content": "Hello, which pipeline will the router pick for this request?"},
+]
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[OpenAI, Path]]:
+    """The demo server on a free port, and a client of it; stopped by PID afterwards."""
+    log = tmp_path_factory.mktemp("demo") / "serve.log"
+    port = free_port()
+    proc = spawn(["serve", "--demo", "--port", str(port), "--log-level", "warning"], log)
+    try:
+        wait_for(f"http://127.0.0.1:{port}/readyz", [(proc, log)], limit_s=20)
+        client = OpenAI(
+            base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", timeout=10, max_retries=0
+        )
+        yield client, log
+        client.close()
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
+
+
+def test_startup_line_names_the_base_url_and_model(demo: tuple[OpenAI, Path]) -> None:
+    client, log = demo
+    first = log.read_text().splitlines()[0]
+    assert str(client.base_url).rstrip("/") in first
+    assert MODEL in first
+
+
+def test_models_list_names_the_demo_model(demo: tuple[OpenAI, Path]) -> None:
+    client, _ = demo
+    assert [m.id for m in client.models.list()] == [MODEL]
+
+
+def test_chat_answers_and_the_second_turn_hits_the_cache(demo: tuple[OpenAI, Path]) -> None:
+    client, _ = demo
+    first = client.chat.completions.create(model=MODEL, messages=TURN_1)
+    answer = first.choices[0].message.content
+    assert answer
+    assert answer.strip()
+    assert answer.isascii()
+    assert answer.isprintable()
+    assert first.choices[0].finish_reason in ("stop", "length")
+    assert first.usage is not None
+    assert first.usage.prompt_tokens > 0
+    assert first.usage.completion_tokens > 0
+
+    turn_2 = [*TURN_1, {"role": "assistant", "content": answer},
+              {"role": "user", "content": "Why that one?"}]  # fmt: skip
+    second = client.chat.completions.create(model=MODEL, messages=turn_2)
+    assert second.usage is not None
+    assert second.usage.prompt_tokens_details is not None
+    cached = second.usage.prompt_tokens_details.cached_tokens
+    assert cached is not None
+    assert 0 < cached <= second.usage.prompt_tokens
+
+
+def test_streaming_chat_matches_the_whole_answer(demo: tuple[OpenAI, Path]) -> None:
+    client, _ = demo
+    messages = [*TURN_1[:1], {"role": "user", "content": "Tell me about prefix caches."}]
+    whole = client.chat.completions.create(model=MODEL, messages=messages)
+    stream = client.chat.completions.create(model=MODEL, messages=messages, stream=True)
+    parts: list[str] = []
+    reasons: list[str | None] = []
+    for chunk in stream:
+        for choice in chunk.choices:
+            parts.append(choice.delta.content or "")
+            reasons.append(choice.finish_reason)
+    text = "".join(parts)
+    assert text  # the toy model is deterministic: the same prompt, the same answer
+    assert text == whole.choices[0].message.content
+    assert reasons[-1] == whole.choices[0].finish_reason
+    assert all(r is None for r in reasons[:-1])
+
+
+def test_text_completions_single_and_batched(demo: tuple[OpenAI, Path]) -> None:
+    client, _ = demo
+    one = client.completions.create(model=MODEL, prompt="Hello world", max_tokens=16)
+    assert len(one.choices) == 1
+    assert one.choices[0].text
+    batch = client.completions.create(
+        model=MODEL, prompt=["Hello world", "The engine decodes"], max_tokens=8
+    )
+    assert sorted(c.index for c in batch.choices) == [0, 1]
+
+
+def test_refusals_in_openai_shape(demo: tuple[OpenAI, Path]) -> None:
+    client, _ = demo
+    with pytest.raises(openai.BadRequestError):
+        client.chat.completions.create(model=MODEL, messages=TURN_1, n=2)
+    with pytest.raises(openai.NotFoundError):
+        client.chat.completions.create(model="no-such-model", messages=TURN_1)
+
+
+def test_pipeline_header_on_non_streaming_responses(demo: tuple[OpenAI, Path]) -> None:
+    client, _ = demo
+    raw = client.chat.completions.with_raw_response.create(model=MODEL, messages=TURN_1)
+    assert raw.headers["x-pdd-pipeline"] in ("P-MD", "P-RLD", "P-RLD-MD")
+    assert raw.parse().choices[0].message.content
