@@ -9,9 +9,16 @@ from policies.types import ClusterView, InstanceLoad, LinkState, RequestView
 __all__ = ["Placement", "hit_tokens", "link_between", "prefill_delay_s"]
 
 
-def hit_tokens(request: RequestView, blocks: int) -> int:
-    """Prompt tokens covered by ``blocks`` leading blocks."""
-    return min(blocks * request.block_size, request.input_length)
+def hit_tokens(request: RequestView, blocks: int, instance: InstanceLoad | None = None) -> int:
+    """Prompt tokens covered by ``blocks`` leading blocks, as ``instance``'s engine would
+    serve them from its cache: in whole blocks of its own size, and never the prompt's last
+    token (vLLM computes it), when the engine reported its block size."""
+    tokens = min(blocks * request.block_size, request.input_length)
+    engine_block = instance.cache_block_tokens if instance is not None else None
+    if engine_block:
+        tokens = min(tokens, request.input_length - 1)
+        tokens -= tokens % engine_block
+    return max(tokens, 0)
 
 
 def prefill_delay_s(instance: InstanceLoad, uncached_tokens: int, cluster: ClusterView) -> float:

@@ -45,7 +45,7 @@ class PddPolicy:
         rld = choose_least_loaded(cluster, Tier.RLD)
         rld_room = rld is not None and rld.occupancy < prm.rld_saturation
         rld_ttft = relay_ttft_s(request, cluster, p_delay)
-        hits = {Tier.P: hit_tokens(request, p_blocks) / n}
+        hits = {Tier.P: hit_tokens(request, p_blocks, p) / n}
 
         if self._is_odd(request) and rld is not None and rld_room:
             why = (
@@ -59,7 +59,7 @@ class PddPolicy:
         )  # fmt: skip
         if md is None:
             raise LookupError("no healthy main-decode instance")
-        hits[Tier.MD] = hit_tokens(request, md.hit_blocks) / n
+        hits[Tier.MD] = hit_tokens(request, md.hit_blocks, md.instance) / n
         route = MdRoute.of(self.name, p, md, md.transfer_s)
         if md.transfer_s <= prm.wan_budget_s or rld is None or not rld_room:
             why = (

@@ -105,7 +105,7 @@ class PddAdaptivePolicy:
         need = request.input_length + self.expected_output(request)
         rld_room = rld is not None and load < prm.rld_saturation and rld.kv_free_tokens >= need
         rld_ttft = relay_ttft_s(request, cluster, p_delay)
-        hits = {Tier.P: hit_tokens(request, p_blocks) / n}
+        hits = {Tier.P: hit_tokens(request, p_blocks, p) / n}
 
         md = choose_decode(
             request, cluster, Tier.MD, p, matches.get(Tier.MD, {}),
@@ -113,7 +113,7 @@ class PddAdaptivePolicy:
         )  # fmt: skip
         if md is None:
             raise LookupError("no healthy main-decode instance")
-        hits[Tier.MD] = hit_tokens(request, md.hit_blocks) / n
+        hits[Tier.MD] = hit_tokens(request, md.hit_blocks, md.instance) / n
         crosses = cluster.wan is not None and md.instance.datacenter != p.datacenter
         link = cluster.wan if crosses and cluster.wan is not None else cluster.rdma
         wan_s = wan_time_s(link, md.transfer_bytes)

@@ -42,8 +42,8 @@ def p_md_decision(
         md_instance=md.instance.instance_id,
         reuse_md_cache=reuse_md_cache,
         predicted_hit={
-            Tier.P: hit_tokens(request, p_blocks) / n,
-            Tier.MD: hit_tokens(request, md.hit_blocks) / n,
+            Tier.P: hit_tokens(request, p_blocks, p) / n,
+            Tier.MD: hit_tokens(request, md.hit_blocks, md.instance) / n,
         },
         predicted_wan_bytes=md.transfer_bytes if crosses else 0.0,
         predicted_wan_s=md.transfer_s if crosses else 0.0,

@@ -21,7 +21,9 @@ def choose_prefill(
     best: tuple[float, str, InstanceLoad, int] | None = None
     for inst in pool:
         blocks = matches.get(inst.instance_id, 0)
-        delay = prefill_delay_s(inst, request.input_length - hit_tokens(request, blocks), cluster)
+        delay = prefill_delay_s(
+            inst, request.input_length - hit_tokens(request, blocks, inst), cluster
+        )
         key = (delay, inst.instance_id)
         if best is None or key < (best[0], best[1]):
             best = (delay, inst.instance_id, inst, blocks)
@@ -49,7 +51,7 @@ def choose_decode(
         if inst.kv_free_tokens < request.input_length and inst.running > 0:
             continue  # would queue for memory; other instances first
         blocks = matches.get(inst.instance_id, 0) if reuse_cache else 0
-        missing = request.input_length - hit_tokens(request, blocks)
+        missing = request.input_length - hit_tokens(request, blocks, inst)
         nbytes = missing * cluster.kv_bytes_per_token
         seconds = link_between(cluster, source, inst).transfer_s(nbytes)
         score = seconds + load_weight_s * inst.occupancy
@@ -59,7 +61,9 @@ def choose_decode(
         # every instance is short of KV memory: take the emptiest one, it will queue
         inst = max(cluster.pool(tier), key=lambda i: (i.kv_free_tokens, i.instance_id))
         blocks = matches.get(inst.instance_id, 0) if reuse_cache else 0
-        nbytes = (request.input_length - hit_tokens(request, blocks)) * cluster.kv_bytes_per_token
+        nbytes = (
+            request.input_length - hit_tokens(request, blocks, inst)
+        ) * cluster.kv_bytes_per_token
         seconds = link_between(cluster, source, inst).transfer_s(nbytes)
         best = Placement(inst, blocks, nbytes, seconds, seconds + load_weight_s)
     return best

@@ -77,6 +77,9 @@ class InstanceLoad:
     queued_prefill_tokens: int = 0  # prompt tokens still to prefill, for queue-time estimates
     max_batch: int = 256
     healthy: bool = True
+    # The engine's own KV block, in tokens, when it reports one: it reuses only whole blocks
+    # and never the prompt's last token, so a hit counts in those (None: as matched)
+    cache_block_tokens: int | None = None
 
     @property
     def kv_free_tokens(self) -> int:

@@ -43,7 +43,8 @@ def load_instances_file(path: str) -> list[InstanceConfig]:
 
 
 async def attach_instance(svc: ServiceState, config: InstanceConfig) -> None:
-    """Register an instance and start consuming its KV events."""
+    """Register an instance, start consuming its KV events, and probe it once (its load and
+    KV block size count from its first decision on, not from the next poll)."""
     if config.instance_id in svc.pool.configs:
         await detach_instance(svc, config.instance_id)
     try:
@@ -58,6 +59,7 @@ async def attach_instance(svc: ServiceState, config: InstanceConfig) -> None:
     if config.kv_events_endpoint is not None or config.adapter == "sim":
         task = asyncio.create_task(_consume_events(svc, config.instance_id, adapter.kv_events()))
         svc.event_tasks[config.instance_id] = task
+    await _probe(svc, config.instance_id, svc.settings.service.probe_timeout_s)
 
 
 async def detach_instance(svc: ServiceState, instance_id: str) -> None:
@@ -137,6 +139,7 @@ async def _probe(svc: ServiceState, instance_id: str, timeout: float) -> bool:
         svc.pool.reported(
             instance_id, running=figures.running, waiting=figures.waiting,
             kv_used=int(figures.kv_usage * load.kv_capacity_tokens),
+            block_size=figures.block_size,
         )  # fmt: skip
         with contextlib.suppress(Exception):
             blocks = await svc.lane.run(svc.index.num_blocks, instance_id)

@@ -158,13 +158,24 @@ class InstancePool:
 
     # -- load: the engine's report and the router's own in-flight work -------------------
 
-    def reported(self, instance_id: str, *, running: int, waiting: int, kv_used: int) -> None:
-        """What the engine's metrics said (a poll)."""
+    def reported(
+        self,
+        instance_id: str,
+        *,
+        running: int,
+        waiting: int,
+        kv_used: int,
+        block_size: int | None = None,
+    ) -> None:
+        """What the engine's metrics said (a poll); ``block_size``: its KV block in tokens."""
         flight = self._inflight.get(instance_id)
         if flight is None:
             return
         flight.reported_running, flight.reported_waiting = running, waiting
-        self.loads[instance_id].kv_used_tokens = kv_used
+        load = self.loads[instance_id]
+        load.kv_used_tokens = kv_used
+        if block_size:
+            load.cache_block_tokens = block_size
         self._refresh(instance_id, flight)
 
     def stream_started(self, instance_id: str, delta: int = 1) -> None:

@@ -108,7 +108,8 @@ def test_kv_events_from_engines_steer_later_decisions(client: TestClient) -> Non
         if again["predicted_hit"]["md"] > 0:
             break
         time.sleep(0.02)
-    assert again["predicted_hit"]["md"] == pytest.approx(1.0)  # all 40 full blocks held
+    # all 40 full blocks held; the engine serves 624 of the 640 tokens (never the last)
+    assert again["predicted_hit"]["md"] == pytest.approx(624 / 640)
     md = next(i for i in client.get("/v1/instances").json() if i["instance_id"] == "md0")
     assert md["indexed_blocks"] >= 40
 
@@ -123,7 +124,7 @@ def test_posted_kv_events_in_map_and_array_form(client: TestClient) -> None:
     r = client.post("/v1/kv-events", json={"instance_id": "md0", "events": events})
     assert r.status_code == 202
     route = client.post("/v1/route", json={"token_ids": tokens}).json()
-    assert route["predicted_hit"]["md"] == pytest.approx(1.0)
+    assert route["predicted_hit"]["md"] == pytest.approx(16 / 32)  # the engine: never the last
     r = client.post("/v1/kv-events", json={"instance_id": "nope", "events": []})
     assert r.status_code == 404
 

@@ -245,4 +245,5 @@ def test_large_kv_event_batch_leaves_the_event_loop_free(default_limit: str) -> 
           f"n={len(healthz)} max={max(healthz) * 1000:.0f} ms")  # fmt: skip
     assert len(healthz) >= 5
     assert max(healthz) < 0.4 * seconds
-    assert route.json()["predicted_hit"]["md"] == pytest.approx(1.0)
+    # the batch's first 64 tokens, as the engine would serve them: 48 (never the last token)
+    assert route.json()["predicted_hit"]["md"] == pytest.approx(48 / 64)

@@ -174,3 +174,22 @@ def test_link_prediction_follows_processor_sharing() -> None:
     link.backlog_bytes = 100e9
     assert link.transfer_s(1e9) == pytest.approx(0.01 + 3.0)
     assert link.transfer_s(0) == 0.0
+
+
+def test_a_hit_counts_as_the_engine_serves_it() -> None:
+    """Matched router blocks become the tokens the engine would serve from cache: whole
+    blocks of its own size, never the prompt's last token (when it reported its size)."""
+    from policies.estimates import hit_tokens
+    from policies.tiers import Tier
+    from policies.types import InstanceLoad, RequestView
+
+    request = RequestView(tuple(range(20)), 16, 320, 8)  # 20 blocks of 16 tokens
+    plain = InstanceLoad("md0", Tier.MD, "B", kv_capacity_tokens=10**6)
+    vllm = InstanceLoad("md1", Tier.MD, "B", kv_capacity_tokens=10**6, cache_block_tokens=128)
+    sim = InstanceLoad("md2", Tier.MD, "B", kv_capacity_tokens=10**6, cache_block_tokens=16)
+    assert hit_tokens(request, 20) == 320  # no engine block known: as matched
+    assert hit_tokens(request, 20, plain) == 320
+    assert hit_tokens(request, 20, sim) == 304  # the last token is always computed
+    assert hit_tokens(request, 20, vllm) == 256  # whole 128-token blocks below 319
+    assert hit_tokens(request, 7, vllm) == 0  # 112 matched tokens fill no engine block
+    assert hit_tokens(request, 9, vllm) == 128
