@@ -255,3 +255,26 @@ def test_a_busy_prefill_instance_sends_concurrent_requests_elsewhere() -> None:
         with ThreadPoolExecutor(max_workers=4) as pool:
             chosen = list(pool.map(send, prompts))
     assert set(chosen) == {"p0", "p1"}, chosen  # without the count, all four went to p0
+
+
+def test_tenants_with_different_cache_salts_never_share_a_predicted_hit() -> None:
+    """cache_salt goes into the block hashes (the first block, so the whole chain): the
+    router recorded tenant a's prompt (approximate mode), and only tenant a's next request
+    for the same prompt is predicted to hit, not tenant b's."""
+    with make_client(Engines(), approximate_index=True) as c:
+        register(c, *TOPOLOGY)
+
+        def predicted(salt: str | None) -> float:
+            body: dict[str, Any] = {"prompt": PROMPT, "max_tokens": 2}
+            if salt is not None:
+                body["cache_salt"] = salt
+            response = c.post("/v1/completions", json=body)
+            assert response.status_code == 200, response.text
+            hit: float = response.json()["pdd"]["predicted_hit"]["md"]
+            return hit
+
+        assert predicted("tenant-a") == 0.0  # nothing cached yet
+        assert predicted("tenant-a") == pytest.approx(624 / 640)  # its own prefix
+        assert predicted("tenant-b") == 0.0  # the same tokens, another tenant
+        assert predicted("tenant-b") == pytest.approx(624 / 640)  # b's own, now recorded
+        assert predicted("tenant-c") == 0.0
