@@ -46,6 +46,18 @@ class Endpoint:
     kv_replay: str | None = None
 
 
+def pair_instances(a: Endpoint, b: Endpoint) -> list[dict[str, str]]:
+    """Instance configs over two engines: P and RLD on ``a`` (datacenter A), MD on ``b``
+    (B), the decode instances publishing KV events."""
+    return [
+        {"instance_id": "p0", "tier": "p", "datacenter": "A", "url": a.url},
+        {"instance_id": "rld0", "tier": "rld", "datacenter": "A", "url": a.url,
+         "kv_events_endpoint": a.kv_events},
+        {"instance_id": "md0", "tier": "md", "datacenter": "B", "url": b.url,
+         "kv_events_endpoint": b.kv_events},
+    ]  # fmt: skip
+
+
 RANDOM_WEIGHTS = """
 import json, sys, torch
 from safetensors.torch import save_file

@@ -37,6 +37,7 @@ from vllm_launcher import (
     VOCAB,
     Endpoint,
     free_port,
+    pair_instances,
     random_model,
     vllm_python,
     vllm_servers,
@@ -100,15 +101,7 @@ def settings(cluster: ChatCluster, policy_params: dict[str, Any]) -> Settings:
 def attach(client: httpx.Client | TestClient, cluster: ChatCluster) -> None:
     """P and RLD on the first engine (datacenter A), MD on the second (B), all serving
     the model and publishing KV events."""
-    a, b = cluster.engines
-    instances = [
-        {"instance_id": "p0", "tier": "p", "datacenter": "A", "url": a.url},
-        {"instance_id": "rld0", "tier": "rld", "datacenter": "A", "url": a.url,
-         "kv_events_endpoint": a.kv_events},
-        {"instance_id": "md0", "tier": "md", "datacenter": "B", "url": b.url,
-         "kv_events_endpoint": b.kv_events},
-    ]  # fmt: skip
-    for body in instances:
+    for body in pair_instances(*cluster.engines):
         body = {**body, "adapter": "vllm", "model": cluster.name}
         response = client.post("/v1/instances", json=body)
         assert response.status_code == 201, response.text
@@ -282,7 +275,9 @@ def test_chat_handed_off_from_rld_to_md_answers_as_one_engine_does(cluster: Chat
         {"role": "system", "content": sentence(40, seed=31)},
         {"role": "user", "content": "Hand this answer over halfway, please."},
     ]
-    n = 60
+    # long enough that RLD cannot finish before MD is ready, even with four CPU engines
+    # sharing two cores (at 60 tokens it did, in two runs of three)
+    n = 300
     md = cluster.engines[1]
     # one engine's answer; MD then holds the prompt, so it is ready long before RLD ends
     direct = httpx.post(f"{md.url}/v1/chat/completions", json=chat_body(cluster, messages, n),

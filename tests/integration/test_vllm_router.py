@@ -22,7 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from router.service.app import create_app
 from router.settings import Settings
-from vllm_launcher import BLOCK_SIZE, VOCAB, Endpoint
+from vllm_launcher import BLOCK_SIZE, VOCAB, Endpoint, pair_instances
 
 pytestmark = pytest.mark.vllm
 
@@ -42,14 +42,7 @@ def router(pair: list[Endpoint], policy_params: dict[str, Any], **service: Any) 
     )
     client = TestClient(create_app(settings))
     client.__enter__()
-    instances = [
-        {"instance_id": "p0", "tier": "p", "datacenter": "A", "url": a.url},
-        {"instance_id": "rld0", "tier": "rld", "datacenter": "A", "url": a.url,
-         "kv_events_endpoint": a.kv_events},
-        {"instance_id": "md0", "tier": "md", "datacenter": "B", "url": b.url,
-         "kv_events_endpoint": b.kv_events},
-    ]  # fmt: skip
-    for body in instances:
+    for body in pair_instances(a, b):
         assert client.post("/v1/instances", json={**body, "adapter": "vllm"}).status_code == 201
     return client
 
