@@ -10,7 +10,7 @@ from typing import Any
 from fastapi import APIRouter, Request, Response
 
 from engines_adapter.contract import KVEventBatch
-from engines_adapter.kv_events import KVEventInputError, decode_json_batch
+from engines_adapter.kv_events_json import KVEventInputError, decode_json_batch
 from router.index.base import UnknownInstanceError
 from router.service.auth import outside_networks
 from router.service.errors import ApiError
