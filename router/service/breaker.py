@@ -11,10 +11,9 @@ twice as long (at most ``max_open_s``).
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 
 from router.index.base import Clock
@@ -34,7 +33,6 @@ class _Breaker:
     failures: int = 0
     opened_at: float = 0.0
     open_s: float = 0.0
-    opened: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 class CircuitBreakers:
@@ -70,10 +68,6 @@ class CircuitBreakers:
         """Whether requests may go to the instance now."""
         return self._get(instance_id).state is not BreakerState.OPEN
 
-    def opened(self, instance_id: str) -> asyncio.Event:
-        """Set when the instance is taken out (a request waiting on it can give up)."""
-        return self._get(instance_id).opened
-
     def forget(self, instance_id: str) -> None:
         self._breakers.pop(instance_id, None)
 
@@ -107,7 +101,6 @@ class CircuitBreakers:
         if breaker.state is BreakerState.OPEN and rested:
             breaker.state = BreakerState.HALF_OPEN
             breaker.failures = 0
-            breaker.opened = asyncio.Event()
             if self.on_change is not None:
                 self.on_change(instance_id, True)
 
@@ -116,6 +109,5 @@ class CircuitBreakers:
         breaker.opened_at = self._clock()
         base = breaker.open_s * 2 if longer and breaker.open_s > 0 else self.open_s
         breaker.open_s = min(base, self.max_open_s)
-        breaker.opened.set()
         if self.on_change is not None:
             self.on_change(instance_id, False)

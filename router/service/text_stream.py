@@ -39,10 +39,6 @@ class TextStream:
         self.stopped = False
         self.text = ""  # everything given out
 
-    @property
-    def has_text(self) -> bool:
-        return self._tokenizer is not None
-
     async def push(self, ids: Sequence[int]) -> str:
         """The text to give out after these token IDs ('' once a stop string was seen)."""
         if self._tokenizer is None or self.stopped:

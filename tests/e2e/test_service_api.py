@@ -278,3 +278,33 @@ def test_tenants_with_different_cache_salts_never_share_a_predicted_hit() -> Non
         assert predicted("tenant-b") == 0.0  # the same tokens, another tenant
         assert predicted("tenant-b") == pytest.approx(624 / 640)  # b's own, now recorded
         assert predicted("tenant-c") == 0.0
+
+
+def test_requests_go_only_to_the_instances_of_their_model() -> None:
+    """Two models behind one router: each request is decided among its model's instances,
+    /v1/models lists both, and a model nobody serves is a 404 in OpenAI's shape."""
+    from router.service.app import create_app
+    from router.settings import Settings
+
+    settings = Settings(
+        service={"vocab_size": VOCAB, "load_poll_s": 0.05, "allow_unauthenticated_admin": True},
+        models=[{"name": name, "tokenizer": {"builtin": True}} for name in ("small", "large")],
+    )
+    with TestClient(create_app(settings, adapter_factory=Engines())) as c:
+        for model in ("small", "large"):
+            for iid, tier, dc in (("p", "p", "A"), ("md", "md", "B")):
+                body = {"instance_id": f"{iid}-{model}", "tier": tier, "datacenter": dc,
+                        "adapter": "sim", "model": model}  # fmt: skip
+                assert c.post("/v1/instances", json=body).status_code == 201
+        listed = c.get("/v1/models").json()
+        assert [m["id"] for m in listed["data"]] == ["large", "small"]
+        for model in ("small", "large", "small"):
+            body = {"model": model, "prompt": PROMPT, "max_tokens": 2}
+            served = c.post("/v1/completions", json=body).json()["pdd"]["instances"]
+            assert served == {"p": f"p-{model}", "md": f"md-{model}"}
+            decision = c.post("/v1/route", json={"token_ids": PROMPT, "model": model}).json()
+            chosen = (decision["p_instance"], decision["md_instance"])
+            assert chosen == (f"p-{model}", f"md-{model}")
+        missing = c.post("/v1/completions", json={"model": "huge", "prompt": PROMPT})
+        assert missing.status_code == 404
+        assert missing.json()["error"]["code"] == "model_not_found"

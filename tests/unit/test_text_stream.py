@@ -1,0 +1,54 @@
+"""A response's text as its tokens arrive: the same text however the tokens are split
+into deltas, and stop strings cut where they begin, even across deltas."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from router.service.text_stream import TextStream
+from router.tokenization import builtin
+from router.tokenization.hf import HFTokenizer
+from router.tokenization.pool import AsyncTokenizer
+
+TOK = HFTokenizer.from_pretrained(builtin.builtin_tokenizer_dir())
+TEXT = " The prefix cache keeps blocks. Café, then the relay decodes. End of turn."
+IDS = TOK.encode_text(TEXT, add_special_tokens=False)
+
+
+async def stream(ids: list[int], stop: list[str], sizes: int) -> tuple[str, list[str], bool]:
+    tokenizer = AsyncTokenizer(TOK, pool_size=1)
+    try:
+        text = TextStream(tokenizer, [1, 3], stop)
+        deltas = []
+        for i in range(0, len(ids), sizes):
+            deltas.append(await text.push(ids[i : i + sizes]))
+            if text.stopped:
+                break
+        deltas.append(await text.flush())
+        return text.text, deltas, text.stopped
+    finally:
+        await tokenizer.aclose()
+
+
+@pytest.mark.parametrize("sizes", [1, 3, 7, 100])
+def test_the_text_is_the_same_however_the_tokens_come(sizes: int) -> None:
+    text, deltas, stopped = asyncio.run(stream(IDS, [], sizes))
+    assert text == TOK.decode(IDS) == "".join(deltas)
+    assert not stopped
+
+
+@pytest.mark.parametrize("sizes", [1, 2, 5, 100])
+def test_a_stop_string_cuts_the_text_where_it_begins(sizes: int) -> None:
+    text, deltas, stopped = asyncio.run(stream(IDS, [" relay", "never there"], sizes))
+    assert stopped
+    assert text == "".join(deltas) == " The prefix cache keeps blocks. Café, then the"
+
+
+def test_without_a_tokenizer_there_is_no_text() -> None:
+    async def run() -> tuple[str, bool]:
+        text = TextStream(None, [1], ["x"])
+        return await text.push(IDS) + await text.flush(), text.stopped
+
+    assert asyncio.run(run()) == ("", False)
