@@ -153,7 +153,7 @@ def build_state(
     return ServiceState(
         settings=settings, index=idx,
         pool=InstancePool(
-            idx, settings.cluster, lambda cfg: factory(cfg, http),
+            settings.cluster, lambda cfg: factory(cfg, http),
             CircuitBreakers(failures_to_open=settings.service.breaker_failures,
                             open_s=settings.service.breaker_open_s),
         ),

@@ -12,6 +12,7 @@ import yaml
 from pydantic import TypeAdapter, ValidationError
 
 from router.errors import UserError
+from router.service.pool import indexed_instance
 from router.service.schemas import InstanceConfig
 from router.service.state import ServiceState
 
@@ -48,11 +49,13 @@ async def attach_instance(svc: ServiceState, config: InstanceConfig) -> None:
     if config.instance_id in svc.pool.configs:
         await detach_instance(svc, config.instance_id)
     try:
-        svc.pool.register(config, svc.settings.block_size)
+        svc.pool.register(config)
     except ValueError as exc:  # the adapter refused the config (e.g. a missing URL)
         from router.service.errors import ApiError
 
         raise ApiError(400, f"instance {config.instance_id}: {exc}", param="url") from exc
+    # a shared index is a network call: on the index's lane, never on the event loop
+    await svc.lane.run(svc.index.register, indexed_instance(config, svc.settings.block_size))
     svc.scheduler.refresh_instances()
     svc.experiments.refresh_instances()
     adapter = svc.pool.adapters[config.instance_id]
@@ -71,6 +74,7 @@ async def detach_instance(svc: ServiceState, instance_id: str) -> None:
             await task
     adapter = svc.pool.remove(instance_id)
     svc.ingestor.forget(instance_id)
+    await svc.lane.run(svc.index.unregister, instance_id)
     svc.scheduler.refresh_instances()
     svc.experiments.refresh_instances()
     with contextlib.suppress(Exception):

@@ -9,7 +9,10 @@ asked for the whole generation, finishes the request (it degrades to P-RLD).
 
 Every upstream call is held to deadlines (the first token within ``first_token_s``,
 each next one within ``inter_token_s``) and its result reaches the pool's circuit
-breakers: a failure held against the instance counts, a success clears the count.
+breakers: a failure held against the instance counts, a success clears the count. A
+call still waiting for its first answer when the instance's breaker opens (its health
+probes found it hung) gives up at once, so the request is decided again elsewhere
+rather than waiting out ``first_token_s``.
 """
 
 from __future__ import annotations
@@ -66,6 +69,12 @@ class Upstream:
         if exc.held_against_instance:
             self.pool.failed(instance_id, unreachable=exc.cause == "unreachable")
 
+    def _late(self, instance_id: str, what: str) -> str:
+        """Why a wait for the instance's first answer ended early."""
+        if self.pool.ejected(instance_id):
+            return f"taken out of service (failed health probes) before its {what}"
+        return f"no {what} within {self.first_token_s:g} s"
+
     def adapter(self, instance_id: str) -> EngineAdapter:
         self.metrics.requests.labels(instance_id).inc()
         return self.pool.get(instance_id)[1]
@@ -86,12 +95,11 @@ class Upstream:
             adapter = self.adapter(instance_id)
             self.pool.prefill_started(instance_id, tokens)
             try:
-                async with asyncio.timeout(self.first_token_s):
-                    result = await adapter.prefill(request, targets=targets)
+                async with asyncio.timeout(self.first_token_s) as deadline:
+                    with self.pool.until_ejected(instance_id, deadline):
+                        result = await adapter.prefill(request, targets=targets)
             except TimeoutError as exc:
-                late = EngineError(
-                    instance_id, f"prefill: no answer within {self.first_token_s:g} s"
-                )
+                late = EngineError(instance_id, "prefill: " + self._late(instance_id, "answer"))
                 self._failed(instance_id, late)
                 span.record_exception(late)
                 raise late from exc
@@ -116,17 +124,23 @@ class Upstream:
         self.pool.stream_started(instance_id)
         try:
             while True:
-                wait_s = self.first_token_s if produced == 0 else self.inter_token_s
                 try:
-                    async with asyncio.timeout(wait_s):
-                        delta = await anext(stream)
+                    if produced == 0:
+                        async with asyncio.timeout(self.first_token_s) as deadline:
+                            with self.pool.until_ejected(instance_id, deadline):
+                                delta = await anext(stream)
+                    else:
+                        async with asyncio.timeout(self.inter_token_s):
+                            delta = await anext(stream)
                 except StopAsyncIteration:
                     break
                 except TimeoutError as exc:
-                    which = "first token" if produced == 0 else f"token after {produced}"
-                    raise EngineError(
-                        instance_id, f"generate: no {which} within {wait_s:g} s"
-                    ) from exc
+                    late = (
+                        self._late(instance_id, "first token")
+                        if produced == 0
+                        else f"no token after {produced} within {self.inter_token_s:g} s"
+                    )
+                    raise EngineError(instance_id, "generate: " + late) from exc
                 if produced == 0 and delta.token_ids:
                     self.pool.succeeded(instance_id)
                 produced += len(delta.token_ids)

@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
-from collections.abc import Callable, Collection
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Iterator
+from dataclasses import dataclass, field
 
 from engines_adapter.contract import EngineAdapter
 from policies.tiers import Tier
 from policies.types import ClusterView, InstanceLoad, LinkState
-from router.index.base import IndexedInstance, PrefixIndex
+from router.index.base import IndexedInstance
 from router.service.breaker import CircuitBreakers
 from router.service.schemas import InstanceConfig
 from router.settings import ClusterSettings
 
-__all__ = ["InstancePool", "UnknownInstance"]
+__all__ = ["InstancePool", "UnknownInstance", "indexed_instance"]
 
 AdapterFactory = Callable[[InstanceConfig], EngineAdapter]
 
@@ -32,6 +34,18 @@ class _InFlight:
     prefill_tokens: int = 0  # prompt tokens of the prefills it waits for (expected uncached)
     reported_running: int = 0
     reported_waiting: int = 0
+    # deadlines of calls waiting for the instance's first answer, cut short if it is ejected
+    waiting: set[asyncio.Timeout] = field(default_factory=set)
+
+
+def indexed_instance(config: InstanceConfig, block_size: int) -> IndexedInstance:
+    """How the prefix index knows an instance: its id, tier, datacenter and capacity."""
+    return IndexedInstance(
+        config.instance_id,
+        config.tier,
+        config.datacenter,
+        capacity_blocks=max(config.capacity_tokens // block_size, 1),
+    )
 
 
 class InstancePool:
@@ -49,14 +63,16 @@ class InstancePool:
 
     def __init__(
         self,
-        index: PrefixIndex,
         cluster: ClusterSettings,
         adapter_factory: AdapterFactory,
         breakers: CircuitBreakers | None = None,
     ) -> None:
         """``breakers`` decide which instances take requests (default: 3 failures in a row
-        take one out for 2 s, then a successful probe lets requests try it again)."""
-        self.index = index
+        take one out for 2 s, then a successful probe lets requests try it again).
+
+        The prefix index is not the pool's: whoever registers an instance here registers
+        it in the index too (on the index's lane, since a shared index is a network call).
+        """
         self._factory = adapter_factory
         self.configs: dict[str, InstanceConfig] = {}
         self.adapters: dict[str, EngineAdapter] = {}
@@ -74,19 +90,11 @@ class InstancePool:
             decode_step_s=cluster.decode_step_s,
         )
 
-    def register(self, config: InstanceConfig, block_size: int) -> None:
+    def register(self, config: InstanceConfig) -> None:
         """Add or replace an instance (its adapter is rebuilt)."""
         adapter = self._factory(config)  # first: a refused config changes nothing
         if config.instance_id in self.configs:
             self.remove(config.instance_id)
-        self.index.register(
-            IndexedInstance(
-                config.instance_id,
-                config.tier,
-                config.datacenter,
-                capacity_blocks=max(config.capacity_tokens // block_size, 1),
-            )
-        )
         load = InstanceLoad(
             config.instance_id,
             config.tier,
@@ -111,7 +119,6 @@ class InstancePool:
         self._inflight.pop(instance_id, None)
         self.breakers.forget(instance_id)
         self.view.instances[config.tier].remove(load)
-        self.index.unregister(instance_id)
         return self.adapters.pop(instance_id)
 
     def get(self, instance_id: str) -> tuple[InstanceConfig, EngineAdapter, InstanceLoad]:
@@ -140,6 +147,30 @@ class InstancePool:
         load = self.loads.get(instance_id)
         if load is not None:
             load.healthy = allowed
+        flight = self._inflight.get(instance_id)
+        if not allowed and flight is not None and flight.waiting:
+            now = asyncio.get_running_loop().time()
+            for deadline in flight.waiting:  # ejected: nobody waits for it any longer
+                deadline.reschedule(now)
+
+    @contextlib.contextmanager
+    def until_ejected(self, instance_id: str, deadline: asyncio.Timeout) -> Iterator[None]:
+        """While in this block, ``deadline`` expires at once if the instance's breaker opens
+        (a hung engine ejected by its probes, say): a call waiting for the first answer
+        of an instance taken out of service gives up then, not at its own deadline."""
+        flight = self._inflight.get(instance_id)
+        if flight is None:
+            yield
+            return
+        flight.waiting.add(deadline)
+        try:
+            yield
+        finally:
+            flight.waiting.discard(deadline)
+
+    def ejected(self, instance_id: str) -> bool:
+        """Whether the instance is out of service (its breaker is open)."""
+        return instance_id in self.configs and not self.breakers.allows(instance_id)
 
     def failed(self, instance_id: str, *, unreachable: bool = False) -> None:
         """A failure held against the instance (a timeout, a 5xx, a broken stream)."""

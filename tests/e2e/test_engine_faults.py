@@ -24,7 +24,8 @@ pytestmark = pytest.mark.slow
 PROMPT = [(13 * i + 1) % 512 for i in range(256)]  # 16 blocks of 16
 ROUTER_ENV = {
     "PDD_ROUTER_SERVICE__LOAD_POLL_S": "0.2",
-    "PDD_ROUTER_SERVICE__ENGINE_TIMEOUT_S": "2",
+    # a first-token deadline far longer than probes need to eject a hung engine
+    "PDD_ROUTER_SERVICE__ENGINE_TIMEOUT_S": "10",
     "PDD_ROUTER_SERVICE__ENGINE_INTER_TOKEN_TIMEOUT_S": "2",
     "PDD_ROUTER_SERVICE__PROBE_TIMEOUT_S": "0.5",
     "PDD_ROUTER_SERVICE__BREAKER_OPEN_S": "1",
@@ -107,8 +108,9 @@ def test_a_hung_engine_is_taken_out_and_requests_go_elsewhere(p_md: Stack) -> No
         print(f"\nhung MD: out of service after {ejected_after} s; request latencies (s): "
               f"{latencies}; /healthz max {max(healthz):.3f} s")  # fmt: skip
         assert [code for code, _ in results] == [200] * 12  # none lost: retried on md1
-        # a request stuck on md0 waits at most the first-token deadline (2 s), then md1
-        assert max(t for _, t in results) < 2 + 3
+        # a request stuck on md0 gives up on it when probes eject md0 (within about 2 s),
+        # not at its first-token deadline (10 s), and is decided again: md1
+        assert max(t for _, t in results) < 5
         assert ejected_after is not None
         assert ejected_after < 5
         assert max(healthz) < 0.5  # the router's event loop never waited on the hung engine

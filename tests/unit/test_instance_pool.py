@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import pytest
+
 from engines_adapter.sim_engine import SimEngine, SimEngineConfig
 from policies.tiers import Tier
-from router.index.memory_index import MemoryPrefixIndex
 from router.service.pool import InstancePool
 from router.service.schemas import InstanceConfig
 from router.settings import ClusterSettings
@@ -12,12 +14,11 @@ from router.settings import ClusterSettings
 
 def pool_with(*specs: tuple[str, Tier]) -> InstancePool:
     pool = InstancePool(
-        MemoryPrefixIndex(),
         ClusterSettings(),
         lambda c: SimEngine(c.instance_id, SimEngineConfig()),
     )
     for iid, tier in specs:
-        pool.register(InstanceConfig(instance_id=iid, tier=tier, adapter="sim"), block_size=16)
+        pool.register(InstanceConfig(instance_id=iid, tier=tier, adapter="sim"))
     return pool
 
 
@@ -49,3 +50,24 @@ def test_prefill_tokens_in_flight_are_the_prefill_queue() -> None:
     pool.remove("p0")
     pool.prefill_started("p0", 100)  # an instance removed meanwhile is ignored
     assert "p0" not in pool.loads
+
+
+async def test_a_wait_on_an_instance_ends_when_its_breaker_opens_and_not_before() -> None:
+    pool = pool_with(("md0", Tier.MD), ("md1", Tier.MD))
+
+    async def wait_on(instance_id: str) -> None:
+        async with asyncio.timeout(30) as deadline:
+            with pool.until_ejected(instance_id, deadline):
+                await asyncio.sleep(60)  # an engine that never answers
+
+    waiting = asyncio.create_task(wait_on("md0"))
+    await asyncio.sleep(0.05)
+    pool.failed("md1", unreachable=True)  # another instance's ejection changes nothing
+    await asyncio.sleep(0.05)
+    assert not waiting.done()
+    pool.failed("md0", unreachable=True)  # md0's breaker opens
+    done, _ = await asyncio.wait({waiting}, timeout=5)
+    assert waiting in done  # at once, not after its 30 s
+    assert isinstance(waiting.exception(), TimeoutError)
+    assert pool.ejected("md0")
+    assert pool.ejected("md1")
