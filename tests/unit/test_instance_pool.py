@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import pytest
 
 from engines_adapter.sim_engine import SimEngine, SimEngineConfig
 from policies.tiers import Tier
