@@ -1,10 +1,12 @@
 """The body of ``POST /v1/route`` decoded fast: msgspec straight from bytes, token IDs into
 numpy, with no per-token Python work.
 
-msgspec checks the JSON's syntax and hands over the token list's raw bytes; when they
-hold nothing but digits, commas and whitespace (then, the JSON being valid, they are a
-list of non-negative integers), numpy parses them in C. One ``bytes.translate`` pass
-(C, deleting every allowed byte) guards it.
+The usual body, a flat list of token IDs and a few scalars (no other ``[`` in the body),
+is parsed by simdjson, which writes the list's integers straight into an int64 buffer
+that numpy wraps without a copy; the scalars are checked by msgspec. Any other body is
+decoded by msgspec, which checks the JSON's syntax and hands over the token list's raw
+bytes; when they hold nothing but digits, commas and whitespace (then, the JSON being
+valid, they are a list of non-negative integers), numpy parses them in C.
 
 A route body is mostly one long list of token IDs; validating it through pydantic cost
 several times the decision itself. ``decode_route_body`` checks the same constraints as
@@ -17,12 +19,14 @@ refused here that ``RouteRequest`` accepts, so the pydantic model stays the cont
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Any
 
 import msgspec
 import numpy as np
 import numpy.typing as npt
+import simdjson
 
 from router.service.schemas import BLOCK_ID_END, TOKEN_ID_END, InputLimits
 
@@ -50,6 +54,28 @@ class _Wire(msgspec.Struct, forbid_unknown_fields=True):
 _DECODER = msgspec.json.Decoder(_Wire)
 
 
+class _Scalars(msgspec.Struct, forbid_unknown_fields=True):
+    """The body's fields other than ``token_ids`` when none of them is a list."""
+
+    hash_ids: None = None  # null, or it would be a list
+    block_size: _Positive | None = None
+    input_length: _Positive | None = None
+    max_tokens: _Positive | None = None
+    session_id: Annotated[str, msgspec.Meta(max_length=256)] | None = None
+    model: Annotated[str, msgspec.Meta(max_length=256)] | None = None
+
+
+class _Parsers(threading.local):
+    """A simdjson parser per thread: it keeps its buffers between documents, and a
+    document is valid only until its parser parses the next one."""
+
+    def __init__(self) -> None:
+        self.parser = simdjson.Parser()
+
+
+_PARSERS = _Parsers()
+
+
 @dataclass(frozen=True, slots=True)
 class FastRouteBody:
     """A valid route body: exactly one of ``token_ids`` (as int64) or ``hash_ids``."""
@@ -65,6 +91,8 @@ class FastRouteBody:
 
 def decode_route_body(body: bytes, limits: InputLimits) -> FastRouteBody | None:
     """The body if it is valid, else None (validate it with ``RouteRequest`` for the error)."""
+    if b'"token_ids"' in body and body.count(b"[") == 1:
+        return _flat_token_body(body, limits)
     try:
         wire = _DECODER.decode(body)
     except (msgspec.DecodeError, msgspec.ValidationError):
@@ -106,3 +134,35 @@ def _token_array(raw: bytes) -> npt.NDArray[np.int64] | None:
     if tokens.size and int(tokens.max()) >= min(_INT64_MAX, TOKEN_ID_END - 1):
         return None  # at or past the int64 limit: let the model say which value is too big
     return tokens
+
+
+def _flat_token_body(body: bytes, limits: InputLimits) -> FastRouteBody | None:
+    """A body whose only list is ``token_ids``, parsed by simdjson (None: anything else)."""
+    try:
+        document = _PARSERS.parser.parse(body)
+    except (ValueError, RuntimeError):  # not JSON, not UTF-8, a number beyond 64 bits
+        return None
+    if not isinstance(document, simdjson.Object):
+        return None
+    keys = list(document.keys())
+    if "token_ids" not in keys or len(set(keys)) != len(keys):  # duplicates: let the model say
+        return None
+    scalars: dict[str, Any] = {k: document[k] for k in keys if k != "token_ids"}
+    listed = document["token_ids"]
+    if not isinstance(listed, simdjson.Array):
+        return None
+    try:
+        rest = msgspec.convert(scalars, _Scalars)
+        # the one "[" in the body is this list's: it holds no list, only numbers
+        tokens = np.frombuffer(listed.as_buffer(of_type="i"), dtype=np.int64)
+    except (msgspec.ValidationError, TypeError, ValueError):
+        return None
+    if not tokens.size or tokens.min() < 0 or int(tokens.max()) >= TOKEN_ID_END - 1:
+        return None
+    if rest.max_tokens is not None and rest.max_tokens > limits.max_tokens_limit:
+        return None
+    for value in (rest.block_size, rest.input_length):
+        if value is not None and value > limits.max_prompt_tokens:
+            return None
+    return FastRouteBody(tokens, None, rest.block_size, rest.input_length, rest.max_tokens,
+                         rest.session_id, rest.model)  # fmt: skip

@@ -39,6 +39,11 @@ def test_ordinary_bodies_take_the_fast_path_with_the_models_values() -> None:
         assert fast.token_ids.dtype == np.int64
         assert fast.token_ids.tolist() == tokens
         assert (fast.max_tokens, fast.session_id) == (16, "s")
+    plain = b'{"token_ids":[5,6],"hash_ids":null,"model":"m","input_length":9}'
+    fast = decode_route_body(plain, LIMITS)
+    assert fast is not None
+    assert fast.token_ids is not None
+    assert (fast.token_ids.tolist(), fast.model, fast.input_length) == ([5, 6], "m", 9)
     traced = json.dumps({"hash_ids": [1, 2**64 - 1], "block_size": 512}).encode()
     fast = decode_route_body(traced, LIMITS)
     assert fast is not None
@@ -63,6 +68,13 @@ def test_ordinary_bodies_take_the_fast_path_with_the_models_values() -> None:
         b'{"hash_ids": [1, 2], "block_size": 4096}',
         b'{"token_ids": [1, 2',
         b"[1, 2]",
+        b'{"token_ids": [[1], [2]]}',  # nested: numbers, but not a list of them
+        b'{"token_ids": [1, 2], "token_ids": null}',  # a duplicate key: the last one counts
+        b'{"token_ids": [1], "max_tokens": 1.5}',
+        b'{"token_ids": [1], "session_id": {"a": 1}}',
+        b'{"token_ids": [1], "hash_ids": 3}',
+        b'{"token_ids": [1], "max_tokens": 100000000000000000000000000}',
+        b'{"token_ids": [1, 2] }  x',
     ],
 )
 def test_what_the_model_refuses_is_left_to_the_model(body: bytes) -> None:
