@@ -17,7 +17,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -124,12 +124,18 @@ def add_tokenizer(model: Path) -> None:
 
 @contextlib.contextmanager
 def vllm_servers(
-    python: str, model: Path, count: int, *, skip_tokenizer_init: bool = True
+    python: str,
+    model: Path,
+    count: int,
+    *,
+    skip_tokenizer_init: bool = True,
+    extra_args: Sequence[str] = (),
 ) -> Iterator[list[Endpoint]]:
     """Start ``count`` vLLM servers at once, wait until all are healthy, stop them after.
     ``skip_tokenizer_init=False`` loads the model directory's tokenizer (it must have
-    one: ``random_model(..., tokenizer=True)``), so text, chat and /tokenize work."""
-    procs = [_start(python, model, i, skip_tokenizer_init) for i in range(count)]
+    one: ``random_model(..., tokenizer=True)``), so text, chat and /tokenize work.
+    ``extra_args``: more of vLLM's command-line options, for every server."""
+    procs = [_start(python, model, i, skip_tokenizer_init, extra_args) for i in range(count)]
     try:
         for i in range(count):
             for attempt in range(3):
@@ -139,7 +145,7 @@ def vllm_servers(
                 # a port chosen free was taken before vLLM bound it (its own ZMQ sockets
                 # pick ports too): start again on new ones
                 _stop(proc)
-                procs[i] = _start(python, model, i, skip_tokenizer_init)
+                procs[i] = _start(python, model, i, skip_tokenizer_init, extra_args)
             _warm_up(procs[i][1])
         yield [endpoint for _, endpoint, _ in procs]
     finally:
@@ -148,8 +154,9 @@ def vllm_servers(
 
 
 def _start(
-    python: str, model: Path, i: int, skip_tokenizer_init: bool = True
-) -> tuple[subprocess.Popen[bytes], Endpoint, Path]:
+    python: str, model: Path, i: int, skip_tokenizer_init: bool = True,
+    extra_args: Sequence[str] = (),
+) -> tuple[subprocess.Popen[bytes], Endpoint, Path]:  # fmt: skip
     port, kv_port, replay_port = free_port(), free_port(), free_port()
     kv_config = (
         '{"enable_kv_cache_events": true, "publisher": "zmq", '
@@ -161,7 +168,7 @@ def _start(
         *(["--skip-tokenizer-init"] if skip_tokenizer_init else []),
         "--enable-prefix-caching", "--enable-prompt-tokens-details",
         "--max-model-len", "4096", "--host", "127.0.0.1", "--port", str(port),
-        "--kv-events-config", kv_config,
+        "--kv-events-config", kv_config, *extra_args,
     ]  # fmt: skip
     env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": "1"}
     env.pop("PYTHONHASHSEED", None)

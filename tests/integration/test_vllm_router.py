@@ -1,9 +1,9 @@
 """The router in front of two real vLLM engines on the CPU (make test-vllm).
 
-KV cannot move between CPU vLLM processes, so P and RLD are one engine and MD
-rebuilds the prompt's KV itself (from its prefix cache where it can). What this
-proves: routing, streaming, the exactness of the token-ID handoff, and that KV
-events from vLLM make the router's predicted hit match what vLLM counts.
+These engines run no KV connector (test_vllm_kv_transfer.py has two that do), so P and
+RLD are one engine and MD rebuilds the prompt's KV itself (from its prefix cache where
+it can). What this proves: routing, streaming, the exactness of the token-ID handoff,
+and that KV events from vLLM make the router's predicted hit match what vLLM counts.
 """
 
 from __future__ import annotations
