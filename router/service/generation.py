@@ -226,6 +226,7 @@ def served(decision: Decision, outcome: ExecutionResult) -> dict[str, object]:
         "decided_pipeline": decision.pipeline.value,
         "instances": outcome.instances,
         "handoff": outcome.handoff,
+        "pipeline_change": outcome.pipeline_change,
         "eager_tokens": outcome.eager_tokens,
         "predicted_hit": {t.value: h for t, h in decision.predicted_hit.items()},
         "reason": decision.reason,

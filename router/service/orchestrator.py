@@ -51,6 +51,7 @@ class ExecutionResult:
     cached_tokens: int | None = None
     finish_reason: str | None = None
     handoff: str | None = None
+    pipeline_change: str | None = None  # why it was served on another pipeline than decided
 
 
 @dataclass(slots=True)
@@ -227,6 +228,11 @@ async def execute(
                 outcome.pipeline = Pipeline.P_RLD
                 outcome.finish_reason = delta.finish_reason
                 outcome.eager_tokens = len(eager)
+                outcome.pipeline_change = (
+                    f"MD {md_id} failed before the handoff ({md_fault.public}); RLD finished"
+                    if md_fault is not None
+                    else f"RLD finished before MD {md_id} was ready"
+                )
                 return
             if md_fault is not None or not md_ready.done():
                 continue

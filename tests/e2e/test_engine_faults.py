@@ -187,3 +187,4 @@ def test_rld_finishes_a_request_whose_md_died(p_rld_md: Stack) -> None:
     served = chunks[-1]["pdd"]
     assert served["pipeline"] == "P-RLD"
     assert served["decided_pipeline"] == "P-RLD-MD"
+    assert served["pipeline_change"].startswith("MD md0 failed before the handoff")

@@ -84,17 +84,26 @@ def tok(cluster: ChatCluster) -> HFTokenizer:
     return HFTokenizer.from_pretrained(cluster.model)
 
 
-def settings(cluster: ChatCluster, policy_params: dict[str, Any]) -> Settings:
+TOKENIZERS = {"files": "tokenizer_path", "engine": "tokenize_with_engine"}
+"""How the router tokenizes: the model directory's files, or the engine's /tokenize."""
+
+
+def settings(cluster: ChatCluster, policy_params: dict[str, Any], tokenizer: str = "files"
+             ) -> Settings:  # fmt: skip
+    source = {"tokenizer_path": str(cluster.model)} if tokenizer == "files" else {
+        "tokenize_with_engine": True}  # fmt: skip
     return Settings(
         block_size=ROUTER_BLOCK,
         service={
             "vocab_size": VOCAB,
             "load_poll_s": 0.5,
             "engine_timeout_s": 120,
+            # two CPU engines share the 2 cores with the tests: a probe may wait seconds
+            "probe_timeout_s": 10,
             "allow_unauthenticated_admin": True,
         },
         policy={"name": "pdd", "params": policy_params},
-        models=[{"name": cluster.name, "tokenizer": {"tokenizer_path": str(cluster.model)}}],
+        models=[{"name": cluster.name, "tokenizer": source}],
     )
 
 
@@ -108,8 +117,10 @@ def attach(client: httpx.Client | TestClient, cluster: ChatCluster) -> None:
 
 
 @contextlib.contextmanager
-def in_process_router(cluster: ChatCluster, policy_params: dict[str, Any]) -> Iterator[TestClient]:
-    with TestClient(create_app(settings(cluster, policy_params))) as client:
+def in_process_router(
+    cluster: ChatCluster, policy_params: dict[str, Any], tokenizer: str = "files"
+) -> Iterator[TestClient]:
+    with TestClient(create_app(settings(cluster, policy_params, tokenizer))) as client:
         attach(client, cluster)
         yield client
 
@@ -199,19 +210,21 @@ def down(tokens: float, block: int) -> int:
     return int(tokens) // block * block
 
 
+@pytest.mark.parametrize(("tokenizer", "seed"), [("files", 1), ("engine", 11)])
 def test_second_turn_predicted_hit_equals_vllms_cached_tokens(
-    cluster: ChatCluster, tok: HFTokenizer
+    cluster: ChatCluster, tok: HFTokenizer, tokenizer: str, seed: int
 ) -> None:
     """vLLM serves whole BLOCK_SIZE blocks of the longest cached prefix, never the last
     prompt token; the router predicts whole ROUTER_BLOCK blocks of what the engine's KV
     events stored. A short first answer leaves the block holding the end of the first
     prompt unfilled, so what the engine stored (whole blocks) ends inside the second
-    prompt's shared prefix: both count exactly those blocks."""
-    first, p1 = conversation(tok, 1, "What does the prefix cache keep?", 280, 320)
+    prompt's shared prefix: both count exactly those blocks. The same whether the router
+    tokenizes with the model's files or asks the engine (``tokenize_with_engine``)."""
+    first, p1 = conversation(tok, seed, "What does the prefix cache keep?", 280, 320)
     n1 = 16
     stored = down(len(p1) + n1 - 1, BLOCK_SIZE)  # vLLM caches full blocks of computed KV
     assert 2 * BLOCK_SIZE <= stored <= len(p1), f"prompt of {len(p1)} tokens: adjust the test"
-    with in_process_router(cluster, {}) as client:
+    with in_process_router(cluster, {}, tokenizer) as client:
         one = chat(client, cluster, first, n1)
         assert one["usage"]["prompt_tokens"] == len(p1)
         assert served_hit(one) == (0.0, 0)  # a new conversation: nothing cached
