@@ -27,8 +27,10 @@ later one: no block is shared (up to 64-bit collisions).
 from __future__ import annotations
 
 import hashlib
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -163,6 +165,18 @@ class BlockChain:
         return cls(tuple(int(i) for i in ids), block_size, n)
 
 
+def _as_array(token_ids: Sequence[int] | npt.NDArray[np.integer]) -> npt.NDArray[Any]:
+    """The token IDs as a numpy array; a list goes through ``array('q')``, which takes
+    about a third fewer instructions than ``np.asarray`` for a list of 32K ints (and,
+    unlike ``np.fromiter``, refuses floats)."""
+    if type(token_ids) is list:
+        try:
+            return np.frombuffer(array("q", token_ids), dtype=np.int64)
+        except (TypeError, OverflowError):  # not all ints, or beyond int64: numpy's own
+            pass  # conversion, so the checks below say what is wrong
+    return np.asarray(token_ids)
+
+
 def chain_hashes(
     token_ids: Sequence[int] | npt.NDArray[np.integer],
     block_size: int,
@@ -181,7 +195,7 @@ def chain_hashes(
     """
     if block_size <= 0:
         raise ValueError(f"block_size must be positive, got {block_size}")
-    tokens = np.asarray(token_ids)
+    tokens = _as_array(token_ids)
     if tokens.ndim != 1:
         raise ValueError("token_ids must be a flat sequence of integers")
     n = int(tokens.shape[0])

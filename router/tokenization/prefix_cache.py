@@ -2,11 +2,11 @@
 
 The rule: for messages ``m[:n]`` the longest cached ``m[:k]`` (k <= n) is looked up;
 its entry holds the token IDs of ``P = render(m[:k], add_generation_prompt=False)``,
-with P's length and digest. The cached IDs are reused only when
+and P itself (a string compare is a memcmp, cheaper than hashing the rendering; the
+entry's size counts it). The cached IDs are reused only when
 
-1. the full rendering ``S`` of ``m[:n]`` starts with P (same length, same digest of
-   ``S[:len(P)]``): templates that rewrite earlier turns (drop past reasoning, stamp
-   a date) fail this and are encoded whole, and
+1. the full rendering ``S`` of ``m[:n]`` starts with P: templates that rewrite earlier
+   turns (drop past reasoning, stamp a date) fail this and are encoded whole, and
 2. the boundary is safe (``Tokenizer.boundary_safe``): ``S[len(P):]`` starts with an
    added token matched before normalization that does not strip whitespace on its
    left, and no added token straddles the boundary. Tokenizers split the text at
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 import threading
 from array import array
 from collections import OrderedDict
@@ -36,46 +37,48 @@ from router.tokenization.protocol import Tokenizer, Tools
 __all__ = ["CachedChatEncoder", "PrefixCache", "PrefixCacheStats", "message_prefix_keys"]
 
 
-def _digest(text: str) -> bytes:
-    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
-
-
-def _message_bytes(message: Message) -> bytes:
-    """A message's canonical bytes: for the usual mapping of strings to strings, its items
-    in key order, each key and value length-prefixed (no JSON escaping to pay on long
-    contents), else its sorted-key JSON; a leading tag keeps the two forms apart."""
+def _add_message(h: Any, message: Message) -> None:
+    """Feed a message's canonical bytes to the hash ``h``. For the usual mapping of strings
+    to strings: its item count, then its items in key order, each key and value
+    length-prefixed (no JSON escaping to pay on long contents); else its sorted-key JSON,
+    length-prefixed. A leading tag keeps the two forms apart, and every part is
+    self-delimiting, so a sequence of messages is fed without ambiguity."""
     if all(type(k) is str and type(v) is str for k, v in message.items()):
-        parts = [b"s"]
+        h.update(b"s" + len(message).to_bytes(8, "little"))
         for k in sorted(message):
             for text in (k, message[k]):
                 data = text.encode("utf-8", "surrogatepass")
-                parts += (len(data).to_bytes(8, "little"), data)
-        return b"".join(parts)
+                h.update(len(data).to_bytes(8, "little"))
+                h.update(data)
+        return
     body = json.dumps(message, sort_keys=True, ensure_ascii=False, default=str)
-    return b"j" + body.encode("utf-8", "surrogatepass")
+    data = body.encode("utf-8", "surrogatepass")
+    h.update(b"j" + len(data).to_bytes(8, "little"))
+    h.update(data)
 
 
 def message_prefix_keys(messages: Sequence[Message], context: Any) -> list[bytes]:
     """``keys[k]``: a digest of ``messages[:k+1]`` and the rendering ``context`` (template,
-    tools, options), each built from the previous one (linear in the total size)."""
+    tools, options); one running hash over the messages (linear in the total size)."""
     head = json.dumps(context, sort_keys=True, ensure_ascii=False, default=str)
-    h = hashlib.blake2b(head.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+    data = head.encode("utf-8", "surrogatepass")
+    h = hashlib.blake2b(len(data).to_bytes(8, "little"), digest_size=16)
+    h.update(data)
     keys: list[bytes] = []
     for message in messages:
-        h = hashlib.blake2b(h + _message_bytes(message), digest_size=16).digest()
-        keys.append(h)
+        _add_message(h, message)
+        keys.append(h.copy().digest())
     return keys
 
 
 @dataclass(frozen=True, slots=True)
 class _Entry:
-    text_len: int
-    text_digest: bytes
+    text: str  # the rendering whose IDs these are (a later rendering must start with it)
     ids: array[int]
 
     @property
     def nbytes(self) -> int:
-        return self.ids.itemsize * len(self.ids) + 96
+        return self.ids.itemsize * len(self.ids) + sys.getsizeof(self.text) + 96
 
 
 class PrefixCache:
@@ -175,10 +178,10 @@ class CachedChatEncoder:
             entry = self.cache.get(key)
             if entry is None:
                 continue
-            n = entry.text_len
-            if n > len(full) or _digest(full[:n]) != entry.text_digest:
+            if not full.startswith(entry.text):
                 self._count("unsafe")
                 return None, None
+            n = len(entry.text)
             head, rest = full[:n], full[n:]
             if not self.tokenizer.boundary_safe(head, rest):
                 self._count("unsafe")
@@ -247,4 +250,4 @@ class CachedChatEncoder:
             packed = reused + array("i", ids[len(reused) : end])
         else:
             packed = array("i", ids[:end])
-        self.cache.put(key, _Entry(len(closed), _digest(closed), packed))
+        self.cache.put(key, _Entry(closed, packed))

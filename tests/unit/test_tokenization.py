@@ -156,7 +156,9 @@ def _stream(ids: list[int], cuts: list[int]) -> str:
 @given(st.text(max_size=80), st.lists(st.integers(0, 80), max_size=10))
 def test_streamed_text_equals_the_full_decode(text: str, cuts: list[int]) -> None:
     ids = TOK.encode_text(text, add_special_tokens=False)
-    assert _stream(ids, cuts) == text
+    # a special token's text (say "<|im_end|>") in the input is that token, not shown
+    expected = text if "<|" not in text else TOK.decode(ids, skip_special_tokens=True)
+    assert _stream(ids, cuts) == expected
 
 
 @given(st.lists(st.integers(0, 511), max_size=60), st.lists(st.integers(0, 60), max_size=8))
@@ -246,7 +248,7 @@ def test_verification_turns_reuse_off_on_a_mismatch() -> None:
     enc = CachedChatEncoder(TOK, PrefixCache(), verify_every=1)
     enc.encode_chat(CHAT[:2])
     ((key, entry),) = enc.cache._entries.items()  # corrupt the cached IDs
-    enc.cache.put(key, type(entry)(entry.text_len, entry.text_digest, entry.ids[:-1]))
+    enc.cache.put(key, type(entry)(entry.text, entry.ids[:-1]))
     assert enc.encode_chat(CHAT) == TOK.encode_chat(CHAT)
     assert enc.stats.mismatches == 1
     assert enc.disabled
