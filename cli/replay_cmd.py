@@ -14,6 +14,7 @@ from rich.console import Console
 from cli.experiment_cmd import command_line, compare, sweep
 from cli.progress import ReplayBar, progress_bars
 from cli.tune_cmd import tune
+from replay.presets.cluster_preset import ClusterPreset
 from replay.sim.kv_events import KV_EVENT_DELAY_S
 from router.sla import SLA_TPOT_S, SLA_TTFT_S
 
@@ -27,9 +28,24 @@ replay_app = typer.Typer(
 @replay_app.command("run")
 def run(
     trace: Path = typer.Argument(..., help="Trace file (format detected: mooncake, bailian, ...)"),
-    preset: str = typer.Option(..., "--preset", help="Cluster preset (see `replay presets`)"),
+    preset: str = typer.Option(
+        ...,
+        "--preset",
+        help="Cluster preset: a name from `replay presets`, or a preset file "
+        "(`replay presets --show NAME` prints one to start from)",
+    ),
     policy: str | None = typer.Option(
         None, "--policy", help="Routing policy (default: the preset's default policy)"
+    ),
+    trace_format: str | None = typer.Option(
+        None, "--format", "-f", help="Trace format: mooncake, bailian or azure (default: detected)"
+    ),
+    block_size: int | None = typer.Option(
+        None,
+        "--block-size",
+        min=1,
+        help="Convert the trace's block IDs to blocks of this many tokens first "
+        "(sizes that divide each other)",
     ),
     param: list[str] = typer.Option(
         [], "--param", help="Policy parameter KEY=VALUE (repeatable)", metavar="KEY=VALUE"
@@ -98,6 +114,8 @@ def run(
                 index_mode=index_mode,  # type: ignore[arg-type]  # checked by run_replay
                 predictor=predictor,
                 index_capacity=index_capacity,  # type: ignore[arg-type]  # checked by run_replay
+                trace_format=trace_format,
+                block_size=block_size,
             )
     finally:
         if log is not None:
@@ -115,23 +133,53 @@ def run(
 
 
 @replay_app.command("presets")
-def presets() -> None:
-    """List the cluster presets with their pools, cost and default policy."""
-    from replay.presets.loader import load_preset, preset_names
+def presets(
+    show: str | None = typer.Option(
+        None,
+        "--show",
+        metavar="PRESET",
+        help="Print this preset (a name or a file) whole, as YAML with its model and "
+        "hardware entries: save it, edit it, and pass the file to --preset",
+    ),
+    overrides: list[str] = typer.Option(
+        [], "--set", metavar="KEY=VALUE", help="Override applied before --show prints (repeatable)"
+    ),
+) -> None:
+    """List the cluster presets: pools, model, WAN line and prices, cost, default policy."""
+    import yaml
 
+    from replay.presets.loader import load_preset, parse_overrides, preset_names
+
+    if show is not None:
+        preset = load_preset(show, parse_overrides(overrides))
+        typer.echo(f"# preset {show}, resolved by pdd-router replay presets --show")
+        typer.echo(yaml.safe_dump(preset.resolved(), sort_keys=False, width=88), nl=False)
+        return
     console = Console()
     for name in preset_names():
-        preset = load_preset(name)
-        pools = ", ".join(
-            f"{pool_name}: {p.instances}x{p.gpus_per_instance} {p.hardware} "
-            f"({p.tier.value}, {p.datacenter})"
-            for pool_name, p in preset.pools().items()
-        )
-        console.print(
-            f"[bold]{name}[/] (policy {preset.spec.default_policy}, "
-            f"{preset.cost_per_hour():.2f} USD/h): {pools}",
-            highlight=False,
-        )
+        console.print(_preset_line(load_preset(name), name), highlight=False, soft_wrap=True)
+
+
+def _preset_line(preset: ClusterPreset, name: str) -> str:
+    pools = ", ".join(
+        f"{pool_name}: {p.instances}x{p.gpus_per_instance} {p.hardware} "
+        f"({p.tier.value}, {p.datacenter})"
+        for pool_name, p in preset.pools().items()
+    )
+    prices = ", ".join(
+        f"{hw} {preset.hardware[hw].price_per_hour:g}" for hw in sorted(preset.gpu_counts())
+    )
+    wan = preset.spec.links.wan
+    line = (
+        f"WAN {wan.bandwidth_gbps:g} Gbps, {wan.rtt_s * 1e3:g} ms RTT, "
+        f"{wan.price_per_hour:.2f} USD/h"
+        if wan is not None and preset.spans_datacenters()
+        else "one datacenter"
+    )
+    return (
+        f"[bold]{name}[/] (policy {preset.spec.default_policy}, model {preset.spec.model}, "
+        f"{preset.cost_per_hour():.2f} USD/h): {pools}; {line}; USD per GPU-hour: {prices}"
+    )
 
 
 replay_app.command("compare")(compare)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -76,6 +77,14 @@ class Summary(BaseModel):
     trace_duration_s: float
     simulated_s: float
     wall_s: float
+    cluster: dict[str, Any] = Field(
+        default_factory=dict, description="The preset as resolved for the run (overrides "
+        "applied, its model and hardware entries included): `--preset` loads it as a file",
+    )  # fmt: skip
+    overrides: dict[str, Any] = Field(
+        default_factory=dict, description="The `--set` overrides, as given"
+    )
+    version: str = Field("", description="pdd-router's version that ran the replay")
 
 
 def _array(values: Sequence[float | None]) -> FloatArray:
@@ -124,6 +133,9 @@ def summarize(
     wan_throughput: Sequence[tuple[float, float]] | None,
     wall_s: float,
     index_mode: str = "events",
+    cluster: Mapping[str, Any] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    version: str = "",
 ) -> Summary:
     """Aggregate per-request records into the run's summary."""
     n = len(records)
@@ -182,6 +194,9 @@ def summarize(
         trace_duration_s=round(duration, 6),
         simulated_s=round(simulated, 6),
         wall_s=round(wall_s, 3),
+        cluster=dict(cluster or {}),
+        overrides=dict(overrides or {}),
+        version=version,
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from policies.tiers import Tier
 from replay.presets.schema import ClusterSpec, HardwareSpec, ModelSpec, PoolSpec
@@ -18,6 +19,16 @@ class ClusterPreset:
     spec: ClusterSpec
     model: ModelSpec
     hardware: dict[str, HardwareSpec]
+
+    def resolved(self) -> dict[str, Any]:
+        """The whole preset as one mapping: the cluster's keys with the model and the
+        hardware it uses as its own ``models`` and ``hardware`` tables. Written as YAML it
+        is a preset file that ``--preset FILE`` loads to the same cluster."""
+        tree: dict[str, Any] = self.spec.model_dump(mode="json", exclude_none=True)
+        tree["models"] = {self.spec.model: self.model.model_dump(mode="json")}
+        used = sorted({pool.hardware for pool in self.spec.pools.values()})
+        tree["hardware"] = {hw: self.hardware[hw].model_dump(mode="json") for hw in used}
+        return tree
 
     def pools(self) -> dict[str, PoolSpec]:
         """Pools with at least one instance, in the preset's order."""

@@ -1,9 +1,10 @@
-"""Load cluster presets from the packaged YAML files and apply command-line overrides."""
+"""Load cluster presets (packaged, or a user's YAML file) and apply command-line overrides."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -66,15 +67,65 @@ def _table(name: str, raw: Any) -> dict[str, Any]:
     return raw
 
 
+def _is_file(preset: str) -> bool:
+    """A preset given as a path (it names a file, or ends like a YAML file's name)."""
+    return preset.endswith((".yaml", ".yml")) or "/" in preset or Path(preset).is_file()
+
+
+def _read_preset_file(preset: str) -> dict[str, Any]:
+    path = Path(preset)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UserError(f"preset file {preset} does not exist") from None
+    except OSError as exc:
+        raise UserError(f"cannot read preset file {preset}: {exc.strerror}") from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise UserError(f"preset file {preset} is not valid YAML: {exc}") from None
+    if not isinstance(raw, dict):
+        raise UserError(f"preset file {preset} is not a mapping of preset keys")
+    return raw
+
+
+def _merge_entries(packaged: dict[str, Any], own: Any, what: str, preset: str) -> None:
+    """A preset file's own ``hardware`` or ``models`` entries over the packaged table: a
+    new name adds an entry, a packaged name changes the fields the file gives."""
+    if own is None:
+        return
+    if not isinstance(own, dict):
+        raise UserError(f"preset {preset}: {what} is not a mapping of names to entries")
+    for key, entry in own.items():
+        if not isinstance(entry, dict):
+            raise UserError(f"preset {preset}: {what}.{key} is not a mapping of fields")
+        base = packaged.get(key)
+        packaged[key] = {**base, **entry} if isinstance(base, dict) else dict(entry)
+
+
 def load_preset(name: str, overrides: Mapping[str, Any] | None = None) -> ClusterPreset:
-    """The named preset with overrides applied (``pools.md.instances``, ``links.wan.rtt_s``,
-    ``hardware.h200.price_per_hour``, ``models.kimi-k2-like.kv_bytes_per_token``, ...)."""
-    names = preset_names()
-    if name not in names:
-        raise UserError(f"unknown preset {name!r}; valid presets: {', '.join(names)}")
-    cluster_raw = _read_yaml("clusters", f"{name}.yaml")
+    """The preset ``name`` (a packaged preset's name, or the path of a YAML file of the
+    same keys) with overrides applied (``pools.md.instances``, ``links.wan.rtt_s``,
+    ``hardware.h200.price_per_hour``, ``models.kimi-k2-like.kv_bytes_per_token``, ...).
+
+    A preset file may carry its own ``hardware`` and ``models`` tables: their entries add
+    to the packaged ones (a packaged name takes the fields the file gives and keeps the
+    rest), so a file can define a GPU or a model of its own, or only reprice an H100.
+    """
     hardware_raw = _table("hardware", _read_yaml("hardware.yaml"))
     models_raw = _table("models", _read_yaml("models.yaml"))
+    names = preset_names()
+    if name in names:
+        cluster_raw = _read_yaml("clusters", f"{name}.yaml")
+    elif _is_file(name):
+        cluster_raw = _read_preset_file(name)
+        _merge_entries(hardware_raw, cluster_raw.pop("hardware", None), "hardware", name)
+        _merge_entries(models_raw, cluster_raw.pop("models", None), "models", name)
+    else:
+        raise UserError(
+            f"unknown preset {name!r}; valid presets: {', '.join(names)}, or the path of a "
+            "preset file (`pdd-router replay presets --show NAME` prints one to start from)"
+        )
     for key, value in (overrides or {}).items():
         head, _, rest = key.partition(".")
         if head == "hardware" and rest:

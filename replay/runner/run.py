@@ -26,8 +26,9 @@ from replay.sim.event_loop import EventLoop
 from replay.sim.kv_events import KV_EVENT_DELAY_S
 from replay.sim.request_state import SimRequest
 from replay.sim.simulator import ProgressObserver, Simulator
-from replay.trace.formats import read_trace
+from replay.trace.formats import read_trace, resolve_format
 from replay.trace.record import TraceRequest
+from router import __version__
 from router.errors import UserError
 from router.index.memory_index import MemoryPrefixIndex
 from router.scheduler import HitPredictor
@@ -106,9 +107,14 @@ def _prompt_tokens(request: TraceRequest) -> int:
     return blocks + max(request.input_length - blocks, 0)
 
 
-def _load_trace(trace: str | Path | Sequence[TraceRequest]) -> tuple[str, list[TraceRequest]]:
+def _load_trace(
+    trace: str | Path | Sequence[TraceRequest],
+    trace_format: str | None = None,
+    block_size: int | None = None,
+) -> tuple[str, list[TraceRequest]]:
     if isinstance(trace, str | Path):
-        requests = list(read_trace(trace))
+        fmt = resolve_format(trace_format) if trace_format is not None else None
+        requests = list(read_trace(trace, fmt, block_size))
         name = str(trace)
     else:
         requests = list(trace)
@@ -143,6 +149,8 @@ def run_replay(
     index_mode: IndexMode = "events",
     predictor: str | Path | HitPredictor | None = None,
     index_capacity: IndexCapacity = "exact",
+    trace_format: str | None = None,
+    block_size: int | None = None,
 ) -> ReplayResult:
     """Replay ``trace`` (a file, or requests) on the named preset with the named policy.
 
@@ -156,6 +164,8 @@ def run_replay(
     predicted hits. With a ``decision_log`` each request's outcome is logged when it ends.
     ``index_capacity`` "unbounded" registers instances without their KV capacity: in
     approximate mode the index then remembers every route (it is told of no eviction).
+    ``trace_format`` (default: detected) and ``block_size`` (convert the trace's block IDs
+    to blocks of this many tokens) apply to a trace file.
     """
     if rate_scale <= 0:
         raise UserError(f"--rate-scale must be positive, got {rate_scale}")
@@ -173,7 +183,7 @@ def run_replay(
         policy_obj = build_policy(parse_policy(policy_name, policy_params))
     except UnknownPolicyError as exc:
         raise UserError(str(exc)) from None
-    trace_name, requests = _load_trace(trace)
+    trace_name, requests = _load_trace(trace, trace_format, block_size)
     check_cluster(cluster, policy_name, requests)
 
     started = time.perf_counter()
@@ -222,5 +232,8 @@ def run_replay(
         wan_throughput=wan.throughput if wan is not None else None,
         wall_s=time.perf_counter() - started,
         index_mode=index_mode,
+        cluster=cluster.resolved(),
+        overrides=overrides,
+        version=__version__,
     )
     return ReplayResult(summary, records)
