@@ -125,6 +125,8 @@ def run(
     )
     console = Console()
     console.print(summary_table(result.summary))
+    for warning in result.summary.warnings:
+        console.print(f"[yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)
     console.print(
         f"wrote {out / 'summary.json'}, {out / 'requests.jsonl'} and {out / 'report.html'}",
         highlight=False,

@@ -6,7 +6,14 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["IdcPdParams", "PddAdaptiveParams", "PddParams", "PolicyConfig", "XdcPdParams"]
+__all__ = [
+    "IdcPdParams",
+    "PddAdaptiveParams",
+    "PddParams",
+    "PolicyConfig",
+    "XdcPdDrcParams",
+    "XdcPdParams",
+]
 
 
 class _Params(BaseModel):
@@ -27,6 +34,13 @@ class XdcPdParams(_Params):
     """Naive cross-datacenter PD: every request P-MD, the full prompt KV over the WAN."""
 
     kind: Literal["xdc-pd"] = "xdc-pd"
+
+
+class XdcPdDrcParams(_Params):
+    """Cross-datacenter PD with a decode-side prefix cache (DRC) and no RLD: every request
+    P-MD, only the blocks MD lacks over the WAN."""
+
+    kind: Literal["xdc-pd-drc"] = "xdc-pd-drc"
 
 
 class PddParams(_Params):
@@ -112,5 +126,6 @@ class PddAdaptiveParams(_Params):
 
 
 PolicyConfig = Annotated[
-    IdcPdParams | XdcPdParams | PddParams | PddAdaptiveParams, Field(discriminator="kind")
+    IdcPdParams | XdcPdParams | XdcPdDrcParams | PddParams | PddAdaptiveParams,
+    Field(discriminator="kind"),
 ]

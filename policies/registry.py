@@ -8,21 +8,29 @@ from typing import Any
 from pydantic import TypeAdapter, ValidationError
 
 from policies.base import Policy
-from policies.config import IdcPdParams, PddAdaptiveParams, PddParams, PolicyConfig, XdcPdParams
+from policies.config import (
+    IdcPdParams,
+    PddAdaptiveParams,
+    PddParams,
+    PolicyConfig,
+    XdcPdDrcParams,
+    XdcPdParams,
+)
 from policies.idc_pd import IdcPdPolicy
 from policies.pdd import PddPolicy
 from policies.pdd_adaptive import PddAdaptivePolicy
-from policies.xdc_pd import XdcPdPolicy
+from policies.xdc_pd import XdcPdDrcPolicy, XdcPdPolicy
 
 __all__ = ["Params", "UnknownPolicyError", "build_policy", "parse_policy", "policy_names"]
 
 _BUILDERS: dict[str, Callable[[Any], Policy]] = {
     "idc-pd": IdcPdPolicy,
     "xdc-pd": XdcPdPolicy,
+    "xdc-pd-drc": XdcPdDrcPolicy,
     "pdd": PddPolicy,
     "pdd-adaptive": PddAdaptivePolicy,
 }
-Params = IdcPdParams | XdcPdParams | PddParams | PddAdaptiveParams
+Params = IdcPdParams | XdcPdParams | XdcPdDrcParams | PddParams | PddAdaptiveParams
 _ADAPTER: TypeAdapter[Params] = TypeAdapter(PolicyConfig)
 
 

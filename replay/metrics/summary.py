@@ -85,6 +85,10 @@ class Summary(BaseModel):
         default_factory=dict, description="The `--set` overrides, as given"
     )
     version: str = Field("", description="pdd-router's version that ran the replay")
+    warnings: list[str] = Field(
+        default_factory=list, description="Why the run's figures may mislead (a baseline on "
+        "a cluster it was not made for, a trace without prefixes, a cluster that fell behind)",
+    )  # fmt: skip
 
 
 def _array(values: Sequence[float | None]) -> FloatArray:
@@ -136,6 +140,7 @@ def summarize(
     cluster: Mapping[str, Any] | None = None,
     overrides: Mapping[str, Any] | None = None,
     version: str = "",
+    warnings: Sequence[str] = (),
 ) -> Summary:
     """Aggregate per-request records into the run's summary."""
     n = len(records)
@@ -197,6 +202,7 @@ def summarize(
         cluster=dict(cluster or {}),
         overrides=dict(overrides or {}),
         version=version,
+        warnings=list(warnings),
     )
 
 

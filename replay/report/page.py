@@ -258,6 +258,11 @@ def page_context(report: Report) -> dict[str, Any]:
         "title": titles[report.kind],
         "meta": meta,
         "command": report.command,
+        "warnings": [
+            (run.label if len(report.runs) > 1 else "", text)
+            for run in report.runs
+            for text in run.summary.warnings
+        ],
         "labels": labels,
         "baseline": labels[0],
         "cards": _cards(report.runs),

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TextIO
 
+import numpy as np
+
 from policies.registry import UnknownPolicyError, build_policy, parse_policy
 from policies.tiers import Tier
 from replay.metrics.record import RequestRecord, record_of
@@ -46,6 +48,79 @@ _REQUIRED_TIERS: dict[str, tuple[Tier, ...]] = {
     "pdd-adaptive": (Tier.P, Tier.RLD, Tier.MD),
 }
 _DEFAULT_TIERS = (Tier.P, Tier.MD)
+
+
+_ONE_DATACENTER = {"idc-pd"}
+_CROSS_DATACENTER = {"xdc-pd", "xdc-pd-drc", "pdd", "pdd-adaptive"}
+
+
+def cluster_warnings(
+    preset: ClusterPreset, policy: str, requests: Sequence[TraceRequest]
+) -> list[str]:
+    """What makes a replay's answer misleading though it can run: a baseline on a cluster
+    it was not made for, a trace without prefix information."""
+    out = []
+    spans = preset.spans_datacenters()
+    if policy in _ONE_DATACENTER and spans:
+        out.append(
+            f"{policy} models PD inside one datacenter, but preset {preset.name} puts decode "
+            f"in another ({', '.join(preset.datacenters())}): every request's uncached KV "
+            "crosses the WAN. That is the xdc-pd-drc baseline: name it so, or replay idc-pd "
+            "on a one-datacenter preset"
+        )
+    if policy in _CROSS_DATACENTER and not spans:
+        out.append(
+            f"{policy} is a cross-datacenter design, but preset {preset.name} is one "
+            "datacenter: nothing crosses a WAN, so the run says nothing about the line"
+        )
+    if requests and not any(r.hash_ids for r in requests):
+        out.append(
+            "the trace has no prefix information (no hash_ids, as in Azure traces): every "
+            "request is a cache miss, so hit rates, WAN deltas and the policies' choices "
+            "are not those of real traffic"
+        )
+    return out
+
+
+BACKLOG_GROWTH = 3.0
+"""Queues grew through a run whose last fifth of arrivals waits this many times longer for
+its first token than the first fifth (and longer than the SLA allows)."""
+BACKLOG_OVERRUN = 0.5
+"""Or the run fell behind from the start: its median TTFT is beyond the SLA and its last
+request ends more than this share of the trace's span (and over a minute) after the last
+arrival (a short trace overwhelmed at once)."""
+
+
+def backlog_warning(summary: Summary, records: Sequence[RequestRecord]) -> str | None:
+    """A line when the cluster fell behind the trace, else None."""
+    ordered = sorted(records, key=lambda r: r.arrival_s)
+    fifth = len(ordered) // 5
+    if fifth == 0:
+        return None
+
+    def median_ttft(part: Sequence[RequestRecord]) -> float:
+        ttft = np.array([np.inf if r.ttft_s is None else r.ttft_s for r in part])
+        return float(np.median(ttft))
+
+    advice = "; lower --rate-scale or add instances"
+    first, last = median_ttft(ordered[:fifth]), median_ttft(ordered[-fifth:])
+    if last > summary.sla.ttft_s and last >= BACKLOG_GROWTH * first:
+        shown = "never got one" if not np.isfinite(last) else f"waited {last:,.1f} s"
+        return (
+            f"the cluster did not keep up: the last fifth of the requests {shown} (median) "
+            f"for their first token, the first fifth {first:,.2f} s, so the latencies "
+            f"measure a queue that grew through the run{advice}"
+        )
+    span = summary.trace_duration_s
+    overrun = summary.simulated_s - span
+    typical = median_ttft(ordered)
+    if typical > summary.sla.ttft_s and overrun > max(BACKLOG_OVERRUN * span, 60.0):
+        return (
+            f"the cluster did not keep up: requests waited a median {typical:,.1f} s for "
+            f"their first token (SLA {summary.sla.ttft_s:g} s) and the last one ended "
+            f"{overrun:,.0f} s after the last arrival (the trace spans {span:,.1f} s){advice}"
+        )
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,6 +260,7 @@ def run_replay(
         raise UserError(str(exc)) from None
     trace_name, requests = _load_trace(trace, trace_format, block_size)
     check_cluster(cluster, policy_name, requests)
+    warnings = cluster_warnings(cluster, policy_name, requests)
 
     started = time.perf_counter()
     loop = EventLoop()
@@ -235,5 +311,9 @@ def run_replay(
         cluster=cluster.resolved(),
         overrides=overrides,
         version=__version__,
+        warnings=warnings,
     )
+    backlog = backlog_warning(summary, records)
+    if backlog is not None:
+        summary = summary.model_copy(update={"warnings": [*summary.warnings, backlog]})
     return ReplayResult(summary, records)

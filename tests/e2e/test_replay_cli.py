@@ -123,7 +123,7 @@ def test_options_reach_the_run(
         (["--preset", "nope"], "unknown preset 'nope'; valid presets: idc-pd, idc-pd-small, pdd"),
         (
             ["--preset", "pdd-small", "--policy", "nope"],
-            "valid policies: idc-pd, pdd, pdd-adaptive, xdc-pd",
+            "valid policies: idc-pd, pdd, pdd-adaptive, xdc-pd, xdc-pd-drc",
         ),
         (["--preset", "pdd-small", "--set", "pools.md.instances=0"], "needs a md pool"),
         (["--preset", "pdd-small", "--set", "links.wan.bandwidth_gbps=0"], "must be positive"),
