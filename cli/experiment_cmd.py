@@ -38,7 +38,12 @@ def _slug(label: str) -> str:
 
 
 _TRACE = typer.Argument(..., help="Trace file (format detected: mooncake, bailian, ...)")
-_PRESET = typer.Option(..., "--preset", help="Cluster preset (see `replay presets`)")
+_PRESET = typer.Option(
+    None,
+    "--preset",
+    help="Cluster preset (a name from `replay presets`, or a preset file) of every policy "
+    "not written NAME@PRESET",
+)
 _SET = typer.Option(
     [], "--set", help="Cluster override KEY=VALUE (repeatable)", metavar="KEY=VALUE"
 )
@@ -53,12 +58,12 @@ _QUIET = typer.Option(False, "--no-progress", help="No progress bar")
 
 def compare(
     trace: Path = _TRACE,
-    preset: str = _PRESET,
+    preset: str | None = _PRESET,
     policy: list[str] = typer.Option(
         ...,
         "--policy",
-        help="NAME or NAME:KEY=VALUE[,KEY=VALUE...], e.g. pdd:wan_budget_s=0.5 (repeat; the "
-        "first is the baseline)",
+        help="NAME[:KEY=VALUE,...][@PRESET], e.g. pdd:wan_budget_s=0.5 or idc-pd@idc-pd (a "
+        "policy on its own cluster: compare deployments); repeat, the first is the baseline",
     ),
     seed: int = _SEED,
     rate_scale: float = typer.Option(1.0, "--rate-scale", help="2 = arrivals twice as fast"),
@@ -76,7 +81,9 @@ def compare(
 ) -> None:
     """Replay TRACE under each --policy (same seed) and compare them with 95% intervals.
 
-    Writes compare.json, report.html and each policy's summary.json and requests.jsonl.
+    A policy written NAME@PRESET runs on that cluster, so deployments compare too (e.g.
+    --policy idc-pd@idc-pd --policy xdc-pd-drc@xdc-pd --policy pdd@pdd). Writes
+    compare.json, report.html and each policy's summary.json and requests.jsonl.
     """
     from replay.experiments.compare import run_compare
     from replay.metrics.summary import SlaThresholds
@@ -115,12 +122,16 @@ def compare(
         runs,
         command=command_line(),
         hit_rates=result.hit_rates,
-        cluster=ClusterFacts.of_preset(preset, cluster_overrides),
+        cluster=ClusterFacts.of_preset(result.results[0].summary.preset, cluster_overrides),
         compare=result,
     )
     write_report(out / "report.html", report)
     console = Console()
     console.print(compare_table(result, all_metrics=all_metrics))
+    for spec, run in zip(result.specs, result.results, strict=True):
+        for warning in run.summary.warnings:
+            console.print(f"[yellow]warning[/] ({spec.label}): {warning}", highlight=False,
+                          soft_wrap=True)  # fmt: skip
     console.print(
         f"wrote {out / 'compare.json'}, {out / 'report.html'} and one folder per policy",
         highlight=False,
@@ -130,8 +141,10 @@ def compare(
 
 def sweep(
     trace: Path = _TRACE,
-    preset: str = _PRESET,
-    policy: str = typer.Option(..., "--policy", help="NAME or NAME:KEY=VALUE[,KEY=VALUE...]"),
+    preset: str | None = _PRESET,
+    policy: str = typer.Option(
+        ..., "--policy", help="NAME[:KEY=VALUE,...][@PRESET] (@PRESET: its own cluster)"
+    ),
     seed: int = _SEED,
     target: float = typer.Option(0.9, "--target", help="SLA attainment to sustain"),
     tolerance: float = typer.Option(
@@ -186,6 +199,8 @@ def sweep(
             f"no probe met {target:.0%} SLA attainment (lowest rate scale tried: "
             f"{min(p.rate_scale for p in result.probes):.4g}); wrote {out / 'sweep.json'}"
         )
+    for warning in best.summary.warnings:
+        console.print(f"[yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)
     (out / "best").mkdir(parents=True, exist_ok=True)
     write_summary(out / "best" / "summary.json", best.summary)
     write_requests(out / "best" / "requests.jsonl", best.records)
@@ -196,7 +211,7 @@ def sweep(
             [ReportRun(result.spec.label, best.summary, best.records)],
             command=command_line(),
             hit_rates=_hit_rates(trace),
-            cluster=ClusterFacts.of_preset(preset, cluster_overrides),
+            cluster=ClusterFacts.of_preset(best.summary.preset, cluster_overrides),
             sweep=result,
         ),
     )

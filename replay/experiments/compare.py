@@ -1,7 +1,8 @@
 """Offline A/B: replay one trace with one seed under several policies and compare them.
 
-``run_compare`` replays the trace once per policy (same preset, seed, rate scale,
-SLA) and, for every metric of ``summary.json``, gives each policy's value and its
+``run_compare`` replays the trace once per policy (same seed, rate scale, SLA; the
+same preset, unless a policy names its own as ``NAME@PRESET``: then the arms are
+deployments) and, for every metric of ``summary.json``, gives each policy's value and its
 difference from the first policy (the baseline) with a 95% bootstrap interval:
 per-request paired differences for latencies and per-request figures, fixed time
 windows for rates (see ``replay.experiments.compare_stats``). An interval that excludes zero
@@ -15,10 +16,11 @@ label in the outputs and must be unique.
 
     {
       "schema": "pdd-router/compare/1",
-      "trace": str, "preset": str, "seed": int, "rate_scale": float,
+      "trace": str, "preset": str,           # the baseline's preset
+      "seed": int, "rate_scale": float,
       "sla": {"ttft_s": float, "tpot_s": float},
       "baseline": str,                       # label of the first policy
-      "policies": [{"label": str, "policy": str, "params": {...}}, ...],
+      "policies": [{"label": str, "policy": str, "params": {...}, "preset": str}, ...],
       "bootstrap": {"resamples": int, "level": 0.95, "seed": int, "requests": int,
                     "window_s": float, "windows": int,
                     "interval": "percentile of the bootstrap differences"},
@@ -144,7 +146,13 @@ class CompareResult:
             "sla": first.sla.model_dump(mode="json"),
             "baseline": labels[0],
             "policies": [
-                {"label": s.label, "policy": s.name, "params": dict(s.params)} for s in self.specs
+                {
+                    "label": s.label,
+                    "policy": s.name,
+                    "params": dict(s.params),
+                    "preset": r.summary.preset,
+                }
+                for s, r in zip(self.specs, self.results, strict=True)
             ],
             "bootstrap": {
                 "resamples": self.resamples,
@@ -270,7 +278,7 @@ def _row(
 
 def run_compare(
     trace: str | Path,
-    preset: str,
+    preset: str | None,
     policies: Sequence[str],
     *,
     seed: int = 0,
@@ -282,19 +290,22 @@ def run_compare(
     window_s: float | None = None,
     progress: Callable[[str], ProgressObserver | None] | None = None,
 ) -> CompareResult:
-    """Replay ``trace`` under each policy (texts as on the command line) and compare them."""
+    """Replay ``trace`` under each policy (texts as on the command line) and compare them.
+    A policy written ``NAME@PRESET`` runs on its own cluster, the others on ``preset``:
+    deployments compare as policies do, request by request."""
     specs = parse_policy_specs(policies, minimum=2)
+    presets = [spec.preset_or(preset) for spec in specs]
     if resamples < 100:
         raise UserError(f"--resamples must be at least 100, got {resamples}")
     if window_s is not None and window_s <= 0:
         raise UserError(f"--window must be positive, got {window_s}")
     results = [
         run_replay(
-            trace, preset, spec.name, rate_scale, seed,
+            trace, arm_preset, spec.name, rate_scale, seed,
             policy_params=spec.params, overrides=overrides, kv_event_delay_s=kv_event_delay_s,
             sla=sla, progress=progress(spec.label) if progress is not None else None,
         )
-        for spec in specs
+        for spec, arm_preset in zip(specs, presets, strict=True)
     ]  # fmt: skip
     return compare_results(
         specs,

@@ -1,7 +1,11 @@
-"""A policy with parameters in one command-line word: ``NAME[:KEY=VALUE[,KEY=VALUE...]]``.
+"""A policy with parameters, and optionally the cluster it runs on, in one command-line
+word: ``NAME[:KEY=VALUE[,KEY=VALUE...]][@PRESET]``.
 
-``pdd``, ``pdd-adaptive``, ``pdd:wan_budget_s=0.5,chunk_tokens=32``. Values are YAML
-scalars (``0.5``, ``32``, ``true``). The word itself is the policy's label in reports.
+``pdd``, ``pdd-adaptive``, ``pdd:wan_budget_s=0.5,chunk_tokens=32``, ``idc-pd@idc-pd``,
+``pdd@my-cluster.yaml``. Values are YAML scalars (``0.5``, ``32``, ``true``). ``@PRESET``
+(a packaged preset's name or a preset file) makes the word a deployment: that policy on
+that cluster; without it the command's ``--preset`` is used. The word itself is the
+label in reports.
 Names and parameters are checked against the policy registry up front, so a typo is
 one line naming the valid policies (or the policy's valid parameters) before anything
 runs.
@@ -28,6 +32,17 @@ class PolicySpec:
     label: str
     name: str
     params: dict[str, Any] = field(default_factory=dict)
+    preset: str | None = None  # the cluster of this arm (None: the command's --preset)
+
+    def preset_or(self, default: str | None) -> str:
+        """The preset this arm runs on: its own, else ``default``."""
+        preset = self.preset or default
+        if preset is None:
+            raise UserError(
+                f"--policy {self.label!r} names no cluster: give --preset, or write it "
+                f"{self.label}@PRESET (a preset name or file)"
+            )
+        return preset
 
 
 def _parameters(name: str) -> str:
@@ -39,9 +54,13 @@ def _parameters(name: str) -> str:
 
 
 def parse_policy_spec(text: str) -> PolicySpec:
-    """Parse and validate one ``NAME[:KEY=VALUE,...]``; a one-line UserError otherwise."""
+    """Parse and validate one ``NAME[:KEY=VALUE,...][@PRESET]``; a one-line UserError
+    otherwise (the preset itself is checked when it is loaded)."""
     label = text.strip()
-    name, _, rest = label.partition(":")
+    policy_text, at, preset = label.partition("@")
+    if at and not preset.strip():
+        raise UserError(f"--policy {text!r}: nothing after '@' (write NAME@PRESET)")
+    name, _, rest = policy_text.partition(":")
     name = name.strip()
     valid = ", ".join(policy_names())
     if not name:
@@ -70,7 +89,7 @@ def parse_policy_spec(text: str) -> PolicySpec:
         raise UserError(
             f"--policy {text!r}: {exc}; parameters of {name}: {_parameters(name)}"
         ) from None
-    return PolicySpec(label, name, params)
+    return PolicySpec(label, name, params, preset.strip() if at else None)
 
 
 def parse_policy_specs(texts: Sequence[str], *, minimum: int = 1) -> list[PolicySpec]:

@@ -133,7 +133,7 @@ def _probe_json(probe: Probe) -> dict[str, Any]:
 
 def run_sweep(
     trace: str | Path,
-    preset: str,
+    preset: str | None,
     policy: str,
     *,
     seed: int = 0,
@@ -156,6 +156,7 @@ def run_sweep(
     if start_scale <= 0.0:
         raise UserError(f"--start-scale must be positive, got {start_scale}")
     spec = parse_policy_spec(policy)
+    preset = spec.preset_or(preset)  # NAME@PRESET: the deployment's own cluster
     probes: list[Probe] = []
     kept: dict[str, ReplayResult] = {}  # the first replay and the best passing one
 

@@ -104,3 +104,51 @@ def test_run_writes_a_report_next_to_its_summary(
     assert (out / "summary.json").exists()
     assert (out / "requests.jsonl").exists()
     assert "report.html" in stdout
+
+
+def test_compare_deployments_each_policy_on_its_own_cluster(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, trace: Path
+) -> None:
+    out = tmp_path / "deploy"
+    code, stdout, err = run_cli(
+        capsys, "replay", "compare", str(trace),
+        "--policy", "idc-pd@idc-pd-small", "--policy", "xdc-pd-drc@xdc-pd-small",
+        "--policy", "pdd@pdd-small", "--resamples", "200", "--out", str(out), "--no-progress",
+    )  # fmt: skip
+    assert code == 0, err
+    data = _json(out / "compare.json")
+    arms = [(p["label"], p["policy"], p["preset"]) for p in data["policies"]]
+    assert arms == [
+        ("idc-pd@idc-pd-small", "idc-pd", "idc-pd-small"),
+        ("xdc-pd-drc@xdc-pd-small", "xdc-pd-drc", "xdc-pd-small"),
+        ("pdd@pdd-small", "pdd", "pdd-small"),
+    ]
+    assert data["preset"] == "idc-pd-small"  # the baseline's
+    cost = next(m for m in data["metrics"] if m["key"] == "cost_per_hour")
+    # each arm priced as its own cluster: 48 H100; 48 H100 and the line; 27 H100 + 16 H200
+    assert cost["values"] == {
+        "idc-pd@idc-pd-small": pytest.approx(120.0),
+        "xdc-pd-drc@xdc-pd-small": pytest.approx(121.0),
+        "pdd@pdd-small": pytest.approx(118.5),
+    }
+    wan = next(m for m in data["metrics"] if m["key"] == "wan_bytes")
+    assert wan["values"]["idc-pd@idc-pd-small"] == 0  # one datacenter: nothing crosses
+    assert wan["values"]["pdd@pdd-small"] > 0
+    assert "warning" not in stdout  # every baseline on the cluster it was made for
+
+
+def test_compare_needs_a_cluster_for_every_policy(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, trace: Path
+) -> None:
+    code, _, err = run_cli(
+        capsys, "replay", "compare", str(trace), "--policy", "idc-pd@idc-pd-small",
+        "--policy", "pdd", "--out", str(tmp_path / "x"), "--no-progress",
+    )  # fmt: skip
+    assert code == 2
+    assert "--policy 'pdd' names no cluster: give --preset, or write it pdd@PRESET" in err
+    code, _, err = run_cli(
+        capsys, "replay", "compare", str(trace), "--policy", "idc-pd@",
+        "--policy", "pdd@pdd-small", "--out", str(tmp_path / "y"), "--no-progress",
+    )  # fmt: skip
+    assert code == 2
+    assert "nothing after '@'" in err
