@@ -12,8 +12,10 @@ import typer
 from rich.console import Console
 
 from cli.experiment_cmd import command_line, compare, sweep
+from cli.live_cmd import live
 from cli.progress import ReplayBar, progress_bars
 from cli.tune_cmd import tune
+from cli.validate_cmd import validate
 from replay.presets.cluster_preset import ClusterPreset
 from replay.sim.kv_events import KV_EVENT_DELAY_S
 from router.sla import SLA_TPOT_S, SLA_TTFT_S
@@ -185,5 +187,7 @@ def _preset_line(preset: ClusterPreset, name: str) -> str:
 
 
 replay_app.command("compare")(compare)
+replay_app.command("validate")(validate)
 replay_app.command("sweep")(sweep)
 replay_app.command("tune")(tune)
+replay_app.command("live")(live)

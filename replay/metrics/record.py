@@ -30,7 +30,8 @@ class RequestRecord:
     rld_instance: str | None
     md_instance: str | None
     finished_on: str | None
-    ttft_s: float | None
+    ttft_s: float | None  # the first token from the decode side (RLD or MD), as clients see it
+    ttft_prefill_s: float | None  # the first token from the prefill side (P's output)
     tpot_s: float | None
     max_gap_s: float | None
     handoff_gap_s: float | None
@@ -97,6 +98,7 @@ def record_of(request: SimRequest) -> RequestRecord:
         md_instance=request.md.id if request.md is not None else None,
         finished_on=request.finished_on,
         ttft_s=_r(ttft),
+        ttft_prefill_s=_r(request.prefill_end_s - arrival) if finished else None,
         tpot_s=_r(tpot),
         max_gap_s=_r(request.max_gap_s) if finished else None,
         handoff_gap_s=_r(request.handoff_gap_s) if request.handoff is not None else None,

@@ -1,0 +1,300 @@
+"""Drive a live OpenAI-compatible endpoint (one engine, or the router) with a trace.
+
+Each trace request is sent at its timestamp (over ``rate_scale``) as a streaming
+``POST /v1/completions`` of token IDs made up from its block IDs (``TokenSynth``: shared
+blocks are shared tokens, so the engine's prefix cache hits where the trace's do), with
+``max_tokens`` its output length and ``ignore_eos``, greedy. What the client sees is
+recorded in the replay's own ``requests.jsonl`` and ``summary.json`` schema: arrival
+(the scheduled send time), first and last token, inter-token gaps. A live run sees
+neither instances' caches nor the WAN, so those fields hold zeros and empty values,
+except the pipeline and instances when the router's ``x-pdd-pipeline`` header and
+``pdd`` field name them; ``tokens_md`` holds all the output tokens (the endpoint's
+``usage.completion_tokens``, else the tokens counted in the stream), ``reason`` the
+error of a request that failed.
+
+At most ``concurrency`` requests are in flight; a request due while that many are
+open waits, and the wait counts in its TTFT, as it would for a client. Stopping early
+(``max_requests``, ``duration_s``, or cancellation such as Ctrl-C) keeps what finished:
+the records of the requests sent, unfinished ones with no first or last token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from replay.metrics.record import RequestRecord
+from replay.metrics.summary import SlaThresholds, Summary, summarize
+from replay.sim.simulator import ProgressObserver
+from replay.trace.record import TraceRequest
+from replay.trace.token_synth import TokenSynth
+from router import __version__
+from router.errors import UserError
+
+__all__ = ["LiveOptions", "LiveResult", "run_live"]
+
+
+@dataclass(frozen=True, slots=True)
+class LiveOptions:
+    """Where and how to send the trace."""
+
+    url: str  # the endpoint's base URL (``/v1/completions`` is appended)
+    model: str | None = None
+    api_key: str | None = None
+    rate_scale: float = 1.0
+    max_requests: int | None = None
+    duration_s: float | None = None  # send only requests due within this many seconds
+    concurrency: int = 64
+    vocab_size: int = 32_000
+    seed: int = 0
+    timeout_s: float = 600.0  # one request's whole stream
+    sla: SlaThresholds = field(default_factory=SlaThresholds)
+
+
+@dataclass(frozen=True, slots=True)
+class LiveResult:
+    summary: Summary
+    records: list[RequestRecord]
+    errors: dict[str, int]  # error kind -> requests that ended with it
+
+
+@dataclass(slots=True)
+class _Seen:
+    """What the client saw of one request; times from the run's start."""
+
+    request: TraceRequest
+    arrival_s: float
+    first_s: float | None = None
+    last_s: float | None = None
+    tokens: int = 0  # counted in the stream
+    reported_tokens: int | None = None  # the endpoint's usage.completion_tokens
+    max_gap_s: float = 0.0
+    pipeline: str = ""
+    instances: dict[str, str] = field(default_factory=dict)
+    error: str | None = None
+
+
+def _selected(requests: Sequence[TraceRequest], options: LiveOptions) -> list[TraceRequest]:
+    ordered = sorted(requests, key=lambda r: r.arrival_s)
+    if not ordered:
+        raise UserError("the trace has no requests")
+    start = ordered[0].arrival_s
+    if options.duration_s is not None:
+        limit = options.duration_s * options.rate_scale
+        ordered = [r for r in ordered if r.arrival_s - start <= limit]
+    if options.max_requests is not None:
+        ordered = ordered[: options.max_requests]
+    return ordered
+
+
+def _check(options: LiveOptions) -> None:
+    if options.rate_scale <= 0:
+        raise UserError(f"--rate-scale must be positive, got {options.rate_scale}")
+    if options.concurrency <= 0:
+        raise UserError(f"--concurrency must be positive, got {options.concurrency}")
+    if options.max_requests is not None and options.max_requests <= 0:
+        raise UserError(f"--max-requests must be positive, got {options.max_requests}")
+    if options.duration_s is not None and options.duration_s <= 0:
+        raise UserError(f"--duration must be positive, got {options.duration_s}")
+    if not options.url.startswith(("http://", "https://")):
+        raise UserError(f"--url {options.url!r} is not an http(s) URL")
+
+
+async def _probe(client: httpx.AsyncClient, url: str) -> None:
+    """Refuse at once an endpoint that does not answer (rather than N failed requests)."""
+    try:
+        await client.get(f"{url}/v1/models", timeout=10)
+    except httpx.HTTPError as exc:
+        raise UserError(f"{url} does not answer: {exc}") from None
+
+
+def _body(options: LiveOptions, prompt: list[int], output_length: int) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "prompt": prompt,
+        "max_tokens": max(output_length, 1),
+        "ignore_eos": True,
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "return_token_ids": True,  # vLLM (and engine-sim): count tokens, not text pieces
+    }
+    if options.model is not None:
+        body["model"] = options.model
+    return body
+
+
+async def _send(
+    client: httpx.AsyncClient, options: LiveOptions, seen: _Seen, prompt: list[int], t0: float
+) -> None:
+    body = _body(options, prompt, seen.request.output_length)
+    async with client.stream("POST", f"{options.url}/v1/completions", json=body) as response:
+        if response.status_code != 200:
+            await response.aread()
+            seen.error = f"HTTP {response.status_code}"
+            return
+        seen.pipeline = response.headers.get("x-pdd-pipeline", "")
+        async for line in response.aiter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            if "error" in chunk:
+                seen.error = "stream error"
+                return
+            usage = chunk.get("usage")
+            if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
+                seen.reported_tokens = usage["completion_tokens"]
+            served = chunk.get("pdd")
+            if isinstance(served, dict):
+                seen.pipeline = str(served.get("pipeline") or seen.pipeline)
+                seen.instances = dict(served.get("instances") or {})
+            tokens = _tokens_of(chunk)
+            if tokens == 0:
+                continue
+            now = time.perf_counter() - t0
+            if seen.last_s is not None:
+                seen.max_gap_s = max(seen.max_gap_s, now - seen.last_s)
+            else:
+                seen.first_s = now
+            seen.last_s = now
+            seen.tokens += tokens
+
+
+def _tokens_of(chunk: dict[str, Any]) -> int:
+    """Tokens a streamed chunk carries: its token IDs when given, else one per non-empty
+    text (engines stream about a token per chunk)."""
+    count = 0
+    for choice in chunk.get("choices") or ():
+        ids = choice.get("token_ids")
+        if isinstance(ids, list):
+            count += len(ids)
+        elif choice.get("text"):
+            count += 1
+    return count
+
+
+async def _drive(
+    requests: list[TraceRequest],
+    options: LiveOptions,
+    progress: ProgressObserver | None,
+    seen: list[_Seen],
+) -> None:
+    """Send the requests; ``seen`` gets each one's record as it is sent (so a caller
+    interrupted midway still has them)."""
+    synth = TokenSynth(options.vocab_size, options.seed)
+    headers = {"authorization": f"Bearer {options.api_key}"} if options.api_key else {}
+    limits = httpx.Limits(max_connections=options.concurrency + 1)
+    timeout = httpx.Timeout(options.timeout_s, connect=10.0)
+    slots = asyncio.Semaphore(options.concurrency)
+    start = requests[0].arrival_s
+    finished = 0
+    async with httpx.AsyncClient(headers=headers, limits=limits, timeout=timeout) as client:
+        await _probe(client, options.url)
+        if progress is not None:
+            progress.start(len(requests))
+        t0 = time.perf_counter()
+
+        async def one(request: TraceRequest, due: float) -> None:
+            nonlocal finished
+            record = _Seen(request, due)
+            seen.append(record)
+            prompt = synth.prompt(request)
+            async with slots:
+                try:
+                    await asyncio.wait_for(_send(client, options, record, prompt, t0),
+                                           options.timeout_s)  # fmt: skip
+                except TimeoutError:
+                    record.error = "timeout"
+                except httpx.HTTPError as exc:
+                    record.error = type(exc).__name__
+                except asyncio.CancelledError:
+                    record.error = "cancelled"
+                    raise
+            finished += 1
+            if progress is not None:
+                progress.advance(finished)
+
+        tasks: list[asyncio.Task[None]] = []
+        try:
+            for request in requests:
+                due = (request.arrival_s - start) / options.rate_scale
+                delay = due - (time.perf_counter() - t0)
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                tasks.append(asyncio.create_task(one(request, due)))
+            await asyncio.gather(*tasks)
+        finally:  # cancelled (Ctrl-C): stop what is in flight, keep what finished
+            for task in tasks:
+                task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _record(seen: _Seen) -> RequestRecord:
+    request = seen.request
+    done = seen.error is None and seen.first_s is not None and seen.last_s is not None
+    tokens = seen.reported_tokens if seen.reported_tokens is not None else seen.tokens
+    ttft = seen.first_s - seen.arrival_s if done and seen.first_s is not None else None
+    e2e = seen.last_s - seen.arrival_s if done and seen.last_s is not None else None
+    tpot = None
+    if done and seen.first_s is not None and seen.last_s is not None and tokens > 1:
+        tpot = (seen.last_s - seen.first_s) / (tokens - 1)
+
+    def r(x: float | None) -> float | None:
+        return None if x is None else round(x, 6)
+
+    return RequestRecord(
+        request_id=request.request_id, session_id=request.session_id,
+        arrival_s=round(seen.arrival_s, 6), input_length=request.input_length,
+        output_length=request.output_length, decided_pipeline=seen.pipeline,
+        pipeline=seen.pipeline, reactive=False, handoff=None, handoff_rounds=0,
+        eager_tokens=0, p_instance=seen.instances.get("p", ""),
+        rld_instance=seen.instances.get("rld"), md_instance=seen.instances.get("md"),
+        finished_on=None, ttft_s=r(ttft), ttft_prefill_s=None, tpot_s=r(tpot),
+        max_gap_s=r(seen.max_gap_s) if done else None, handoff_gap_s=None, e2e_s=r(e2e),
+        prefill_queue_s=0.0, prefill_s=0.0, hit_p=0.0, hit_rld=None, hit_md=None,
+        predicted_hit_p=None, predicted_hit_md=None, predicted_wan_s=0.0, wan_bytes=0.0,
+        transfer_s=None, tokens_rld=0, tokens_md=tokens, rld_busy_s=None,
+        reason=seen.error or "",
+    )  # fmt: skip
+
+
+def run_live(
+    requests: Sequence[TraceRequest],
+    options: LiveOptions,
+    *,
+    trace_name: str = "<memory>",
+    progress: ProgressObserver | None = None,
+) -> LiveResult:
+    """Send the trace to ``options.url`` and record what the client saw."""
+    _check(options)
+    selected = _selected(requests, options)
+    started = time.perf_counter()
+    seen: list[_Seen] = []
+    interrupted = False
+    try:
+        asyncio.run(_drive(selected, options, progress, seen))
+    except KeyboardInterrupt:  # Ctrl-C: keep the requests sent so far
+        interrupted = True
+    records = sorted((_record(s) for s in seen), key=lambda r: (r.arrival_s, r.request_id))
+    errors: dict[str, int] = {}
+    for s in seen:
+        if s.error is not None:
+            errors[s.error] = errors.get(s.error, 0) + 1
+    warnings = [f"{n} requests failed: {kind}" for kind, n in sorted(errors.items())]
+    if interrupted:
+        warnings.append(f"interrupted: {len(seen)} of {len(selected)} requests were sent")
+    summary = summarize(
+        records, policy="live", preset=f"live:{options.url}", trace=trace_name,
+        seed=options.seed, rate_scale=options.rate_scale, kv_event_delay_s=0.0,
+        sla=options.sla, cost_per_hour=0.0, wan_throughput=None,
+        wall_s=time.perf_counter() - started, index_mode="live", version=__version__,
+        warnings=warnings,
+    )  # fmt: skip
+    return LiveResult(summary, records, errors)
