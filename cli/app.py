@@ -8,6 +8,7 @@ import typer
 from rich.console import Console
 
 from cli.bench_cmd import bench_app
+from cli.calibrate_cmd import calibrate
 from cli.demo_cmd import demo
 from cli.engine_cmd import engine_app
 from cli.predictor_cmd import predictor_app
@@ -36,6 +37,7 @@ app.add_typer(predictor_app, name="predictor")
 app.add_typer(engine_app, name="engine-sim")
 app.command("demo")(demo)
 app.command("serve")(serve)
+app.command("calibrate")(calibrate)
 
 
 @app.command("version")

@@ -8,6 +8,7 @@ from policies.tiers import Tier
 
 __all__ = [
     "ClusterSpec",
+    "FittedTiming",
     "FluctuationSpec",
     "HandoffSpec",
     "HardwareSpec",
@@ -99,6 +100,24 @@ class HandoffSpec(_Spec):
     default_chunk_tokens: int = Field(64, ge=1, description="Catch-up chunk when undecided")
 
 
+class FittedTiming(_Spec):
+    """Pass times measured on a real engine (``pdd-router calibrate``) instead of the
+    roofline: linear in the work of the pass, fitted by least squares."""
+
+    prefill_overhead_s: float = Field(ge=0, description="Fixed cost of one prefill pass")
+    prefill_s_per_token: float = Field(ge=0, description="Per new prompt token")
+    prefill_s_per_token_pair: float = Field(
+        ge=0, description="Per (new token, context token) pair: attention over the cached "
+        "prefix and the new tokens before it",
+    )  # fmt: skip
+    decode_overhead_s: float = Field(ge=0, description="Fixed cost of one decode step")
+    decode_s_per_request: float = Field(ge=0, description="Per request in the step's batch")
+    decode_s_per_context_token: float = Field(
+        ge=0, description="Per KV token the step's batch attends to"
+    )
+    source: str = ""
+
+
 class PoolSpec(_Spec):
     """A pool of identical instances of one tier in one datacenter."""
 
@@ -111,6 +130,10 @@ class PoolSpec(_Spec):
         None, ge=0, description="Explicit KV pool per instance (default: from HBM minus weights)"
     )
     max_batch: int = Field(256, ge=1, description="Most requests decoding at once")
+    fitted: FittedTiming | None = Field(
+        None, description="Measured pass times of this pool's engines (`pdd-router "
+        "calibrate`); the roofline of hardware x model when absent",
+    )  # fmt: skip
 
 
 class FluctuationSpec(_Spec):

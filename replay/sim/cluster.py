@@ -69,8 +69,9 @@ def build_cluster(
     for pool_name, pool in preset.pools().items():
         capacity = preset.kv_capacity_tokens(pool)
         roofline = Roofline(
-            model, preset.hardware[pool.hardware], pool.gpus_per_instance, spec.timing, spec.handoff
-        )
+            model, preset.hardware[pool.hardware], pool.gpus_per_instance, spec.timing,
+            spec.handoff, pool.fitted,
+        )  # fmt: skip
         for i in range(pool.instances):
             iid = f"{pool_name}-{i}"
             load = InstanceLoad(

@@ -7,13 +7,18 @@ the HBM bandwidth times an efficiency). FLOPs: ``2 * active_params`` per token p
 grows with context. Bytes: the weights a pass touches (the dense part always; of the
 routed experts, the share a batch of ``t`` tokens activates,
 ``1 - (1 - k/E)**t``) plus the KV cache read and written.
+
+A pool calibrated on a real engine (``PoolSpec.fitted``) uses its measured linear costs
+instead: a prefill pass costs an overhead plus a cost per new token and per (new,
+context) token pair, a decode step an overhead plus a cost per request and per context
+token.
 """
 
 from __future__ import annotations
 
 import math
 
-from replay.presets.schema import HandoffSpec, HardwareSpec, ModelSpec, TimingSpec
+from replay.presets.schema import FittedTiming, HandoffSpec, HardwareSpec, ModelSpec, TimingSpec
 
 __all__ = ["Roofline"]
 
@@ -33,6 +38,7 @@ class Roofline:
         "_expert_bytes",
         "_extend_overhead",
         "_extend_per_token",
+        "_fitted",
         "_kv",
         "_miss",
         "_prefill_bw",
@@ -48,8 +54,10 @@ class Roofline:
         gpus: int,
         timing: TimingSpec,
         handoff: HandoffSpec,
+        fitted: FittedTiming | None = None,
     ) -> None:
         self.gpus = gpus
+        self._fitted = fitted
         flops = gpus * hardware.peak_flops
         bandwidth = gpus * hardware.hbm_bandwidth_bytes_s
         self._prefill_flops = flops * timing.prefill_compute_efficiency
@@ -88,6 +96,15 @@ class Roofline:
 
     def prefill_s(self, items: list[tuple[int, int]]) -> float:
         """One prefill pass over requests given as (new tokens, cached tokens)."""
+        fitted = self._fitted
+        if fitted is not None:
+            tokens = sum(new for new, _ in items)
+            pairs = sum(new * cached + 0.5 * new * new for new, cached in items)
+            return (
+                fitted.prefill_overhead_s
+                + fitted.prefill_s_per_token * tokens
+                + fitted.prefill_s_per_token_pair * pairs
+            )
         flops = kv_bytes = 0.0
         new_total = 0
         for new, cached in items:
@@ -100,6 +117,13 @@ class Roofline:
 
     def decode_step_s(self, batch: int, context_tokens: float) -> float:
         """One decode step of ``batch`` requests holding ``context_tokens`` KV tokens in all."""
+        fitted = self._fitted
+        if fitted is not None:
+            return (
+                fitted.decode_overhead_s
+                + fitted.decode_s_per_request * batch
+                + fitted.decode_s_per_context_token * context_tokens
+            )
         flops = self._active2 * batch + self._attn * context_tokens
         mem = self.weight_bytes(batch) + self._kv * context_tokens
         return self._decode_overhead + max(flops / self._decode_flops, mem / self._decode_bw)
@@ -108,6 +132,12 @@ class Roofline:
         """Extend-decode of ``tokens`` eager tokens on top of ``context_tokens`` (handoff)."""
         if tokens <= 0:
             return 0.0
+        fitted = self._fitted
+        if fitted is not None:
+            pass_s = fitted.prefill_s_per_token * tokens + fitted.prefill_s_per_token_pair * (
+                tokens * context_tokens + 0.5 * tokens * tokens
+            )
+            return self._extend_overhead + pass_s + self._extend_per_token * tokens
         flops, kv_bytes = self._pass_flops_bytes(tokens, context_tokens)
         mem = self.weight_bytes(tokens) + kv_bytes
         roof = max(flops / self._prefill_flops, mem / self._decode_bw)

@@ -1,0 +1,125 @@
+"""`pdd-router calibrate`: measure a running engine and fit the simulator's pass times.
+
+The command parses options, shows progress and prints; the work is
+``replay.runner.calibrate.calibrate`` (imported when the command runs).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+__all__ = ["calibrate"]
+
+
+def calibrate(
+    url: str = typer.Option(..., "--url", help="Base URL of the engine (OpenAI API)"),
+    preset: str | None = typer.Option(
+        None,
+        "--preset",
+        help="Write this preset (a name or a file) with the fitted timing in --pool's pools, "
+        "as a preset file for --preset (default: write the fitted timing alone)",
+    ),
+    pool: list[str] = typer.Option(
+        [],
+        "--pool",
+        help="Pools of --preset whose engines are like this one (repeatable; default: every pool)",
+    ),
+    out: Path = typer.Option(Path("calibrated.yaml"), "--out", help="YAML file to write"),
+    model: str | None = typer.Option(None, "--model", help="The model field of each request"),
+    api_key: str | None = typer.Option(None, "--api-key", help="Bearer key for the endpoint"),
+    vocab_size: int = typer.Option(
+        32_000, "--vocab-size", help="Token IDs are drawn below this (the model's vocabulary)"
+    ),
+    max_prompt: int = typer.Option(
+        2048, "--max-prompt", help="Longest prompt a probe sends (within the model's length)"
+    ),
+    max_batch: int = typer.Option(8, "--max-batch", help="Largest decode batch probed"),
+    repeats: int = typer.Option(3, "--repeats", help="Measurements per probe (median)"),
+    as_json: bool = typer.Option(False, "--json", help="Print the measurements as JSON"),
+    no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar"),
+) -> None:
+    """Measure a running engine's prefill and decode times and fit the simulator to them.
+
+    Prefill: prompts of N new tokens after C cached ones, max_tokens 1. Decode: B
+    streams at once, short and long prompts. Fits a prefill pass as overhead + per token
+    x N + per token pair x (N*C + N*N/2), a decode step as overhead + per request x B +
+    per context token x (the batch's KV tokens), by least squares on relative errors,
+    and prints each probe measured and fitted. With --preset, writes that preset with the
+    fitted timing in its pools: replay a trace on it and set the replay against
+    `replay live` on the same engines with `replay validate`.
+    """
+    import yaml
+
+    from cli.progress import progress_bars
+    from replay.presets.loader import load_preset
+    from replay.runner.calibrate import CalibrationOptions, calibrate, probe_count
+    from router.errors import UserError
+
+    if max_prompt < 128 or max_batch < 1:
+        raise UserError("--max-prompt must be at least 128 and --max-batch at least 1")
+    news = tuple(n for n in (64, 256, 512, 1024, 2048, 4096, 8192) if n <= max_prompt // 2)
+    options = CalibrationOptions(
+        url=url.rstrip("/"), model=model, api_key=api_key, vocab_size=vocab_size,
+        new_tokens=news, cached_tokens=(0, max_prompt // 2),
+        batches=tuple(b for b in (1, 2, 4, 8, 16, 32, 64) if b <= max_batch),
+        long_prompt=max_prompt // 2, repeats=repeats,
+    )  # fmt: skip
+    target = load_preset(preset) if preset is not None else None
+    if target is not None:
+        unknown = [p for p in pool if p not in target.spec.pools]
+        if unknown:
+            raise UserError(
+                f"--pool {unknown[0]!r} is not a pool of {preset}; its pools: "
+                f"{', '.join(target.spec.pools)}"
+            )
+    with progress_bars(not no_progress) as bars:
+        task = bars.add_task(f"calibrating {url}", total=probe_count(options)) if bars else None
+
+        def step() -> None:
+            if bars is not None and task is not None:
+                bars.advance(task)
+
+        result = calibrate(options, step)
+    fitted = result.fitted.model_dump(mode="json")
+    if target is not None:
+        tree = target.resolved()
+        for name in pool or list(tree["pools"]):
+            tree["pools"][name]["fitted"] = fitted
+        text = f"# {preset} calibrated on {url} by pdd-router calibrate\n" + yaml.safe_dump(
+            tree, sort_keys=False, width=88
+        )
+    else:
+        text = yaml.safe_dump({"fitted": fitted}, sort_keys=False, width=88)
+    out.write_text(text, encoding="utf-8")
+    console = Console()
+    if as_json:
+        console.print_json(json.dumps(result.to_json()))
+    else:
+        console.print(_table(result.to_json()))
+    console.print(
+        f"fit error (mean |fitted - measured| / measured): prefill {result.prefill_error:.1%}, "
+        f"decode {result.decode_error:.1%}; {result.wall_s:.0f} s; wrote {out}",
+        highlight=False, soft_wrap=True,
+    )  # fmt: skip
+
+
+def _table(data: dict[str, object]) -> Table:
+    table = Table(title="Calibration probes: measured and fitted (ms)")
+    for column in ("probe", "measured", "fitted", "error"):
+        table.add_column(column, justify="right" if column != "probe" else "left")
+    rows: list[tuple[str, float, float]] = []
+    for p in data["prefill"]:  # type: ignore[attr-defined]
+        rows.append((f"prefill {p['new']} new after {p['cached']} cached",
+                     p["measured_s"], p["fitted_s"]))  # fmt: skip
+    for d in data["decode"]:  # type: ignore[attr-defined]
+        rows.append((f"decode step, batch {d['batch']}, {d['context_tokens']:,.0f} KV tokens",
+                     d["measured_s"], d["fitted_s"]))  # fmt: skip
+    for name, measured, fitted in rows:
+        error = (fitted - measured) / measured if measured else 0.0
+        table.add_row(name, f"{measured * 1e3:,.2f}", f"{fitted * 1e3:,.2f}", f"{error:+.1%}")
+    return table

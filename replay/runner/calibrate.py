@@ -1,0 +1,290 @@
+"""Calibrate the simulator on a running engine: measure pass times, fit ``FittedTiming``.
+
+A designed set of requests goes to an OpenAI-compatible endpoint (vLLM, SGLang, the
+engine simulator), one kind at a time so each measurement isolates one cost:
+
+* prefill: a prompt of N new tokens after C cached ones (the prefix sent once before,
+  so the engine's prefix cache holds it), ``max_tokens`` 1, timed to its answer, over a
+  grid of N and C; cached tokens are read from ``usage.prompt_tokens_details`` when the
+  engine reports them;
+* decode: B streams at once of short prompts (and B streams of long ones), generating
+  with ``ignore_eos``; a step is the median gap between tokens in the middle of the
+  streams.
+
+Least squares with non-negative coefficients then fits a prefill pass as ``overhead +
+per_token * N + per_token_pair * (N*C + N*N/2)`` and a decode step as ``overhead +
+per_request * B + per_context_token * (context tokens of the batch)``. The fit's
+error on its own measurements is reported; the result is a ``FittedTiming`` for the
+pools of a preset whose engines are like the one measured.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import numpy as np
+from scipy.optimize import nnls
+
+from replay.presets.schema import FittedTiming
+from router.errors import UserError
+
+__all__ = [
+    "CalibrationOptions",
+    "CalibrationResult",
+    "DecodeProbe",
+    "PrefillProbe",
+    "calibrate",
+    "fit_decode",
+    "fit_prefill",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class CalibrationOptions:
+    url: str
+    model: str | None = None
+    api_key: str | None = None
+    vocab_size: int = 32_000
+    new_tokens: tuple[int, ...] = (64, 256, 512, 1024, 2048)
+    cached_tokens: tuple[int, ...] = (0, 1024)
+    batches: tuple[int, ...] = (1, 2, 4, 8)
+    decode_tokens: int = 48  # generated per decode stream
+    short_prompt: int = 64
+    long_prompt: int = 1024
+    repeats: int = 3
+    seed: int = 0
+    timeout_s: float = 300.0
+
+
+@dataclass(frozen=True, slots=True)
+class PrefillProbe:
+    new: int
+    cached: int
+    seconds: float  # median over the repeats
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeProbe:
+    batch: int
+    context_tokens: float  # the batch's KV tokens at the middle of the measured steps
+    seconds: float  # median step
+
+
+@dataclass(frozen=True, slots=True)
+class CalibrationResult:
+    fitted: FittedTiming
+    prefill: list[PrefillProbe]
+    decode: list[DecodeProbe]
+    prefill_error: float  # mean |fitted - measured| / measured over the prefill probes
+    decode_error: float
+    wall_s: float
+
+    def prefill_fit(self, probe: PrefillProbe) -> float:
+        f = self.fitted
+        pairs = probe.new * probe.cached + 0.5 * probe.new * probe.new
+        return (
+            f.prefill_overhead_s
+            + f.prefill_s_per_token * probe.new
+            + (f.prefill_s_per_token_pair * pairs)
+        )
+
+    def decode_fit(self, probe: DecodeProbe) -> float:
+        f = self.fitted
+        return (
+            f.decode_overhead_s
+            + f.decode_s_per_request * probe.batch
+            + f.decode_s_per_context_token * probe.context_tokens
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "fitted": self.fitted.model_dump(mode="json"),
+            "prefill_error": round(self.prefill_error, 6),
+            "decode_error": round(self.decode_error, 6),
+            "prefill": [
+                {"new": p.new, "cached": p.cached, "measured_s": round(p.seconds, 6),
+                 "fitted_s": round(self.prefill_fit(p), 6)}
+                for p in self.prefill
+            ],
+            "decode": [
+                {"batch": d.batch, "context_tokens": d.context_tokens,
+                 "measured_s": round(d.seconds, 6), "fitted_s": round(self.decode_fit(d), 6)}
+                for d in self.decode
+            ],
+            "wall_s": round(self.wall_s, 3),
+        }  # fmt: skip
+
+
+def _nnls(columns: list[np.ndarray], y: np.ndarray) -> tuple[np.ndarray, float]:
+    """Non-negative least squares on relative errors (each row weighted by 1/y, so short
+    and long passes count alike); the coefficients and the mean relative error."""
+    a = np.column_stack(columns) / y[:, None]
+    coef, _ = nnls(a, np.ones_like(y))
+    fitted = np.column_stack(columns) @ coef
+    return coef, float(np.mean(np.abs(fitted - y) / y))
+
+
+def fit_prefill(probes: Sequence[PrefillProbe]) -> tuple[np.ndarray, float]:
+    """(overhead, per token, per token pair) and the mean relative error."""
+    new = np.array([p.new for p in probes], dtype=np.float64)
+    cached = np.array([p.cached for p in probes], dtype=np.float64)
+    y = np.array([p.seconds for p in probes], dtype=np.float64)
+    return _nnls([np.ones_like(new), new, new * cached + 0.5 * new * new], y)
+
+
+def fit_decode(probes: Sequence[DecodeProbe]) -> tuple[np.ndarray, float]:
+    """(overhead, per request, per context token) and the mean relative error."""
+    batch = np.array([p.batch for p in probes], dtype=np.float64)
+    context = np.array([p.context_tokens for p in probes], dtype=np.float64)
+    y = np.array([p.seconds for p in probes], dtype=np.float64)
+    return _nnls([np.ones_like(batch), batch, context], y)
+
+
+class _Engine:
+    """Requests to the endpoint, with fresh token IDs for every prompt."""
+
+    def __init__(self, client: httpx.AsyncClient, options: CalibrationOptions) -> None:
+        self.client = client
+        self.options = options
+        self._rng = np.random.default_rng(options.seed)
+
+    def tokens(self, n: int) -> list[int]:
+        ids: list[int] = self._rng.integers(10, self.options.vocab_size, n).tolist()
+        return ids
+
+    def _body(self, prompt: list[int], max_tokens: int, stream: bool) -> dict[str, Any]:
+        body: dict[str, Any] = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
+                                "ignore_eos": True, "stream": stream}  # fmt: skip
+        if self.options.model is not None:
+            body["model"] = self.options.model
+        if stream:
+            body["return_token_ids"] = True
+        return body
+
+    async def complete(self, prompt: list[int]) -> tuple[float, int | None]:
+        """One prefill (max_tokens 1): seconds to the answer, and the cached tokens the
+        engine reported (None: not reported)."""
+        url = f"{self.options.url}/v1/completions"
+        start = time.perf_counter()
+        response = await self.client.post(url, json=self._body(prompt, 1, False))
+        seconds = time.perf_counter() - start
+        if response.status_code != 200:
+            raise UserError(
+                f"{url} answered {response.status_code} to a calibration request: "
+                f"{response.text[:200]}"
+            )
+        details = (response.json().get("usage") or {}).get("prompt_tokens_details") or {}
+        cached = details.get("cached_tokens")
+        return seconds, cached if isinstance(cached, int) else None
+
+    async def stream_gaps(self, prompt: list[int], tokens: int) -> list[float]:
+        """Times between tokens of one streamed generation."""
+        url = f"{self.options.url}/v1/completions"
+        arrivals: list[float] = []
+        body = self._body(prompt, tokens, True)
+        async with self.client.stream("POST", url, json=body) as response:
+            if response.status_code != 200:
+                await response.aread()
+                raise UserError(f"{url} answered {response.status_code} to a calibration stream")
+            async for line in response.aiter_lines():
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                choices = json.loads(line[6:]).get("choices") or ()
+                if any(c.get("token_ids") or c.get("text") for c in choices):
+                    arrivals.append(time.perf_counter())
+        return list(np.diff(arrivals))
+
+
+async def _prefill_probes(
+    engine: _Engine, options: CalibrationOptions, step: Callable[[], None]
+) -> list[PrefillProbe]:
+    probes = []
+    for cached in options.cached_tokens:
+        for new in options.new_tokens:
+            times, seen_cached = [], []
+            for _ in range(options.repeats):
+                prefix = engine.tokens(cached)
+                if cached:
+                    await engine.complete(prefix)  # the engine caches it
+                seconds, reported = await engine.complete(prefix + engine.tokens(new))
+                times.append(seconds)
+                seen_cached.append(cached if reported is None else reported)
+                step()
+            hit = int(np.median(seen_cached))
+            probes.append(PrefillProbe(new + cached - hit, hit, float(np.median(times))))
+    return probes
+
+
+async def _decode_probes(
+    engine: _Engine, options: CalibrationOptions, step: Callable[[], None]
+) -> list[DecodeProbe]:
+    probes = []
+    shapes = [(b, options.short_prompt) for b in options.batches]
+    shapes += [(b, options.long_prompt) for b in options.batches[:2]]
+    n = options.decode_tokens
+    for batch, prompt in shapes:
+        medians = []
+        for _ in range(options.repeats):
+            runs = await asyncio.gather(
+                *(engine.stream_gaps(engine.tokens(prompt), n) for _ in range(batch))
+            )
+            middle = [g for gaps in runs for g in gaps[n // 4 : 3 * n // 4]]
+            if not middle:
+                raise UserError(f"{options.url} streamed fewer than {n} tokens per request")
+            medians.append(float(np.median(middle)))
+            step()
+        probes.append(
+            DecodeProbe(batch, float(batch * (prompt + n / 2)), float(np.median(medians)))
+        )
+    return probes
+
+
+def probe_count(options: CalibrationOptions) -> int:
+    """Measurements ``calibrate`` makes (for a progress bar)."""
+    prefill = len(options.cached_tokens) * len(options.new_tokens)
+    decode = len(options.batches) + min(len(options.batches), 2)
+    return (prefill + decode) * options.repeats
+
+
+async def _calibrate(options: CalibrationOptions, step: Callable[[], None]) -> CalibrationResult:
+    headers = {"authorization": f"Bearer {options.api_key}"} if options.api_key else {}
+    started = time.perf_counter()
+    async with httpx.AsyncClient(headers=headers, timeout=options.timeout_s) as client:
+        try:
+            await client.get(f"{options.url}/v1/models", timeout=10)
+        except httpx.HTTPError as exc:
+            raise UserError(f"{options.url} does not answer: {exc}") from None
+        engine = _Engine(client, options)
+        await engine.complete(engine.tokens(64))  # warm-up: first-request compilation
+        prefill = await _prefill_probes(engine, options, step)
+        decode = await _decode_probes(engine, options, step)
+    (p0, p1, p2), prefill_error = fit_prefill(prefill)
+    (d0, d1, d2), decode_error = fit_decode(decode)
+    fitted = FittedTiming(
+        prefill_overhead_s=float(p0), prefill_s_per_token=float(p1),
+        prefill_s_per_token_pair=float(p2), decode_overhead_s=float(d0),
+        decode_s_per_request=float(d1), decode_s_per_context_token=float(d2),
+        source=f"pdd-router calibrate {options.url}: prefill fit error "
+        f"{prefill_error:.1%}, decode {decode_error:.1%}",
+    )  # fmt: skip
+    return CalibrationResult(
+        fitted, prefill, decode, prefill_error, decode_error, time.perf_counter() - started
+    )
+
+
+def calibrate(
+    options: CalibrationOptions, step: Callable[[], None] | None = None
+) -> CalibrationResult:
+    """Measure the engine at ``options.url`` and fit its pass times; ``step`` is called
+    after each measurement."""
+    if not options.url.startswith(("http://", "https://")):
+        raise UserError(f"--url {options.url!r} is not an http(s) URL")
+    if options.repeats < 1:
+        raise UserError(f"--repeats must be at least 1, got {options.repeats}")
+    return asyncio.run(_calibrate(options, step or (lambda: None)))

@@ -1,0 +1,78 @@
+"""`pdd-router calibrate` on an engine-sim process whose costs are known: the fit finds
+them, and the preset it writes replays with them."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from cli_support import run_cli, synth_agentic
+from process_support import Engine, Stack, wait_for
+
+pytestmark = pytest.mark.slow
+
+PREFILL_US_PER_TOKEN = 200.0
+DECODE_MS = 8.0
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
+    stack = Stack(tmp_path_factory.mktemp("calibrate"))
+    try:
+        engine = stack.engine(
+            "md0", "md", "--prefill-us-per-token", str(PREFILL_US_PER_TOKEN),
+            "--decode-ms", str(DECODE_MS),
+        )  # fmt: skip
+        wait_for(f"{engine.url}/health", stack.procs)
+        yield engine
+    finally:
+        stack.close()
+
+
+def test_the_fit_finds_the_engines_costs_and_the_preset_replays_with_them(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, engine: Engine
+) -> None:
+    out = tmp_path / "calibrated.yaml"
+    code, printed, err = run_cli(
+        capsys, "calibrate", "--url", engine.url, "--vocab-size", "512", "--max-prompt", "1024",
+        "--max-batch", "4", "--repeats", "1", "--preset", "idc-pd-small", "--pool", "md",
+        "--out", str(out), "--no-progress",
+    )  # fmt: skip
+    assert code == 0, err
+    assert "fit error" in printed
+    tree = yaml.safe_load(out.read_text())
+    fitted = tree["pools"]["md"]["fitted"]
+    assert "fitted" not in tree["pools"]["p"]  # only the pool named
+    # engine-sim charges 200 us per uncached prompt token and 8 ms per generated token;
+    # HTTP and streaming add their own overhead per request and per token
+    assert fitted["prefill_s_per_token"] == pytest.approx(PREFILL_US_PER_TOKEN * 1e-6, rel=0.15)
+    assert fitted["decode_overhead_s"] + 4 * fitted["decode_s_per_request"] == pytest.approx(
+        DECODE_MS * 1e-3, rel=0.25
+    )
+    # cached tokens cost engine-sim nothing: 512 of them add little to 512 new ones
+    cached_cost = fitted["prefill_s_per_token_pair"] * 512 * 512
+    assert cached_cost < 0.15 * fitted["prefill_s_per_token"] * 512
+    # the file is a preset: a replay on it decodes at the measured step
+    trace = synth_agentic(tmp_path / "trace.jsonl", seed=4, requests=60)
+    code, _, err = run_cli(
+        capsys, "replay", "run", str(trace), "--preset", str(out), "--out", str(tmp_path / "r"),
+        "--no-progress",
+    )  # fmt: skip
+    assert code == 0, err
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert summary["tpot_s"]["p50"] == pytest.approx(fitted["decode_overhead_s"], rel=0.3)
+
+
+def test_an_engine_that_does_not_answer_is_one_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code, _, err = run_cli(
+        capsys, "calibrate", "--url", "http://127.0.0.1:9", "--out", str(tmp_path / "c.yaml"),
+        "--no-progress",
+    )  # fmt: skip
+    assert code == 2
+    assert "http://127.0.0.1:9 does not answer" in err
+    assert "Traceback" not in err

@@ -1,0 +1,61 @@
+"""The calibration fit recovers known pass costs, and a pool's fitted timing is what the
+simulator charges."""
+
+from __future__ import annotations
+
+import pytest
+
+from replay.presets.loader import load_preset
+from replay.presets.schema import FittedTiming
+from replay.runner.calibrate import DecodeProbe, PrefillProbe, fit_decode, fit_prefill
+from replay.sim.roofline import Roofline
+
+
+def test_the_prefill_fit_recovers_overhead_per_token_and_per_pair_costs() -> None:
+    overhead, per_token, per_pair = 0.012, 150e-6, 2e-9
+    probes = [
+        PrefillProbe(n, c, overhead + per_token * n + per_pair * (n * c + n * n / 2))
+        for c in (0, 1024, 4096)
+        for n in (64, 256, 1024, 2048)
+    ]
+    (o, t, p), error = fit_prefill(probes)
+    assert (o, t, p) == pytest.approx((overhead, per_token, per_pair), rel=1e-6)
+    assert error == pytest.approx(0.0, abs=1e-9)
+
+
+def test_the_decode_fit_weighs_every_probe_by_its_size() -> None:
+    # a step of 5 ms plus 0.2 ms per request and 10 ns per KV token, with +-2% noise
+    noise = [1.02, 0.98, 1.0, 1.02, 0.98, 1.0]
+    shapes = [(1, 88), (2, 176), (4, 352), (8, 704), (1, 1048), (2, 2096)]
+    probes = [
+        DecodeProbe(b, ctx, (0.005 + 0.0002 * b + 1e-8 * ctx) * k)
+        for (b, ctx), k in zip(shapes, noise, strict=True)
+    ]
+    (o, r, c), error = fit_decode(probes)
+    assert o == pytest.approx(0.005, rel=0.1)
+    assert r == pytest.approx(0.0002, rel=0.3)
+    assert 0 < error < 0.02  # the noise, not more
+    assert c >= 0  # costs are never negative
+
+
+def test_a_pool_with_fitted_timing_is_charged_its_fitted_costs() -> None:
+    preset = load_preset("idc-pd-small")
+    fitted = FittedTiming(
+        prefill_overhead_s=0.01, prefill_s_per_token=1e-4, prefill_s_per_token_pair=1e-9,
+        decode_overhead_s=0.008, decode_s_per_request=0.0005, decode_s_per_context_token=2e-8,
+    )  # fmt: skip
+    pool = preset.spec.pools["md"]
+    model, hardware = preset.model, preset.hardware[pool.hardware]
+    timing, handoff = preset.spec.timing, preset.spec.handoff
+    measured = Roofline(model, hardware, pool.gpus_per_instance, timing, handoff, fitted)
+    roofline = Roofline(model, hardware, pool.gpus_per_instance, timing, handoff)
+    assert measured.prefill_s([(1000, 0), (500, 2000)]) == pytest.approx(
+        0.01 + 1e-4 * 1500 + 1e-9 * (1000 * 1000 / 2 + 500 * 2000 + 500 * 500 / 2)
+    )
+    assert measured.decode_step_s(4, 10_000) == pytest.approx(0.008 + 0.002 + 2e-4)
+    assert roofline.decode_step_s(4, 10_000) != measured.decode_step_s(4, 10_000)
+    extend = measured.extend_s(100, 5000)
+    assert extend == pytest.approx(
+        handoff.extend_overhead_s + 1e-4 * 100 + 1e-9 * (100 * 5000 + 100 * 100 / 2)
+        + handoff.extend_per_token_s * 100
+    )  # fmt: skip
