@@ -19,13 +19,14 @@ from markupsafe import Markup
 from replay.report.model import Report
 from replay.report.page import page_context
 
-__all__ = ["TEMPLATES", "render_report", "write_report"]
+__all__ = ["TEMPLATES", "environment", "render_report", "write_report"]
 
-TEMPLATES = ("report.html.j2", "report.css")
+TEMPLATES = ("report.html.j2", "report.css", "validate.html.j2")
 
 
 @cache
-def _environment() -> Environment:
+def environment() -> Environment:
+    """The reports' Jinja environment: the packaged templates and stylesheet, autoescaped."""
     folder = resources.files("replay.report") / "templates"
     sources = {name: (folder / name).read_text(encoding="utf-8") for name in TEMPLATES}
     env = Environment(
@@ -42,7 +43,7 @@ def render_report(report: Report) -> str:
     """The report as one HTML document."""
     context = page_context(report)
     context["figures"] = {name: Markup(svg) for name, svg in context["figures"].items()}
-    return _environment().get_template("report.html.j2").render(**context)
+    return environment().get_template("report.html.j2").render(**context)
 
 
 def write_report(path: Path, report: Report) -> Path:

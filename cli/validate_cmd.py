@@ -1,0 +1,77 @@
+"""`pdd-router replay validate`: how far the simulator is from latencies measured on real
+engines.
+
+The command only reads, prints and writes; the comparison is
+``replay.experiments.validate`` and the page ``replay.report.validate_report`` (imported
+when the command runs, so ``--help`` stays instant). It is registered on ``replay_app``
+by ``cli.replay_cmd``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+__all__ = ["validate"]
+
+
+def validate(
+    measured: Path = typer.Argument(
+        ..., help="requests.jsonl measured on real engines, or the run directory holding it"
+    ),
+    simulated: Path = typer.Argument(
+        ..., help="requests.jsonl of a simulated replay of the same trace, or its run directory"
+    ),
+    out: Path = typer.Option(Path("validate-out"), "--out", help="Directory to write"),
+    ttft: str = typer.Option(
+        "decode",
+        "--ttft",
+        help="TTFT definition: decode = ttft_s, the first token the client receives (from "
+        "the decode side); prefill = ttft_prefill_s, the first token from the prefill side, "
+        "before the KV transfer (both files must carry it)",
+    ),
+    json: bool = typer.Option(False, "--json", help="Print JSON instead of a table"),
+) -> None:
+    """Compare per-request latencies MEASURED on real engines with a SIMULATED replay.
+
+    Requests are joined by request_id. For TTFT, TPOT and end-to-end latency
+    (seconds), over the requests finished in both runs: each side's mean, P50,
+    P90 and P99 and the simulator's relative error (simulated - measured) /
+    measured, the per-request MAPE and the Pearson correlation; then how many
+    requests joined, were in one file only, or did not finish.
+
+    TTFT is --ttft decode (ttft_s: the first token the client receives, from
+    the decode side) or --ttft prefill (ttft_prefill_s: the first token from
+    the prefill side, before the KV transfer; both files must carry it).
+
+    Writes validate.json and report.html (CDFs of both sides) in --out.
+    """
+    from json import dumps
+
+    from rich.console import Console
+
+    from cli.experiment_cmd import command_line
+    from replay.experiments.validate import read_requests, requests_file
+    from replay.experiments.validate import validate as compare_latencies
+    from replay.report.validate_report import validate_table, write_validate_report
+
+    measured_file, simulated_file = requests_file(measured), requests_file(simulated)
+    result = compare_latencies(
+        read_requests(measured_file),
+        read_requests(simulated_file),
+        ttft,
+        sources=(str(measured_file), str(simulated_file)),
+    )
+    result.write_json(out / "validate.json")
+    write_validate_report(out / "report.html", result, command_line())
+    if json:
+        typer.echo(dumps(result.to_json(), indent=2))
+        return
+    console = Console()
+    console.print(validate_table(result))
+    for warning in result.warnings:
+        console.print(f"[yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)
+    console.print(
+        f"wrote {out / 'validate.json'} and {out / 'report.html'}", highlight=False, soft_wrap=True
+    )
