@@ -9,9 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.console import Console
 
 from cli.progress import ReplayBar, progress_bars
+from cli.run_output import print_run
 from router.sla import SLA_TPOT_S, SLA_TTFT_S
 
 __all__ = ["live"]
@@ -66,7 +66,6 @@ def live(
     Ctrl-C stops and writes what was sent.
     """
     from replay.metrics.summary import SlaThresholds
-    from replay.metrics.table import summary_table
     from replay.metrics.writers import write_run
     from replay.runner.live import LiveOptions, run_live
     from replay.trace.formats import read_trace, resolve_format
@@ -86,12 +85,4 @@ def live(
         bar = ReplayBar(bars, f"sending to {url}") if bars is not None else None
         result = run_live(requests, options, trace_name=str(trace), progress=bar)
     write_run(out, result.summary, result.records)
-    console = Console()
-    console.print(summary_table(result.summary))
-    for warning in result.summary.warnings:
-        console.print(f"[yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)
-    console.print(
-        f"wrote {out / 'summary.json'} and {out / 'requests.jsonl'}",
-        highlight=False,
-        soft_wrap=True,
-    )
+    print_run(result.summary, [out / "summary.json", out / "requests.jsonl"])

@@ -14,6 +14,7 @@ from rich.console import Console
 from cli.experiment_cmd import command_line, compare, sweep
 from cli.live_cmd import live
 from cli.progress import ReplayBar, progress_bars
+from cli.run_output import print_run
 from cli.tune_cmd import tune
 from cli.validate_cmd import validate
 from replay.presets.cluster_preset import ClusterPreset
@@ -87,7 +88,6 @@ def run(
 ) -> None:
     """Replay TRACE on a simulated cluster; write summary.json, requests.jsonl, report.html."""
     from replay.metrics.summary import SlaThresholds
-    from replay.metrics.table import summary_table
     from replay.presets.loader import parse_overrides
     from replay.report.run_report import write_run_with_report
     from replay.runner.run import run_replay
@@ -125,15 +125,7 @@ def run(
     write_run_with_report(
         out, result.summary, result.records, overrides=cluster_overrides, command=command_line()
     )
-    console = Console()
-    console.print(summary_table(result.summary))
-    for warning in result.summary.warnings:
-        console.print(f"[yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)
-    console.print(
-        f"wrote {out / 'summary.json'}, {out / 'requests.jsonl'} and {out / 'report.html'}",
-        highlight=False,
-        soft_wrap=True,
-    )
+    print_run(result.summary, [out / "summary.json", out / "requests.jsonl", out / "report.html"])
 
 
 @replay_app.command("presets")

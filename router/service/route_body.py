@@ -101,11 +101,8 @@ def decode_route_body(body: bytes, limits: InputLimits) -> FastRouteBody | None:
     tokens = None if raw == b"null" else _token_array(raw)
     if (raw == b"null") == (wire.hash_ids is None) or (raw != b"null" and tokens is None):
         return None
-    if wire.max_tokens is not None and wire.max_tokens > limits.max_tokens_limit:
+    if not _within(limits, wire.max_tokens, wire.block_size, wire.input_length):
         return None
-    for value in (wire.block_size, wire.input_length):
-        if value is not None and value > limits.max_prompt_tokens:
-            return None
     if tokens is not None:
         if tokens.size == 0:
             return None
@@ -159,10 +156,16 @@ def _flat_token_body(body: bytes, limits: InputLimits) -> FastRouteBody | None:
         return None
     if not tokens.size or tokens.min() < 0 or int(tokens.max()) >= TOKEN_ID_END - 1:
         return None
-    if rest.max_tokens is not None and rest.max_tokens > limits.max_tokens_limit:
+    if not _within(limits, rest.max_tokens, rest.block_size, rest.input_length):
         return None
-    for value in (rest.block_size, rest.input_length):
-        if value is not None and value > limits.max_prompt_tokens:
-            return None
     return FastRouteBody(tokens, None, rest.block_size, rest.input_length, rest.max_tokens,
                          rest.session_id, rest.model)  # fmt: skip
+
+
+def _within(
+    limits: InputLimits, max_tokens: int | None, block_size: int | None, input_length: int | None
+) -> bool:
+    """Whether the configured limits allow these fields (None: not given)."""
+    if max_tokens is not None and max_tokens > limits.max_tokens_limit:
+        return False
+    return all(v is None or v <= limits.max_prompt_tokens for v in (block_size, input_length))

@@ -1,0 +1,26 @@
+"""What a command that ran a trace prints: the summary table, its warnings, the files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+
+if TYPE_CHECKING:
+    from replay.metrics.summary import Summary
+
+__all__ = ["print_run"]
+
+
+def print_run(summary: Summary, files: list[Path]) -> None:
+    """The summary as a table, each warning on a line, and the files written."""
+    from replay.metrics.table import summary_table
+
+    console = Console()
+    console.print(summary_table(summary))
+    for warning in summary.warnings:
+        console.print(f"[yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)
+    names = [str(f) for f in files]
+    listed = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+    console.print(f"wrote {listed}", highlight=False, soft_wrap=True)
