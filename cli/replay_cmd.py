@@ -7,6 +7,7 @@ The command only parses options, shows progress and prints; the replay itself is
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
@@ -17,9 +18,11 @@ from cli.progress import ReplayBar, progress_bars
 from cli.run_output import print_run
 from cli.tune_cmd import tune
 from cli.validate_cmd import validate
-from replay.presets.cluster_preset import ClusterPreset
 from replay.sim.kv_events import KV_EVENT_DELAY_S
 from router.sla import SLA_TPOT_S, SLA_TTFT_S
+
+if TYPE_CHECKING:
+    from replay.presets.cluster_preset import ClusterPreset
 
 __all__ = ["replay_app"]
 

@@ -17,10 +17,7 @@ from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 from typer.core import TyperCommand
 
-from replay.trace.formats import detect_format, read_trace, resolve_format
-from replay.trace.report import print_stats, stats_json
-from replay.trace.stats import DEFAULT_ODD_MAX_OUTPUT, DEFAULT_ODD_MIN_INPUT, compute_stats
-from replay.trace.synth import PROFILES, make_profile, write_synthetic_trace
+from replay.trace.defaults import DEFAULT_ODD_MAX_OUTPUT, DEFAULT_ODD_MIN_INPUT, PROFILES
 
 __all__ = ["trace_app"]
 
@@ -113,6 +110,10 @@ def stats_command(
     no_progress: bool = typer.Option(False, "--no-progress", help="Never show a progress bar"),
 ) -> None:
     """Summarize a trace: sizes, arrival rate, prefix hit rates, hit-rate buckets, odd traffic."""
+    from replay.trace.formats import detect_format, read_trace, resolve_format
+    from replay.trace.report import print_stats, stats_json
+    from replay.trace.stats import compute_stats
+
     fmt = resolve_format(format) if format is not None else detect_format(trace)
     with _reading_progress(trace, enabled=not no_progress) as wrap:
         stats = compute_stats(
@@ -140,6 +141,8 @@ def synth_command(
     ),
 ) -> None:
     """Write a synthetic trace (Mooncake JSONL); the same seed gives the same file."""
+    from replay.trace.synth import make_profile, write_synthetic_trace
+
     chosen = make_profile(profile, {} if rate is None else {"rate": rate})
     written = write_synthetic_trace(out, chosen, requests, seed)
     typer.echo(

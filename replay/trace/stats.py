@@ -35,6 +35,7 @@ import numpy.typing as npt
 from pydantic import BaseModel, Field
 
 from replay.trace.caches import LruPrefixCache, UnboundedPrefixCache
+from replay.trace.defaults import DEFAULT_ODD_MAX_OUTPUT, DEFAULT_ODD_MIN_INPUT
 from replay.trace.record import TraceRequest
 from router.errors import UserError
 
@@ -49,8 +50,6 @@ __all__ = [
     "hit_tokens",
 ]
 
-DEFAULT_ODD_MIN_INPUT = 32768
-DEFAULT_ODD_MAX_OUTPUT = 500
 
 HIT_BUCKETS: tuple[tuple[str, float], ...] = (
     ("0-90%", 0.0),

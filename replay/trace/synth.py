@@ -12,14 +12,13 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from replay.trace.defaults import PROFILES
 from replay.trace.mooncake import MOONCAKE_BLOCK_SIZE, write_mooncake
 from replay.trace.record import TraceRequest
 from replay.trace.synth_agentic import AgenticProfile, synthesize_agentic
 from router.errors import UserError
 
 __all__ = ["PROFILES", "make_profile", "synthesize", "write_synthetic_trace"]
-
-PROFILES: tuple[str, ...] = ("agentic",)
 
 
 def make_profile(name: str, overrides: Mapping[str, Any] | None = None) -> AgenticProfile:
