@@ -60,8 +60,8 @@ def calibrate(
     from replay.runner.calibrate import CalibrationOptions, calibrate, probe_count
     from router.errors import UserError
 
-    if max_prompt < 128 or max_batch < 1:
-        raise UserError("--max-prompt must be at least 128 and --max-batch at least 1")
+    if max_prompt < 512 or max_batch < 1:
+        raise UserError("--max-prompt must be at least 512 and --max-batch at least 1")
     news = tuple(n for n in (64, 256, 512, 1024, 2048, 4096, 8192) if n <= max_prompt // 2)
     options = CalibrationOptions(
         url=url.rstrip("/"), model=model, api_key=api_key, vocab_size=vocab_size,
@@ -101,6 +101,8 @@ def calibrate(
         console.print_json(json.dumps(result.to_json()))
     else:
         console.print(_table(result.to_json()))
+    for warning in result.warnings:
+        console.print(f"[yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)
     console.print(
         f"fit error (mean |fitted - measured| / measured): prefill {result.prefill_error:.1%}, "
         f"decode {result.decode_error:.1%}; {result.wall_s:.0f} s; wrote {out}",

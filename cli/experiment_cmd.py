@@ -45,7 +45,10 @@ _PRESET = typer.Option(
     "not written NAME@PRESET",
 )
 _SET = typer.Option(
-    [], "--set", help="Cluster override KEY=VALUE (repeatable)", metavar="KEY=VALUE"
+    [],
+    "--set",
+    help="Cluster override KEY=VALUE (repeatable; applies to every policy's preset)",
+    metavar="KEY=VALUE",
 )
 _SEED = typer.Option(0, "--seed", help="Seed of the replays and of the bootstrap")
 _DELAY = typer.Option(
@@ -108,8 +111,10 @@ def compare(
             window_s=window, progress=observer,
         )  # fmt: skip
     result.write_json(out / "compare.json")
-    for spec, run in zip(result.specs, result.results, strict=True):
-        folder = out / _slug(spec.label)
+    slugs = [_slug(spec.label) for spec in result.specs]
+    for i, run in enumerate(result.results):
+        # two labels may slug alike (pdd@/a.yaml, pdd@a.yaml): then number them
+        folder = out / (slugs[i] if slugs.count(slugs[i]) == 1 else f"{i + 1}-{slugs[i]}")
         folder.mkdir(parents=True, exist_ok=True)
         write_summary(folder / "summary.json", run.summary)
         write_requests(folder / "requests.jsonl", run.records)

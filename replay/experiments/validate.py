@@ -371,6 +371,12 @@ def _warnings(
             f"{counts.output_length_mismatch} joined requests have different output lengths: "
             "their end-to-end latencies do not compare like for like"
         )
+    if counts.unfinished_measured or counts.unfinished_simulated:
+        out.append(
+            f"{counts.unfinished_measured} requests unfinished in {measured} and "
+            f"{counts.unfinished_simulated} in {simulated} are left out: failed or timed-out "
+            "requests are often the slowest, so the agreement may look better than it is"
+        )
     if counts.compared == 0:
         out.append("no joined request finished in both runs: there is nothing to compare")
     return tuple(out)

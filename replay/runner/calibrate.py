@@ -84,6 +84,7 @@ class CalibrationResult:
     prefill_error: float  # mean |fitted - measured| / measured over the prefill probes
     decode_error: float
     wall_s: float
+    warnings: list[str]
 
     def prefill_fit(self, probe: PrefillProbe) -> float:
         f = self.fitted
@@ -118,6 +119,7 @@ class CalibrationResult:
                 for d in self.decode
             ],
             "wall_s": round(self.wall_s, 3),
+            "warnings": self.warnings,
         }  # fmt: skip
 
 
@@ -202,9 +204,10 @@ class _Engine:
 
 
 async def _prefill_probes(
-    engine: _Engine, options: CalibrationOptions, step: Callable[[], None]
+    engine: _Engine, options: CalibrationOptions, step: Callable[[], None], warnings: list[str]
 ) -> list[PrefillProbe]:
     probes = []
+    unreported = uncached = 0
     for cached in options.cached_tokens:
         for new in options.new_tokens:
             times, seen_cached = [], []
@@ -215,9 +218,23 @@ async def _prefill_probes(
                 seconds, reported = await engine.complete(prefix + engine.tokens(new))
                 times.append(seconds)
                 seen_cached.append(cached if reported is None else reported)
+                if cached and reported is None:
+                    unreported += 1
+                elif cached and reported == 0:
+                    uncached += 1
                 step()
             hit = int(np.median(seen_cached))
             probes.append(PrefillProbe(new + cached - hit, hit, float(np.median(times))))
+    if unreported:
+        warnings.append(
+            "the engine did not report cached tokens (vLLM: --enable-prompt-tokens-details), "
+            "so the cached probes assume their whole prefix was cached"
+        )
+    if uncached:
+        warnings.append(
+            f"{uncached} probes after a cached prefix found nothing cached (prefix caching "
+            "off, or evicted): their prefixes count as new tokens"
+        )
     return probes
 
 
@@ -225,8 +242,9 @@ async def _decode_probes(
     engine: _Engine, options: CalibrationOptions, step: Callable[[], None]
 ) -> list[DecodeProbe]:
     probes = []
-    shapes = [(b, options.short_prompt) for b in options.batches]
-    shapes += [(b, options.long_prompt) for b in options.batches[:2]]
+    # short and long prompts at every batch size: the batch's context varies apart from
+    # its size, so the per-request and per-context-token costs can be told apart
+    shapes = [(b, p) for p in (options.short_prompt, options.long_prompt) for b in options.batches]
     n = options.decode_tokens
     for batch, prompt in shapes:
         medians = []
@@ -248,7 +266,7 @@ async def _decode_probes(
 def probe_count(options: CalibrationOptions) -> int:
     """Measurements ``calibrate`` makes (for a progress bar)."""
     prefill = len(options.cached_tokens) * len(options.new_tokens)
-    decode = len(options.batches) + min(len(options.batches), 2)
+    decode = 2 * len(options.batches)
     return (prefill + decode) * options.repeats
 
 
@@ -262,7 +280,8 @@ async def _calibrate(options: CalibrationOptions, step: Callable[[], None]) -> C
             raise UserError(f"{options.url} does not answer: {exc}") from None
         engine = _Engine(client, options)
         await engine.complete(engine.tokens(64))  # warm-up: first-request compilation
-        prefill = await _prefill_probes(engine, options, step)
+        warnings: list[str] = []
+        prefill = await _prefill_probes(engine, options, step, warnings)
         decode = await _decode_probes(engine, options, step)
     (p0, p1, p2), prefill_error = fit_prefill(prefill)
     (d0, d1, d2), decode_error = fit_decode(decode)
@@ -274,8 +293,9 @@ async def _calibrate(options: CalibrationOptions, step: Callable[[], None]) -> C
         f"{prefill_error:.1%}, decode {decode_error:.1%}",
     )  # fmt: skip
     return CalibrationResult(
-        fitted, prefill, decode, prefill_error, decode_error, time.perf_counter() - started
-    )
+        fitted, prefill, decode, prefill_error, decode_error, time.perf_counter() - started,
+        warnings,
+    )  # fmt: skip
 
 
 def calibrate(

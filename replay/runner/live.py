@@ -143,7 +143,12 @@ async def _send(
         async for line in response.aiter_lines():
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
-            chunk = json.loads(line[6:])
+            try:
+                chunk = json.loads(line[6:])
+            except ValueError:
+                continue  # not an event of the completion (a proxy's keep-alive, say)
+            if not isinstance(chunk, dict):
+                continue
             if "error" in chunk:
                 seen.error = "stream error"
                 return
@@ -164,6 +169,8 @@ async def _send(
                 seen.first_s = now
             seen.last_s = now
             seen.tokens += tokens
+    if seen.first_s is None and seen.error is None:
+        seen.error = "no tokens"
 
 
 def _tokens_of(chunk: dict[str, Any]) -> int:
@@ -216,6 +223,8 @@ async def _drive(
                 except asyncio.CancelledError:
                     record.error = "cancelled"
                     raise
+                except Exception as exc:  # one odd answer must not lose the whole run
+                    record.error = f"bad answer: {type(exc).__name__}"
             finished += 1
             if progress is not None:
                 progress.advance(finished)

@@ -61,12 +61,15 @@ def cluster_warnings(
     it was not made for, a trace without prefix information."""
     out = []
     spans = preset.spans_datacenters()
-    if policy in _ONE_DATACENTER and spans:
+    pools = preset.pools().values()
+    p_dcs = {p.datacenter for p in pools if p.tier == Tier.P}
+    remote_md = sorted({p.datacenter for p in pools if p.tier == Tier.MD} - p_dcs)
+    if policy in _ONE_DATACENTER and remote_md:
         out.append(
             f"{policy} models PD inside one datacenter, but preset {preset.name} puts decode "
-            f"in another ({', '.join(preset.datacenters())}): every request's uncached KV "
-            "crosses the WAN. That is the xdc-pd-drc baseline: name it so, or replay idc-pd "
-            "on a one-datacenter preset"
+            f"in {', '.join(remote_md)}, away from prefill: requests' uncached KV crosses "
+            "the WAN. That is the xdc-pd-drc baseline: name it so, or replay idc-pd on a "
+            "one-datacenter preset"
         )
     if policy in _CROSS_DATACENTER and not spans:
         out.append(

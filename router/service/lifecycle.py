@@ -115,9 +115,14 @@ async def poll_loads(svc: ServiceState) -> None:
     while True:
         now = loop.time()
         ids = [iid for iid in svc.pool.configs if due.get(iid, 0.0) <= now]
-        results = await asyncio.gather(*(_probe(svc, iid, timeout) for iid in ids))
+        results = await asyncio.gather(
+            *(_probe(svc, iid, timeout) for iid in ids), return_exceptions=True
+        )
         done = loop.time()
         for iid, ok in zip(ids, results, strict=True):
+            if isinstance(ok, BaseException):  # a bug must not end the probing of all
+                log.error("probe failed", instance=iid, error=repr(ok))
+                ok = False
             due[iid] = done + (interval if ok else min(interval, SUSPECT_REPROBE_S))
         for iid in [i for i in due if i not in svc.pool.configs]:
             del due[iid]

@@ -35,7 +35,7 @@ from engines_adapter.contract import (
 from policies.tiers import Tier
 from policies.types import Decision, HandoffMode, Pipeline
 from router.service.metrics import ServiceMetrics
-from router.service.pool import InstancePool
+from router.service.pool import InstancePool, Watch
 
 __all__ = ["ExecutionResult", "Upstream", "execute"]
 
@@ -70,10 +70,10 @@ class Upstream:
         if exc.held_against_instance:
             self.pool.failed(instance_id, unreachable=exc.cause == "unreachable")
 
-    def _late(self, instance_id: str, what: str) -> str:
-        """Why a wait for the instance's first answer ended early."""
-        if self.pool.ejected(instance_id):
-            return f"taken out of service (failed health probes) before its {what}"
+    def _late(self, watch: Watch | None, what: str) -> str:
+        """Why a wait for an instance's first answer ended."""
+        if watch is not None and watch.cut:
+            return f"taken out of service (its circuit breaker opened) before its {what}"
         return f"no {what} within {self.first_token_s:g} s"
 
     def adapter(self, instance_id: str) -> EngineAdapter:
@@ -95,12 +95,13 @@ class Upstream:
             span.set_attribute("pdd.prompt_tokens", len(request.prompt_token_ids))
             adapter = self.adapter(instance_id)
             self.pool.prefill_started(instance_id, tokens)
+            watch = None
             try:
                 async with asyncio.timeout(self.first_token_s) as deadline:
-                    with self.pool.until_ejected(instance_id, deadline):
+                    with self.pool.until_ejected(instance_id, deadline) as watch:
                         result = await adapter.prefill(request, targets=targets)
             except TimeoutError as exc:
-                late = EngineError(instance_id, "prefill: " + self._late(instance_id, "answer"))
+                late = EngineError(instance_id, "prefill: " + self._late(watch, "answer"))
                 self._failed(instance_id, late)
                 span.record_exception(late)
                 raise late from exc
@@ -125,10 +126,11 @@ class Upstream:
         self.pool.stream_started(instance_id)
         try:
             while True:
+                watch = None
                 try:
                     if produced == 0:
                         async with asyncio.timeout(self.first_token_s) as deadline:
-                            with self.pool.until_ejected(instance_id, deadline):
+                            with self.pool.until_ejected(instance_id, deadline) as watch:
                                 delta = await anext(stream)
                     else:
                         async with asyncio.timeout(self.inter_token_s):
@@ -137,7 +139,7 @@ class Upstream:
                     break
                 except TimeoutError as exc:
                     late = (
-                        self._late(instance_id, "first token")
+                        self._late(watch, "first token")
                         if produced == 0
                         else f"no token after {produced} within {self.inter_token_s:g} s"
                     )

@@ -16,7 +16,7 @@ from router.service.breaker import CircuitBreakers
 from router.service.schemas import InstanceConfig
 from router.settings import ClusterSettings
 
-__all__ = ["InstancePool", "UnknownInstance", "indexed_instance"]
+__all__ = ["InstancePool", "UnknownInstance", "Watch", "indexed_instance"]
 
 AdapterFactory = Callable[[InstanceConfig], EngineAdapter]
 
@@ -34,8 +34,23 @@ class _InFlight:
     prefill_tokens: int = 0  # prompt tokens of the prefills it waits for (expected uncached)
     reported_running: int = 0
     reported_waiting: int = 0
-    # deadlines of calls waiting for the instance's first answer, cut short if it is ejected
-    waiting: set[asyncio.Timeout] = field(default_factory=set)
+    # calls waiting for the instance's first answer, cut short if it is ejected
+    waiting: set[Watch] = field(default_factory=set)
+
+
+@dataclass(eq=False, slots=True)
+class Watch:
+    """A call's deadline while it waits for an instance's first answer; ``cut``: it was cut
+    short because the instance was taken out of service."""
+
+    deadline: asyncio.Timeout
+    cut: bool = False
+
+    def cut_now(self) -> None:
+        if self.cut or self.deadline.expired():
+            return  # already expiring: it ends by itself
+        self.cut = True
+        self.deadline.reschedule(asyncio.get_running_loop().time())
 
 
 def indexed_instance(config: InstanceConfig, block_size: int) -> IndexedInstance:
@@ -148,25 +163,28 @@ class InstancePool:
         if load is not None:
             load.healthy = allowed
         flight = self._inflight.get(instance_id)
-        if not allowed and flight is not None and flight.waiting:
-            now = asyncio.get_running_loop().time()
-            for deadline in flight.waiting:  # ejected: nobody waits for it any longer
-                deadline.reschedule(now)
+        if not allowed and flight is not None:
+            for watch in list(flight.waiting):  # ejected: nobody waits for it any longer
+                watch.cut_now()
 
     @contextlib.contextmanager
-    def until_ejected(self, instance_id: str, deadline: asyncio.Timeout) -> Iterator[None]:
+    def until_ejected(self, instance_id: str, deadline: asyncio.Timeout) -> Iterator[Watch]:
         """While in this block, ``deadline`` expires at once if the instance's breaker opens
-        (a hung engine ejected by its probes, say): a call waiting for the first answer
-        of an instance taken out of service gives up then, not at its own deadline."""
+        (a hung engine ejected by its probes, say), or already is open: a call waiting for
+        the first answer of an instance out of service gives up then, not at its own
+        deadline. The Watch yielded says whether that is why it ended."""
+        watch = Watch(deadline)
         flight = self._inflight.get(instance_id)
         if flight is None:
-            yield
+            yield watch
             return
-        flight.waiting.add(deadline)
+        flight.waiting.add(watch)
         try:
-            yield
+            if self.ejected(instance_id):
+                watch.cut_now()
+            yield watch
         finally:
-            flight.waiting.discard(deadline)
+            flight.waiting.discard(watch)
 
     def ejected(self, instance_id: str) -> bool:
         """Whether the instance is out of service (its breaker is open)."""

@@ -74,6 +74,14 @@ class _Parsers(threading.local):
 
 
 _PARSERS = _Parsers()
+_JSON_START = frozenset({b"{", b" ", b"\t", b"\r", b"\n"})
+
+
+class _NotFlat:
+    """The body is not a flat token list (see ``_flat_token_body``)."""
+
+
+_NOT_FLAT = _NotFlat()
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,8 +99,12 @@ class FastRouteBody:
 
 def decode_route_body(body: bytes, limits: InputLimits) -> FastRouteBody | None:
     """The body if it is valid, else None (validate it with ``RouteRequest`` for the error)."""
+    if body[:1] not in _JSON_START:  # a BOM, say: JSON that RouteRequest refuses
+        return None
     if b'"token_ids"' in body and body.count(b"[") == 1:
-        return _flat_token_body(body, limits)
+        flat = _flat_token_body(body, limits)
+        if not isinstance(flat, _NotFlat):
+            return flat
     try:
         wire = _DECODER.decode(body)
     except (msgspec.DecodeError, msgspec.ValidationError):
@@ -133,8 +145,10 @@ def _token_array(raw: bytes) -> npt.NDArray[np.int64] | None:
     return tokens
 
 
-def _flat_token_body(body: bytes, limits: InputLimits) -> FastRouteBody | None:
-    """A body whose only list is ``token_ids``, parsed by simdjson (None: anything else)."""
+def _flat_token_body(body: bytes, limits: InputLimits) -> FastRouteBody | None | _NotFlat:
+    """A body whose only list is ``token_ids``, parsed by simdjson: the body, None when it
+    is invalid, or ``_NOT_FLAT`` when it is not of that shape (``"token_ids": null`` with
+    ``hash_ids``, say), for the general decoder."""
     try:
         document = _PARSERS.parser.parse(body)
     except (ValueError, RuntimeError):  # not JSON, not UTF-8, a number beyond 64 bits
@@ -142,12 +156,12 @@ def _flat_token_body(body: bytes, limits: InputLimits) -> FastRouteBody | None:
     if not isinstance(document, simdjson.Object):
         return None
     keys = list(document.keys())
-    if "token_ids" not in keys or len(set(keys)) != len(keys):  # duplicates: let the model say
+    if len(set(keys)) != len(keys):  # duplicate keys: let the model say which counts
         return None
-    scalars: dict[str, Any] = {k: document[k] for k in keys if k != "token_ids"}
-    listed = document["token_ids"]
+    listed = document["token_ids"] if "token_ids" in keys else None
     if not isinstance(listed, simdjson.Array):
-        return None
+        return _NOT_FLAT
+    scalars: dict[str, Any] = {k: document[k] for k in keys if k != "token_ids"}
     try:
         rest = msgspec.convert(scalars, _Scalars)
         # the one "[" in the body is this list's: it holds no list, only numbers

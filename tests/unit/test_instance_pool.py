@@ -70,3 +70,36 @@ async def test_a_wait_on_an_instance_ends_when_its_breaker_opens_and_not_before(
     assert isinstance(waiting.exception(), TimeoutError)
     assert pool.ejected("md0")
     assert pool.ejected("md1")
+
+
+async def test_a_wait_on_an_instance_already_out_of_service_ends_at_once() -> None:
+    pool = pool_with(("md0", Tier.MD))
+    pool.failed("md0", unreachable=True)
+    cut = None
+    async with asyncio.timeout(5):  # bounded: the wait's own deadline is 30 s
+        try:
+            async with asyncio.timeout(30) as deadline:
+                with pool.until_ejected("md0", deadline) as watch:
+                    await asyncio.sleep(60)
+        except TimeoutError:
+            cut = watch.cut
+    assert cut is True
+
+
+async def test_deadlines_expiring_together_survive_the_breaker_opening_among_them() -> None:
+    """Six calls time out in the same loop iteration; the third failure opens the breaker
+    while the others' deadlines are already expiring: none is touched, none errs."""
+    pool = pool_with(("md0", Tier.MD))
+
+    async def call() -> bool:
+        try:
+            async with asyncio.timeout(0.01) as deadline:
+                with pool.until_ejected("md0", deadline) as watch:
+                    await asyncio.sleep(10)
+        except TimeoutError:
+            pool.failed("md0")
+        return watch.cut
+
+    cuts = await asyncio.wait_for(asyncio.gather(*(call() for _ in range(6))), 5)
+    assert cuts == [False] * 6  # each ended by its own deadline
+    assert pool.ejected("md0")

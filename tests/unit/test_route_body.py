@@ -44,6 +44,11 @@ def test_ordinary_bodies_take_the_fast_path_with_the_models_values() -> None:
     assert fast is not None
     assert fast.token_ids is not None
     assert (fast.token_ids.tolist(), fast.model, fast.input_length) == ([5, 6], "m", 9)
+    # as a pydantic client's model_dump_json() sends it: the general decoder takes it
+    dumped = b'{"token_ids":null,"hash_ids":[3,4],"block_size":16,"model":"token_ids"}'
+    fast = decode_route_body(dumped, LIMITS)
+    assert fast is not None
+    assert (fast.hash_ids, fast.model) == ([3, 4], "token_ids")
     traced = json.dumps({"hash_ids": [1, 2**64 - 1], "block_size": 512}).encode()
     fast = decode_route_body(traced, LIMITS)
     assert fast is not None
@@ -74,6 +79,7 @@ def test_ordinary_bodies_take_the_fast_path_with_the_models_values() -> None:
         b'{"token_ids": [1], "session_id": {"a": 1}}',
         b'{"token_ids": [1], "hash_ids": 3}',
         b'{"token_ids": [1], "max_tokens": 100000000000000000000000000}',
+        b'\xef\xbb\xbf{"token_ids": [1]}',  # a byte-order mark: not JSON to the model
         b'{"token_ids": [1, 2] }  x',
     ],
 )
