@@ -40,6 +40,9 @@ def calibrate(
     ),
     max_batch: int = typer.Option(8, "--max-batch", help="Largest decode batch probed"),
     repeats: int = typer.Option(3, "--repeats", help="Measurements per probe (median)"),
+    decode_tokens: int = typer.Option(
+        96, "--decode-tokens", min=16, help="Tokens each decode probe's streams generate"
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the measurements as JSON"),
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar"),
 ) -> None:
@@ -67,7 +70,7 @@ def calibrate(
         url=url.rstrip("/"), model=model, api_key=api_key, vocab_size=vocab_size,
         new_tokens=news, cached_tokens=(0, max_prompt // 2),
         batches=tuple(b for b in (1, 2, 4, 8, 16, 32, 64) if b <= max_batch),
-        long_prompt=max_prompt // 2, repeats=repeats,
+        long_prompt=max_prompt // 2, repeats=repeats, decode_tokens=decode_tokens,
     )  # fmt: skip
     target = load_preset(preset) if preset is not None else None
     if target is not None:

@@ -115,6 +115,11 @@ class FittedTiming(_Spec):
     decode_s_per_context_token: float = Field(
         ge=0, description="Per KV token the step's batch attends to"
     )
+    probed_prompt_tokens: int | None = Field(
+        None, ge=1, description="The longest prompt (cached and new) the calibration sent: "
+        "beyond it the fitted costs are extrapolated",
+    )  # fmt: skip
+    probed_batch: int | None = Field(None, ge=1, description="The largest decode batch probed")
     source: str = ""
 
 

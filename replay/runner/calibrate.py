@@ -185,10 +185,13 @@ class _Engine:
         cached = details.get("cached_tokens")
         return seconds, cached if isinstance(cached, int) else None
 
-    async def stream_gaps(self, prompt: list[int], tokens: int) -> list[float]:
-        """Times between tokens of one streamed generation."""
+    async def stream_step(self, prompt: list[int], tokens: int) -> float | None:
+        """Seconds per generated token in the middle half of one streamed generation (an
+        engine may send several tokens in one chunk, so tokens are counted, not chunks);
+        None when too few chunks arrived to tell."""
         url = f"{self.options.url}/v1/completions"
-        arrivals: list[float] = []
+        times: list[float] = []
+        counts: list[int] = []
         body = self._body(prompt, tokens, True)
         async with self.client.stream("POST", url, json=body) as response:
             if response.status_code != 200:
@@ -198,9 +201,16 @@ class _Engine:
                 if not line.startswith("data: ") or line == "data: [DONE]":
                     continue
                 choices = json.loads(line[6:]).get("choices") or ()
-                if any(c.get("token_ids") or c.get("text") for c in choices):
-                    arrivals.append(time.perf_counter())
-        return list(np.diff(arrivals))
+                got = sum(len(c.get("token_ids") or ()) or bool(c.get("text")) for c in choices)
+                if got:
+                    times.append(time.perf_counter())
+                    counts.append((counts[-1] if counts else 0) + got)
+        total = counts[-1] if counts else 0
+        first = next((i for i, c in enumerate(counts) if c >= total // 4), None)
+        last = next((i for i, c in enumerate(counts) if c >= 3 * total // 4), None)
+        if first is None or last is None or counts[last] <= counts[first]:
+            return None
+        return (times[last] - times[first]) / (counts[last] - counts[first])
 
 
 async def _prefill_probes(
@@ -250,12 +260,12 @@ async def _decode_probes(
         medians = []
         for _ in range(options.repeats):
             runs = await asyncio.gather(
-                *(engine.stream_gaps(engine.tokens(prompt), n) for _ in range(batch))
+                *(engine.stream_step(engine.tokens(prompt), n) for _ in range(batch))
             )
-            middle = [g for gaps in runs for g in gaps[n // 4 : 3 * n // 4]]
-            if not middle:
-                raise UserError(f"{options.url} streamed fewer than {n} tokens per request")
-            medians.append(float(np.median(middle)))
+            steps = [s for s in runs if s is not None]
+            if not steps:
+                raise UserError(f"{options.url} streamed too few tokens to time its steps")
+            medians.append(float(np.median(steps)))
             step()
         probes.append(
             DecodeProbe(batch, float(batch * (prompt + n / 2)), float(np.median(medians)))
@@ -289,6 +299,9 @@ async def _calibrate(options: CalibrationOptions, step: Callable[[], None]) -> C
         prefill_overhead_s=float(p0), prefill_s_per_token=float(p1),
         prefill_s_per_token_pair=float(p2), decode_overhead_s=float(d0),
         decode_s_per_request=float(d1), decode_s_per_context_token=float(d2),
+        probed_prompt_tokens=max(max(options.new_tokens) + max(options.cached_tokens),
+                                 options.long_prompt + options.decode_tokens),
+        probed_batch=max(options.batches),
         source=f"pdd-router calibrate {options.url}: prefill fit error "
         f"{prefill_error:.1%}, decode {decode_error:.1%}",
     )  # fmt: skip

@@ -76,6 +76,15 @@ def cluster_warnings(
             f"{policy} is a cross-datacenter design, but preset {preset.name} is one "
             "datacenter: nothing crosses a WAN, so the run says nothing about the line"
         )
+    longest = max((r.input_length + r.output_length for r in requests), default=0)
+    for name, pool in preset.pools().items():
+        probed = pool.fitted.probed_prompt_tokens if pool.fitted is not None else None
+        if probed is not None and longest > EXTRAPOLATION * probed:
+            out.append(
+                f"pool {name}'s timing was calibrated on prompts up to {probed:,} tokens, but "
+                f"the trace's requests reach {longest:,}: its costs per context token are "
+                "extrapolated (calibrate again with a larger --max-prompt)"
+            )
     if requests and not any(r.hash_ids for r in requests):
         out.append(
             "the trace has no prefix information (no hash_ids, as in Azure traces): every "
@@ -84,6 +93,9 @@ def cluster_warnings(
         )
     return out
 
+
+EXTRAPOLATION = 2.0
+"""Requests longer than this many times a calibrated pool's longest probe are warned of."""
 
 BACKLOG_GROWTH = 3.0
 """Queues grew through a run whose last fifth of arrivals waits this many times longer for

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -55,15 +56,33 @@ def test_the_fit_finds_the_engines_costs_and_the_preset_replays_with_them(
     # cached tokens cost engine-sim nothing: 512 of them add little to 512 new ones
     cached_cost = fitted["prefill_s_per_token_pair"] * 512 * 512
     assert cached_cost < 0.15 * fitted["prefill_s_per_token"] * 512
-    # the file is a preset: a replay on it decodes at the measured step
-    trace = synth_agentic(tmp_path / "trace.jsonl", seed=4, requests=60)
+    assert (fitted["probed_prompt_tokens"], fitted["probed_batch"]) == (1024, 4)
+    # the file is a preset: a replay on it (prompts within the calibrated range) decodes at
+    # the measured step
+    small = tmp_path / "small.jsonl"
+    small.write_text("".join(
+        json.dumps({"timestamp": 500 * i, "input_length": 300 + 50 * i, "output_length": 32,
+                    "hash_ids": [i]}) + "\n" for i in range(12)
+    ))  # fmt: skip
+    summary = replay(capsys, small, out, tmp_path / "small")
+    assert summary["tpot_s"]["p50"] == pytest.approx(fitted["decode_overhead_s"], rel=0.3)
+    assert summary["warnings"] == []
+    # far longer prompts than calibrated: the replay says its costs are extrapolated
+    agentic = synth_agentic(tmp_path / "agentic.jsonl", seed=4, requests=60)
+    summary = replay(capsys, agentic, out, tmp_path / "agentic")
+    assert any("calibrated on prompts up to 1,024 tokens" in w for w in summary["warnings"])
+
+
+def replay(
+    capsys: pytest.CaptureFixture[str], trace: Path, preset: Path, out: Path
+) -> dict[str, Any]:
     code, _, err = run_cli(
-        capsys, "replay", "run", str(trace), "--preset", str(out), "--out", str(tmp_path / "r"),
+        capsys, "replay", "run", str(trace), "--preset", str(preset), "--out", str(out),
         "--no-progress",
     )  # fmt: skip
     assert code == 0, err
-    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
-    assert summary["tpot_s"]["p50"] == pytest.approx(fitted["decode_overhead_s"], rel=0.3)
+    summary: dict[str, Any] = json.loads((out / "summary.json").read_text())
+    return summary
 
 
 def test_an_engine_that_does_not_answer_is_one_line(
