@@ -145,7 +145,7 @@ def _token_array(raw: bytes) -> npt.NDArray[np.int64] | None:
     return tokens
 
 
-def _flat_token_body(body: bytes, limits: InputLimits) -> FastRouteBody | None | _NotFlat:
+def _flat_token_body(body: bytes, limits: InputLimits) -> FastRouteBody | _NotFlat | None:
     """A body whose only list is ``token_ids``, parsed by simdjson: the body, None when it
     is invalid, or ``_NOT_FLAT`` when it is not of that shape (``"token_ids": null`` with
     ``hash_ids``, say), for the general decoder."""
