@@ -152,3 +152,17 @@ def test_compare_needs_a_cluster_for_every_policy(
     )  # fmt: skip
     assert code == 2
     assert "nothing after '@'" in err
+
+
+def test_sweep_a_deployment_named_with_its_cluster(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, trace: Path
+) -> None:
+    out = tmp_path / "sweep"
+    code, _, err = run_cli(
+        capsys, "replay", "sweep", str(trace), "--policy", "xdc-pd-drc@xdc-pd-small",
+        "--max-probes", "3", "--out", str(out), "--no-progress",
+    )  # fmt: skip
+    assert code == 0, err
+    data = _json(out / "sweep.json")
+    assert (data["preset"], data["policy"]) == ("xdc-pd-small", "xdc-pd-drc@xdc-pd-small")
+    assert data["cost_per_hour"] == pytest.approx(121.0)  # that cluster's price
