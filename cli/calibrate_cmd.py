@@ -93,6 +93,8 @@ def calibrate(
         tree = target.resolved()
         for name in pool or list(tree["pools"]):
             tree["pools"][name]["fitted"] = fitted
+        # measured engines behind the router: the first token is the decode side's
+        tree["timing"]["first_token_on_decode"] = True
         text = f"# {preset} calibrated on {url} by pdd-router calibrate\n" + yaml.safe_dump(
             tree, sort_keys=False, width=88
         )

@@ -85,6 +85,11 @@ class TimingSpec(_Spec):
         ge=0,
         description="Batch queued prefills up to this many new tokens (0: one at a time)",
     )
+    first_token_on_decode: bool = Field(
+        False, description="The client's first token comes from the decode instance's first "
+        "step, as through the router (it streams what RLD or MD generate); false: the token "
+        "the prefill produced reaches the client when the request joins its decode instance",
+    )  # fmt: skip
 
 
 class HandoffSpec(_Spec):

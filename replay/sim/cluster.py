@@ -106,6 +106,7 @@ def build_cluster(
                     pool.max_batch,
                     on_reserved,
                     on_finish,
+                    spec.timing.first_token_on_decode,
                 )
     rdma_spec = spec.links.rdma
     rdma = {

@@ -39,6 +39,7 @@ class DecodeInstance:
         "batch",
         "cache",
         "datacenter",
+        "first_token_on_decode",
         "id",
         "load",
         "max_batch",
@@ -58,8 +59,10 @@ class DecodeInstance:
         max_batch: int,
         on_reserved: Callable[[Leg], None],
         on_finish: Callable[[SimRequest, DecodeInstance], None],
+        first_token_on_decode: bool = False,
     ) -> None:
         self._loop = loop
+        self.first_token_on_decode = first_token_on_decode
         self.id = instance_id
         self.tier = tier
         self.datacenter = datacenter
@@ -142,6 +145,9 @@ class DecodeInstance:
         request, now = leg.request, self._loop.now
         leg.running = True
         self._running[request.key] = request
+        if self.first_token_on_decode and request.emitted == 0:
+            self._start_from_first_step(request, tokens_left, now)
+            return
         self._emit(request, 1, now)
         if self.tier == Tier.RLD:
             request.rld_start_s = now
@@ -152,6 +158,17 @@ class DecodeInstance:
             self.batch.join(request.key, request.stint_tokens, context)
         else:
             self._loop.after(0.0, Priority.DECODE, self._finish_now, request)
+        self._sync_load()
+
+    def _start_from_first_step(self, request: SimRequest, tokens: int, now: float) -> None:
+        """Every token from this instance's steps, the first one too: it reaches the client
+        one step after joining (the step's length as the batch stands with it)."""
+        if self.tier == Tier.RLD:
+            request.rld_start_s = now
+        request.stint_join_s = now
+        request.stint_tokens = tokens
+        self.batch.join(request.key, tokens, request.input_length)
+        request.first_token_s = now + self.batch.step_s()
         self._sync_load()
 
     def _emit(self, request: SimRequest, tokens: int, last_s: float) -> None:

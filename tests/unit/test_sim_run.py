@@ -118,3 +118,25 @@ def test_speed_on_the_conversation_trace(conversation_trace: Path) -> None:
         f"({summary.simulated_s / wall:.0f}x real time)"
     )
     assert summary.completed == summary.requests
+
+
+def test_a_first_token_from_the_decode_side_arrives_one_step_later(
+    agentic: list[TraceRequest],
+) -> None:
+    """With ``timing.first_token_on_decode`` (what a client sees through the router, and what
+    calibrated presets set), a request's first token is its decode instance's first step,
+    not the prefill's token forwarded on joining: TTFT grows by about one decode step."""
+    forwarded = run_replay(agentic, "idc-pd-small")
+    stepped = run_replay(agentic, "idc-pd-small", overrides={"timing.first_token_on_decode": True})
+    by_id = {r.request_id: r for r in forwarded.records}
+    added = []
+    for r in stepped.records:
+        before = by_id[r.request_id]
+        assert r.ttft_s is not None
+        assert before.ttft_s is not None
+        assert before.tpot_s is not None
+        added.append((r.ttft_s - before.ttft_s) / before.tpot_s)
+    added.sort()
+    assert 0.5 < added[len(added) // 2] < 2.0  # the median request: about one step more
+    assert stepped.summary.requests == forwarded.summary.requests
+    assert stepped.summary.completed == forwarded.summary.completed
