@@ -301,7 +301,7 @@ def test_chat_handed_off_from_rld_to_md_answers_as_one_engine_does(cluster: Chat
     with in_process_router(cluster, {"wan_budget_s": 1e-9, "catch_up_below": 0.0}) as client:
         answer = chat(client, cluster, messages, n)
     served = answer["pdd"]
-    assert served["pipeline"] == "P-RLD-MD", served
+    assert served["pipeline"] == "P-RLD-MD", served["pipeline_change"]
     assert served["handoff"] == "one-shot"
     assert served["instances"] == {"p": "p0", "rld": "rld0", "md": "md0"}
     assert 0 < served["eager_tokens"] < n  # RLD gave the first tokens, MD the rest
