@@ -52,7 +52,7 @@ def validate(
     from rich.console import Console
 
     from cli.experiment_cmd import command_line
-    from replay.experiments.validate import read_requests, requests_file
+    from replay.metrics.latency_records import read_requests, requests_file
     from replay.experiments.validate import validate as compare_latencies
     from replay.report.validate_report import validate_table, write_validate_report
 
