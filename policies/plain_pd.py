@@ -1,13 +1,18 @@
-"""The one decision both PD baselines make: every request P-MD, decode where it is cheapest."""
+"""The one decision the PD baselines make: every request P-MD, decode where it is cheapest.
+``PlainPdPolicy`` is that decision as a policy; the baselines differ only in whether MD's
+prefix cache is reused and in the reason they give."""
 
 from __future__ import annotations
 
+from typing import ClassVar
+
+from policies.config import IdcPdParams, XdcPdDrcParams, XdcPdParams
 from policies.estimates import hit_tokens
 from policies.selection import choose_decode, choose_prefill
 from policies.tiers import Tier
 from policies.types import ClusterView, Decision, Matches, Pipeline, RequestView
 
-__all__ = ["p_md_decision"]
+__all__ = ["PlainPdPolicy", "p_md_decision"]
 
 
 def p_md_decision(
@@ -50,3 +55,21 @@ def p_md_decision(
         predicted_ttft_s=p_delay + md.transfer_s + cluster.decode_step_s,
         reason=reason,
     )
+
+
+class PlainPdPolicy:
+    """Every request P-MD (see ``p_md_decision``); subclasses name the policy, say whether
+    MD's prefix cache is reused, and give the reason."""
+
+    name: str
+    reuse_md_cache: ClassVar[bool]
+    reason: ClassVar[str]
+
+    def __init__(self, params: IdcPdParams | XdcPdParams | XdcPdDrcParams) -> None:
+        self.params = params
+
+    def decide(self, request: RequestView, cluster: ClusterView, matches: Matches) -> Decision:
+        return p_md_decision(
+            self.name, request, cluster, matches, reuse_md_cache=self.reuse_md_cache,
+            load_weight_s=self.params.load_weight_s, reason=self.reason,
+        )  # fmt: skip

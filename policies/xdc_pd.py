@@ -5,41 +5,23 @@ RLD contribute."""
 
 from __future__ import annotations
 
-from policies.config import XdcPdDrcParams, XdcPdParams
-from policies.plain_pd import p_md_decision
-from policies.types import ClusterView, Decision, Matches, RequestView
+from policies.plain_pd import PlainPdPolicy
 
 __all__ = ["XdcPdDrcPolicy", "XdcPdPolicy"]
 
 
-class XdcPdPolicy:
+class XdcPdPolicy(PlainPdPolicy):
     """Every request P-MD; no decode-side cache, so the whole prompt's KV crosses the WAN."""
 
     name = "xdc-pd"
-
-    def __init__(self, params: XdcPdParams) -> None:
-        self.params = params
-
-    def decide(self, request: RequestView, cluster: ClusterView, matches: Matches) -> Decision:
-        return p_md_decision(
-            self.name, request, cluster, matches, reuse_md_cache=False,
-            load_weight_s=self.params.load_weight_s,
-            reason="naive cross-datacenter PD: full KV over the WAN",
-        )  # fmt: skip
+    reuse_md_cache = False
+    reason = "naive cross-datacenter PD: full KV over the WAN"
 
 
-class XdcPdDrcPolicy:
+class XdcPdDrcPolicy(PlainPdPolicy):
     """Every request P-MD; MD's prefix cache (DRC) holds earlier turns, so only the blocks
     it lacks cross the WAN. No RLD: a request whose delta is large waits for it."""
 
     name = "xdc-pd-drc"
-
-    def __init__(self, params: XdcPdDrcParams) -> None:
-        self.params = params
-
-    def decide(self, request: RequestView, cluster: ClusterView, matches: Matches) -> Decision:
-        return p_md_decision(
-            self.name, request, cluster, matches, reuse_md_cache=True,
-            load_weight_s=self.params.load_weight_s,
-            reason="cross-datacenter PD with DRC: the uncached delta over the WAN",
-        )  # fmt: skip
+    reuse_md_cache = True
+    reason = "cross-datacenter PD with DRC: the uncached delta over the WAN"

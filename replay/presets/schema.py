@@ -127,6 +127,25 @@ class FittedTiming(_Spec):
     probed_batch: int | None = Field(None, ge=1, description="The largest decode batch probed")
     source: str = ""
 
+    def prefill_pass_s(self, tokens: float, pairs: float) -> float:
+        """Work of a pass over ``tokens`` new tokens and ``pairs`` (new, context) pairs,
+        without the pass overhead."""
+        return self.prefill_s_per_token * tokens + self.prefill_s_per_token_pair * pairs
+
+    def prefill_s(self, items: list[tuple[int, int]]) -> float:
+        """One prefill pass over requests given as (new tokens, cached tokens)."""
+        tokens = sum(new for new, _ in items)
+        pairs = sum(new * cached + 0.5 * new * new for new, cached in items)
+        return self.prefill_overhead_s + self.prefill_pass_s(tokens, pairs)
+
+    def decode_step_s(self, batch: float, context_tokens: float) -> float:
+        """One decode step of ``batch`` requests holding ``context_tokens`` KV tokens."""
+        return (
+            self.decode_overhead_s
+            + self.decode_s_per_request * batch
+            + self.decode_s_per_context_token * context_tokens
+        )
+
 
 class PoolSpec(_Spec):
     """A pool of identical instances of one tier in one datacenter."""

@@ -32,6 +32,7 @@ import numpy as np
 from scipy.optimize import nnls
 
 from replay.presets.schema import FittedTiming
+from replay.runner.endpoint import check_answers, tokens_in_chunk
 from router.errors import UserError
 
 __all__ = [
@@ -87,21 +88,10 @@ class CalibrationResult:
     warnings: list[str]
 
     def prefill_fit(self, probe: PrefillProbe) -> float:
-        f = self.fitted
-        pairs = probe.new * probe.cached + 0.5 * probe.new * probe.new
-        return (
-            f.prefill_overhead_s
-            + f.prefill_s_per_token * probe.new
-            + (f.prefill_s_per_token_pair * pairs)
-        )
+        return self.fitted.prefill_s([(probe.new, probe.cached)])
 
     def decode_fit(self, probe: DecodeProbe) -> float:
-        f = self.fitted
-        return (
-            f.decode_overhead_s
-            + f.decode_s_per_request * probe.batch
-            + f.decode_s_per_context_token * probe.context_tokens
-        )
+        return self.fitted.decode_step_s(probe.batch, probe.context_tokens)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -200,8 +190,7 @@ class _Engine:
             async for line in response.aiter_lines():
                 if not line.startswith("data: ") or line == "data: [DONE]":
                     continue
-                choices = json.loads(line[6:]).get("choices") or ()
-                got = sum(len(c.get("token_ids") or ()) or bool(c.get("text")) for c in choices)
+                got = tokens_in_chunk(json.loads(line[6:]))
                 if got:
                     times.append(time.perf_counter())
                     counts.append((counts[-1] if counts else 0) + got)
@@ -284,10 +273,7 @@ async def _calibrate(options: CalibrationOptions, step: Callable[[], None]) -> C
     headers = {"authorization": f"Bearer {options.api_key}"} if options.api_key else {}
     started = time.perf_counter()
     async with httpx.AsyncClient(headers=headers, timeout=options.timeout_s) as client:
-        try:
-            await client.get(f"{options.url}/v1/models", timeout=10)
-        except httpx.HTTPError as exc:
-            raise UserError(f"{options.url} does not answer: {exc}") from None
+        await check_answers(client, options.url)
         engine = _Engine(client, options)
         await engine.complete(engine.tokens(64))  # warm-up: first-request compilation
         warnings: list[str] = []

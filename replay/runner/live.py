@@ -32,6 +32,7 @@ import httpx
 
 from replay.metrics.record import RequestRecord
 from replay.metrics.summary import SlaThresholds, Summary, summarize
+from replay.runner.endpoint import check_answers, tokens_in_chunk
 from replay.sim.simulator import ProgressObserver
 from replay.trace.record import TraceRequest
 from replay.trace.token_synth import TokenSynth
@@ -107,14 +108,6 @@ def _check(options: LiveOptions) -> None:
         raise UserError(f"--url {options.url!r} is not an http(s) URL")
 
 
-async def _probe(client: httpx.AsyncClient, url: str) -> None:
-    """Refuse at once an endpoint that does not answer (rather than N failed requests)."""
-    try:
-        await client.get(f"{url}/v1/models", timeout=10)
-    except httpx.HTTPError as exc:
-        raise UserError(f"{url} does not answer: {exc}") from None
-
-
 def _body(options: LiveOptions, prompt: list[int], output_length: int) -> dict[str, Any]:
     body: dict[str, Any] = {
         "prompt": prompt,
@@ -159,7 +152,7 @@ async def _send(
             if isinstance(served, dict):
                 seen.pipeline = str(served.get("pipeline") or seen.pipeline)
                 seen.instances = dict(served.get("instances") or {})
-            tokens = _tokens_of(chunk)
+            tokens = tokens_in_chunk(chunk)
             if tokens == 0:
                 continue
             now = time.perf_counter() - t0
@@ -171,19 +164,6 @@ async def _send(
             seen.tokens += tokens
     if seen.first_s is None and seen.error is None:
         seen.error = "no tokens"
-
-
-def _tokens_of(chunk: dict[str, Any]) -> int:
-    """Tokens a streamed chunk carries: its token IDs when given, else one per non-empty
-    text (engines stream about a token per chunk)."""
-    count = 0
-    for choice in chunk.get("choices") or ():
-        ids = choice.get("token_ids")
-        if isinstance(ids, list):
-            count += len(ids)
-        elif choice.get("text"):
-            count += 1
-    return count
 
 
 async def _drive(
@@ -202,7 +182,7 @@ async def _drive(
     start = requests[0].arrival_s
     finished = 0
     async with httpx.AsyncClient(headers=headers, limits=limits, timeout=timeout) as client:
-        await _probe(client, options.url)
+        await check_answers(client, options.url)
         if progress is not None:
             progress.start(len(requests))
         t0 = time.perf_counter()

@@ -96,15 +96,8 @@ class Roofline:
 
     def prefill_s(self, items: list[tuple[int, int]]) -> float:
         """One prefill pass over requests given as (new tokens, cached tokens)."""
-        fitted = self._fitted
-        if fitted is not None:
-            tokens = sum(new for new, _ in items)
-            pairs = sum(new * cached + 0.5 * new * new for new, cached in items)
-            return (
-                fitted.prefill_overhead_s
-                + fitted.prefill_s_per_token * tokens
-                + fitted.prefill_s_per_token_pair * pairs
-            )
+        if self._fitted is not None:
+            return self._fitted.prefill_s(items)
         flops = kv_bytes = 0.0
         new_total = 0
         for new, cached in items:
@@ -117,13 +110,8 @@ class Roofline:
 
     def decode_step_s(self, batch: int, context_tokens: float) -> float:
         """One decode step of ``batch`` requests holding ``context_tokens`` KV tokens in all."""
-        fitted = self._fitted
-        if fitted is not None:
-            return (
-                fitted.decode_overhead_s
-                + fitted.decode_s_per_request * batch
-                + fitted.decode_s_per_context_token * context_tokens
-            )
+        if self._fitted is not None:
+            return self._fitted.decode_step_s(batch, context_tokens)
         flops = self._active2 * batch + self._attn * context_tokens
         mem = self.weight_bytes(batch) + self._kv * context_tokens
         return self._decode_overhead + max(flops / self._decode_flops, mem / self._decode_bw)
@@ -132,11 +120,9 @@ class Roofline:
         """Extend-decode of ``tokens`` eager tokens on top of ``context_tokens`` (handoff)."""
         if tokens <= 0:
             return 0.0
-        fitted = self._fitted
-        if fitted is not None:
-            pass_s = fitted.prefill_s_per_token * tokens + fitted.prefill_s_per_token_pair * (
-                tokens * context_tokens + 0.5 * tokens * tokens
-            )
+        if self._fitted is not None:
+            pairs = tokens * context_tokens + 0.5 * tokens * tokens
+            pass_s = self._fitted.prefill_pass_s(tokens, pairs)
             return self._extend_overhead + pass_s + self._extend_per_token * tokens
         flops, kv_bytes = self._pass_flops_bytes(tokens, context_tokens)
         mem = self.weight_bytes(tokens) + kv_bytes
