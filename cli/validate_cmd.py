@@ -52,8 +52,8 @@ def validate(
     from rich.console import Console
 
     from cli.experiment_cmd import command_line
-    from replay.metrics.latency_records import read_requests, requests_file
     from replay.experiments.validate import validate as compare_latencies
+    from replay.metrics.latency_records import read_requests, requests_file
     from replay.report.validate_report import validate_table, write_validate_report
 
     measured_file, simulated_file = requests_file(measured), requests_file(simulated)

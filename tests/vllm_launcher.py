@@ -33,6 +33,18 @@ VOCAB = 512  # the tiny model's vocabulary
 BLOCK_SIZE = 128  # vLLM's KV block size on the CPU
 
 
+ROUTER_SERVICE = {
+    "vocab_size": VOCAB,
+    "load_poll_s": 0.5,
+    "engine_timeout_s": 120,
+    # CPU engines share the 2 cores with the tests: a probe may wait seconds, and an
+    # instance taken out of service cuts the waits on it short
+    "probe_timeout_s": 10,
+    "allow_unauthenticated_admin": True,
+}
+"""The service settings of a router in front of the tests' CPU engines."""
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -34,7 +34,7 @@ from router.settings import Settings
 from router.tokenization.hf import HFTokenizer
 from vllm_launcher import (
     BLOCK_SIZE,
-    VOCAB,
+    ROUTER_SERVICE,
     Endpoint,
     free_port,
     pair_instances,
@@ -94,14 +94,7 @@ def settings(cluster: ChatCluster, policy_params: dict[str, Any], tokenizer: str
         "tokenize_with_engine": True}  # fmt: skip
     return Settings(
         block_size=ROUTER_BLOCK,
-        service={
-            "vocab_size": VOCAB,
-            "load_poll_s": 0.5,
-            "engine_timeout_s": 120,
-            # two CPU engines share the 2 cores with the tests: a probe may wait seconds
-            "probe_timeout_s": 10,
-            "allow_unauthenticated_admin": True,
-        },
+        service=ROUTER_SERVICE,
         policy={"name": "pdd", "params": policy_params},
         models=[{"name": cluster.name, "tokenizer": source}],
     )

@@ -23,7 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from router.service.app import create_app
 from router.settings import Settings
-from vllm_launcher import VOCAB, Endpoint, random_model, vllm_python, vllm_servers
+from vllm_launcher import ROUTER_SERVICE, VOCAB, Endpoint, random_model, vllm_python, vllm_servers
 
 pytestmark = pytest.mark.vllm
 
@@ -49,8 +49,7 @@ def p_md_router(connected_pair: list[Endpoint]) -> Iterator[TestClient]:
     p, md = connected_pair
     settings = Settings(
         block_size=16,
-        service={"vocab_size": VOCAB, "load_poll_s": 0.5, "engine_timeout_s": 120,
-                 "allow_unauthenticated_admin": True},
+        service=ROUTER_SERVICE,
         policy={"name": "pdd", "params": {"wan_budget_s": 1e6}},
     )  # fmt: skip
     with TestClient(create_app(settings)) as client:

@@ -22,7 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from router.service.app import create_app
 from router.settings import Settings
-from vllm_launcher import BLOCK_SIZE, VOCAB, Endpoint, pair_instances
+from vllm_launcher import BLOCK_SIZE, ROUTER_SERVICE, VOCAB, Endpoint, pair_instances
 
 pytestmark = pytest.mark.vllm
 
@@ -31,16 +31,7 @@ def router(pair: list[Endpoint], policy_params: dict[str, Any], **service: Any) 
     a, b = pair
     settings = Settings(
         block_size=16,
-        service={
-            "vocab_size": VOCAB,
-            "load_poll_s": 0.5,
-            "engine_timeout_s": 120,
-            # CPU engines share the 2 cores with the tests: a probe may wait seconds, and
-            # an instance taken out of service cuts the waits on it short
-            "probe_timeout_s": 10,
-            "allow_unauthenticated_admin": True,
-            **service,
-        },
+        service={**ROUTER_SERVICE, **service},
         policy={"name": "pdd", "params": policy_params},
     )
     client = TestClient(create_app(settings))
