@@ -15,6 +15,7 @@ first engine, MD the second, which rebuilds a prompt's KV from its own prefix ca
 from __future__ import annotations
 
 import contextlib
+import json
 import random
 import threading
 import time
@@ -291,16 +292,34 @@ def test_chat_handed_off_from_rld_to_md_answers_as_one_engine_does(cluster: Chat
     assert direct.status_code == 200, direct.text
     expected = direct.json()["choices"][0]["message"]["content"]
     assert expected
-    with in_process_router(cluster, {"wan_budget_s": 1e-9, "catch_up_below": 0.0}) as client:
-        answer = chat(client, cluster, messages, n)
-    served = answer["pdd"]
+    # streamed, with a pause after the first chunk: the stream is not read meanwhile, so
+    # the router looks at MD's readiness again only after MD has had seconds to get ready,
+    # rather than racing RLD's whole output on a loaded 2-core machine
+    body = {**chat_body(cluster, messages, n), "stream": True,
+            "stream_options": {"include_usage": True}}  # fmt: skip
+    chunks: list[dict[str, Any]] = []
+    policy = {"wan_budget_s": 1e-9, "catch_up_below": 0.0}
+    with (
+        in_process_router(cluster, policy) as client,
+        client.stream("POST", "/v1/chat/completions", json=body) as response,
+    ):
+        assert response.status_code == 200
+        for line in response.iter_lines():
+            if line.startswith("data: ") and line != "data: [DONE]":
+                chunks.append(json.loads(line[6:]))
+                if len(chunks) == 1:
+                    time.sleep(5)
+    served = next(c["pdd"] for c in chunks if "pdd" in c)
     assert served["pipeline"] == "P-RLD-MD", served["pipeline_change"]
     assert served["handoff"] == "one-shot"
     assert served["instances"] == {"p": "p0", "rld": "rld0", "md": "md0"}
     assert 0 < served["eager_tokens"] < n  # RLD gave the first tokens, MD the rest
-    assert answer["usage"]["prompt_tokens"] == direct.json()["usage"]["prompt_tokens"]
-    assert answer["choices"][0]["message"]["content"] == expected
-    assert answer["choices"][0]["finish_reason"] == "length"
+    usage = next(c["usage"] for c in chunks if c.get("usage"))
+    assert usage["prompt_tokens"] == direct.json()["usage"]["prompt_tokens"]
+    assert usage["completion_tokens"] == n
+    deltas = [c["choices"][0] for c in chunks if c.get("choices")]
+    assert "".join(d["delta"].get("content") or "" for d in deltas) == expected
+    assert [d["finish_reason"] for d in deltas if d.get("finish_reason")] == ["length"]
 
 
 def test_the_openai_client_drives_the_router(cluster: ChatCluster, tok: HFTokenizer) -> None:
