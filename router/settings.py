@@ -5,7 +5,15 @@ from __future__ import annotations
 import os
 from typing import Literal
 
-from pydantic import BaseModel, Field, IPvAnyNetwork, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    IPvAnyNetwork,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -21,6 +29,7 @@ __all__ = [
     "IndexSettings",
     "PolicySettings",
     "RedisSettings",
+    "ReplicaSettings",
     "ServiceSettings",
     "Settings",
     "settings_errors",
@@ -32,7 +41,17 @@ CONFIG_FILE_ENV = "PDD_ROUTER_CONFIG"
 class RedisSettings(BaseModel):
     """Where the shared prefix index lives when several router replicas share one."""
 
-    url: str = "redis://127.0.0.1:6379/0"
+    model_config = ConfigDict(hide_input_in_errors=True)  # a URL may hold a password
+
+    url: str = Field(
+        "redis://127.0.0.1:6379/0", description="The Redis of the shared index: one server, "
+        "redis://[[user]:password@]host:port/db (rediss:// with TLS, unix:///path.sock), or "
+        "a primary that Redis Sentinel watches, redis+sentinel://[[user]:password@]"
+        "host:port[,host:port...]/service_name[/db] (sentinel port 26379 and db 0 when "
+        "omitted; the password is the primary's, the sentinels are asked without one). "
+        "Through Sentinel every new connection asks the sentinels for the current primary, "
+        "so after a failover the router writes to the promoted replica",
+    )  # fmt: skip
     key_prefix: str = Field("pdd", description="Namespace of every key the index writes")
     socket_timeout_s: float = Field(
         0.25, gt=0, description="Longest wait for one Redis reply: a hung Redis stalls a "
@@ -53,6 +72,48 @@ class RedisSettings(BaseModel):
         0.05, gt=0, description="Time one index call may spend writing the router's state "
         "back to Redis after an outage or a restart",
     )  # fmt: skip
+
+    @field_validator("url")
+    @classmethod
+    def _known_url(cls, url: str) -> str:
+        """A Sentinel URL (or an unknown scheme) is checked now, a one-server URL by redis-py
+        when the index connects."""
+        if not url.startswith(("redis://", "rediss://", "unix://")):
+            from router.index.redis_connect import parse_redis_url
+
+            parse_redis_url(url)  # ValueError saying what is wrong, never with the password
+        return url
+
+
+class ReplicaSettings(BaseModel):
+    """Several `serve` replicas on one Redis (the Redis index, same key prefix)."""
+
+    share: bool = Field(
+        True, description="With the Redis index: publish this replica's in-flight load per "
+        "instance and read the others' before each decision, and write each instance's KV "
+        "events to Redis from one replica only (a lease); false: act alone",
+    )  # fmt: skip
+    replica_id: str | None = Field(
+        None, description="This replica's name among the others (default: host, process id "
+        "and a random suffix)",
+    )  # fmt: skip
+    ttl_s: float = Field(
+        3.0, gt=0, description="A replica silent this long is gone: its load stops counting "
+        "and its KV-event leases pass to the others",
+    )  # fmt: skip
+    heartbeat_s: float = Field(
+        0.5, gt=0, description="How often a replica renews its leases and exchanges load "
+        "while it decides nothing (under ttl_s)",
+    )  # fmt: skip
+
+    @model_validator(mode="after")
+    def _heartbeat_within_ttl(self) -> ReplicaSettings:
+        if self.heartbeat_s >= self.ttl_s:
+            raise ValueError(
+                f"heartbeat_s ({self.heartbeat_s:g}) must be under ttl_s ({self.ttl_s:g}), "
+                "or replicas' leases lapse between heartbeats"
+            )
+        return self
 
 
 class IndexSettings(BaseModel):
@@ -166,13 +227,15 @@ class Settings(BaseSettings):
     """Every setting of pdd-router, from (highest first) arguments, env, YAML file, defaults."""
 
     model_config = SettingsConfigDict(
-        env_prefix="PDD_ROUTER_", env_nested_delimiter="__", extra="forbid"
-    )
+        env_prefix="PDD_ROUTER_", env_nested_delimiter="__", extra="forbid",
+        hide_input_in_errors=True,  # redis.url may hold a password: settings_errors shows it hidden
+    )  # fmt: skip
 
     block_size: int = Field(16, gt=0, description="Tokens per KV block for live hashing")
     hash_seed: int = Field(0, ge=0, description="Seed of the chained block hash")
     index: IndexSettings = IndexSettings()
     redis: RedisSettings = RedisSettings()
+    replicas: ReplicaSettings = ReplicaSettings()
     service: ServiceSettings = ServiceSettings()
     cluster: ClusterSettings = ClusterSettings()
     policy: PolicySettings = PolicySettings()
@@ -199,9 +262,15 @@ class Settings(BaseSettings):
 
 
 def settings_errors(exc: ValidationError) -> str:
-    """A settings validation error on one line, naming each bad setting by its variable."""
+    """A settings validation error on one line, naming each bad setting by its variable
+    (a URL's password is not shown)."""
     parts = []
     for error in exc.errors():
         path = "__".join(str(part) for part in error["loc"]).upper()
-        parts.append(f"PDD_ROUTER_{path}: {error['msg']} (got {error.get('input')!r})")
+        given = error.get("input")
+        if isinstance(given, str) and "://" in given:
+            from router.index.redis_connect import redact_url
+
+            given = redact_url(given)
+        parts.append(f"PDD_ROUTER_{path}: {error['msg']} (got {given!r})")
     return "; ".join(parts)

@@ -9,18 +9,11 @@ from collections.abc import Sequence
 from typing import Any
 
 import redis.asyncio as aredis
-from redis.asyncio.retry import Retry as AsyncRetry
 
 from policies.tiers import Tier
 from router.index.base import Clock, IndexedInstance
-from router.index.redis_layout import (
-    SCRIPTS,
-    UNKNOWN,
-    Layout,
-    connect_kwargs,
-    reachable,
-    valid_url,
-)
+from router.index.redis_connect import aclose_client, connect_async, reachable
+from router.index.redis_layout import SCRIPTS, UNKNOWN, Layout
 
 __all__ = ["AsyncRedisPrefixIndex"]
 
@@ -28,7 +21,9 @@ __all__ = ["AsyncRedisPrefixIndex"]
 class AsyncRedisPrefixIndex:
     """The same index and key layout with redis.asyncio: every method is a coroutine.
 
-    Nothing is sent before the first call; ``await index.ping()`` checks the server.
+    ``url`` names one server or, as ``redis+sentinel://``, a primary found through
+    Sentinel (``router.index.redis_connect``). Nothing is sent before the first call;
+    ``await index.ping()`` checks the server.
     """
 
     def __init__(
@@ -46,10 +41,7 @@ class AsyncRedisPrefixIndex:
         self._layout = Layout(key_prefix, default_capacity_blocks, ttl_s, clock)
         self.url = url
         if client is None:
-            with valid_url(url):
-                client = aredis.Redis.from_url(
-                    url, **connect_kwargs(socket_timeout_s, retries, AsyncRetry)
-                )
+            client = connect_async(url, socket_timeout_s, retries)
         self._client: aredis.Redis = client
         self._scripts = {name: client.register_script(src) for name, src in SCRIPTS.items()}
 
@@ -69,7 +61,7 @@ class AsyncRedisPrefixIndex:
             return time.perf_counter() - start
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        await aclose_client(self._client)
 
     async def register(self, instance: IndexedInstance) -> None:
         await self._run("register", self._layout.register_args(instance))

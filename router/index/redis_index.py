@@ -11,20 +11,12 @@ from collections.abc import Sequence
 from typing import Any
 
 import redis
-from redis.retry import Retry
 
 from policies.tiers import Tier
 from router.errors import UserError
 from router.index.base import Clock, IndexedInstance
-from router.index.redis_layout import (
-    SCRIPTS,
-    UNKNOWN,
-    Layout,
-    connect_kwargs,
-    reachable,
-    redact_url,
-    valid_url,
-)
+from router.index.redis_connect import close_client, connect, reachable, redact_url
+from router.index.redis_layout import SCRIPTS, UNKNOWN, Layout
 
 __all__ = ["RedisPrefixIndex", "redact_url"]
 
@@ -32,9 +24,11 @@ __all__ = ["RedisPrefixIndex", "redact_url"]
 class RedisPrefixIndex:
     """:class:`~router.index.base.PrefixIndex` shared through Redis (redis-py, blocking).
 
-    ``client`` (e.g. a ``fakeredis.FakeRedis``) replaces the connection made from
-    ``url``; the URL then only names the server in error messages. The constructor
-    PINGs the server, so an unreachable URL fails at once with a UserError.
+    ``url`` names one server or, as ``redis+sentinel://``, a primary found through
+    Sentinel (``router.index.redis_connect``). ``client`` (e.g. a
+    ``fakeredis.FakeRedis``) replaces the connection made from ``url``; the URL then
+    only names the server in error messages. The constructor PINGs the server, so an
+    unreachable URL fails at once with a UserError.
     """
 
     def __init__(
@@ -53,16 +47,13 @@ class RedisPrefixIndex:
         self._layout = Layout(key_prefix, default_capacity_blocks, ttl_s, clock)
         self.url = url
         if client is None:
-            with valid_url(url):
-                client = redis.Redis.from_url(
-                    url, **connect_kwargs(socket_timeout_s, retries, Retry, connect_timeout_s)
-                )
+            client = connect(url, socket_timeout_s, retries, connect_timeout_s)
         self._client: redis.Redis = client
         self._scripts = {name: client.register_script(src) for name, src in SCRIPTS.items()}
         try:
             self.ping()
         except UserError:
-            client.close()
+            close_client(client)
             raise
 
     @property
@@ -85,7 +76,7 @@ class RedisPrefixIndex:
             return time.perf_counter() - start
 
     def close(self) -> None:
-        self._client.close()
+        close_client(self._client)
 
     def register(self, instance: IndexedInstance) -> None:
         self._run("register", self._layout.register_args(instance))

@@ -1,4 +1,5 @@
-"""The Redis prefix index's key layout, its Lua scripts and the helpers both clients share.
+"""The Redis prefix index's key layout, its Lua scripts and the reply decoding both clients
+share (connecting, and turning connection errors into messages: ``redis_connect``).
 
 The shared prefix index in Redis: the same contract, one round trip per match.
 
@@ -34,10 +35,11 @@ used blocks beyond the capacity. ``clear`` and ``unregister`` work in bounded
 chunks, oldest first, so a huge instance does not block the server for long.
 
 Caveats: the scripts build key names from ``ARGV`` instead of declaring ``KEYS``, so
-this is for a standalone Redis (or one primary), not Redis Cluster. Every client of
-one key prefix must use the same ``ttl_s`` (touch times are only written with a TTL)
-and clocks that agree. Block ids must be integers in [0, 2**64) and instance ids
-must not contain NUL characters.
+this is for a standalone Redis or one primary with replicas (which Sentinel may fail
+over: ``redis_connect``), not Redis Cluster. Every client of one key prefix must use
+the same ``ttl_s`` (touch times are only written with a TTL) and clocks that agree.
+Block ids must be integers in [0, 2**64) and instance ids must not contain NUL
+characters.
 """
 
 from __future__ import annotations
@@ -45,20 +47,14 @@ from __future__ import annotations
 import array
 import json
 import sys
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from importlib import resources
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
-
-import redis
-from redis.backoff import ExponentialBackoff
 
 from policies.tiers import Tier
-from router.errors import UserError
 from router.index.base import Clock, IndexedInstance, UnknownInstanceError
 
-__all__ = ["SCRIPTS", "UNKNOWN", "Layout", "connect_kwargs", "reachable", "redact_url", "valid_url"]
+__all__ = ["SCRIPTS", "UNKNOWN", "Layout"]
 
 _CLEAR_CHUNK = 10_000
 _WORD_CACHE = 4096  # decoded (word, bits) pairs of match replies kept per client
@@ -88,50 +84,6 @@ def _lua(name: str) -> str:
 SCRIPTS = {name: "\n".join(_lua(part) for part in parts) for name, parts in _SCRIPT_PARTS.items()}
 
 # --------------------------------------------------------------------------- helpers
-
-
-def redact_url(url: str) -> str:
-    """The URL without its password, fit for an error message."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return url
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
-    user = parts.username or ""
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
-
-
-def _reason(exc: BaseException) -> str:
-    """The root cause of a connection error in a few words ("Connection refused")."""
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, OSError) and seen.strerror:
-            return seen.strerror
-        seen = seen.__cause__ or seen.__context__
-    text = " ".join(str(exc).split())
-    return text.rstrip(".") or type(exc).__name__
-
-
-@contextmanager
-def reachable(url: str) -> Iterator[None]:
-    """Turn "Redis is not there" into a one-line UserError naming the URL."""
-    try:
-        yield
-    except (redis.ConnectionError, redis.TimeoutError) as exc:
-        raise UserError(f"cannot reach Redis at {redact_url(url)}: {_reason(exc)}") from exc
-
-
-@contextmanager
-def valid_url(url: str) -> Iterator[None]:
-    """Turn a malformed Redis URL into a one-line UserError naming it."""
-    try:
-        yield
-    except ValueError as exc:
-        raise UserError(f"invalid Redis URL {redact_url(url)}: {exc}") from exc
 
 
 def _hex_chain(chain: Sequence[int]) -> str:
@@ -312,28 +264,3 @@ class Layout:
                 )
             )
         return sorted(out, key=lambda inst: inst.instance_id)
-
-
-def _retry_backoff() -> ExponentialBackoff:
-    return ExponentialBackoff(cap=0.5, base=0.01)
-
-
-def connect_kwargs(
-    socket_timeout_s: float,
-    retries: int,
-    retry_class: Any,
-    connect_timeout_s: float | None = None,
-) -> dict[str, Any]:
-    """Client options both clients use: timeouts and redis-py's retry with backoff.
-
-    Only connection errors are retried (a reconnect after a restart or a dropped
-    connection); a timeout is not, so a hung server stalls a call for one
-    ``socket_timeout_s``, not for ``retries + 1`` of them.
-    """
-    return {
-        "socket_timeout": socket_timeout_s,
-        "socket_connect_timeout": socket_timeout_s
-        if connect_timeout_s is None
-        else connect_timeout_s,
-        "retry": retry_class(_retry_backoff(), retries, supported_errors=(redis.ConnectionError,)),
-    }
