@@ -30,9 +30,10 @@ case is counted in :attr:`ResilientIndex.stats`.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import deque
-from collections.abc import Callable, Container, Iterable, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar, cast, runtime_checkable
 
@@ -47,6 +48,7 @@ __all__ = ["RecoveryStats", "ResilientIndex"]
 
 _OUTAGE = (RedisError, UserError, OSError)
 _BLOCK_LIMIT = 1 << 64  # the Redis index takes block ids in [0, 2**64)
+_HELD_MAX = 100_000  # KV-event updates kept per instance for a take-over, at most
 T = TypeVar("T")
 
 
@@ -152,6 +154,11 @@ class ResilientIndex:
         self._must_rebuild = False  # the shared index lost (or may have lost) our state
         self._rebuild: _Rebuild | None = None
         self._reported = False
+        # KV events another replica writes to the shared index (see kv_events_of)
+        self.kv_writer: Callable[[str], bool] | None = None
+        self.hold_s = 10.0
+        self._ingesting: str | None = None
+        self._held: dict[str, deque[tuple[float, str, tuple[Any, ...]]]] = {}
 
     # -- state ------------------------------------------------------------------------
     @property
@@ -374,6 +381,10 @@ class ResilientIndex:
     # -- the two paths ------------------------------------------------------------------
     def _forward(self, name: str, args: tuple[Any, ...]) -> None:
         """Send an update the mirror already has to the shared index, or queue it."""
+        ingesting, writer = self._ingesting, self.kv_writer
+        if ingesting is not None and writer is not None and not writer(ingesting):
+            self._hold_back(ingesting, name, args)
+            return
         try:
             if self._ready() or (self._rebuild is not None and not self._down):
                 # Up, or rebuilding: the instances are registered again, and a block
@@ -440,6 +451,47 @@ class ResilientIndex:
             and (tier is None or spec.tier == tier)
             and (datacenter is None or spec.datacenter == datacenter)
         ]
+
+    # -- KV events several replicas receive ---------------------------------------------
+    @contextlib.contextmanager
+    def kv_events_of(self, instance_id: str) -> Iterator[None]:
+        """Within: the updates are the instance's KV events. Every replica receives them
+        and keeps them in its mirror, but only the one ``kv_writer`` names (a lease in
+        Redis) writes them to the shared index; the others keep them for ``hold_s``, so
+        the replica that takes the instance over writes what the shared index may have
+        missed meanwhile (``take_over``)."""
+        self._ingesting = instance_id
+        try:
+            yield
+        finally:
+            self._ingesting = None
+
+    def _hold_back(self, instance_id: str, name: str, args: tuple[Any, ...]) -> None:
+        now = self._clock()
+        held = self._held.setdefault(instance_id, deque(maxlen=_HELD_MAX))
+        held.append((now, name, args))
+        while held and held[0][0] < now - self.hold_s:
+            held.popleft()
+
+    def take_over(self, instance_id: str) -> int:
+        """This replica now writes the instance's KV events: send the shared index the
+        ones it kept from the last ``hold_s``, in order (replaying a stretch of stores,
+        removals and clears that the shared index partly has leaves it as the whole
+        stretch does). Returns how many were sent or queued."""
+        held = self._held.pop(instance_id, None)
+        if not held:
+            return 0
+        since = self._clock() - self.hold_s
+        sent = 0
+        for at, name, args in held:
+            if at >= since:
+                self._forward(name, args)
+                sent += 1
+        return sent
+
+    def forget_held(self, instance_id: str) -> None:
+        """Drop the updates kept for an instance (it was removed)."""
+        self._held.pop(instance_id, None)
 
     # -- the contract -------------------------------------------------------------------
     def register(self, instance: IndexedInstance) -> None:

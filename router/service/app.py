@@ -43,6 +43,7 @@ from router.service.lifecycle import (
 from router.service.metrics import ServiceMetrics
 from router.service.models import ModelRegistry
 from router.service.openai_api import openai_router
+from router.service.peers import Peers
 from router.service.pool import InstancePool
 from router.service.route_fast_path import RouteFastPath
 from router.service.schemas import InstanceConfig
@@ -150,13 +151,15 @@ def build_state(
     http = httpx.AsyncClient(
         timeout=engine_timeouts(settings), limits=httpx.Limits(max_connections=512)
     )
+    pool = InstancePool(
+        settings.cluster, lambda cfg: factory(cfg, http),
+        CircuitBreakers(failures_to_open=settings.service.breaker_failures,
+                        open_s=settings.service.breaker_open_s),
+    )  # fmt: skip
     return ServiceState(
         settings=settings, index=idx,
-        pool=InstancePool(
-            settings.cluster, lambda cfg: factory(cfg, http),
-            CircuitBreakers(failures_to_open=settings.service.breaker_failures,
-                            open_s=settings.service.breaker_open_s),
-        ),
+        pool=pool,
+        peers=_peers(settings, idx, pool, metrics),
         scheduler=schedulers.build(settings.policy.name, settings.policy.params),
         ingestor=KVEventIngestor(
             idx, block_size=settings.block_size, seed=settings.hash_seed,
@@ -168,6 +171,29 @@ def build_state(
         realizations=realizations,
         lane=lane,
     )  # fmt: skip
+
+
+def _peers(
+    settings: Settings, index: PrefixIndex, pool: InstancePool, metrics: ServiceMetrics
+) -> Peers | None:
+    """The link to the other replicas on the same Redis (None: the in-memory index, or
+    ``replicas.share`` off)."""
+    base = index.inner if isinstance(index, TrackedIndex) else index
+    if not settings.replicas.share or not isinstance(base, ResilientIndex):
+        return None
+    client = getattr(base.primary, "client", None)
+    if client is None:
+        return None
+    from router.replicas import ReplicaSync
+    from router.service.peers import Peers, default_replica_id
+
+    replicas = settings.replicas
+    sync = ReplicaSync(
+        client, key_prefix=settings.redis.key_prefix,
+        replica_id=replicas.replica_id or default_replica_id(),
+        ttl_s=replicas.ttl_s, retry_after_s=settings.redis.retry_after_s,
+    )  # fmt: skip
+    return Peers(sync, pool, base, metrics, replicas)
 
 
 def create_app(
@@ -193,6 +219,9 @@ def create_app(
                     for config in load_instances_file(settings.service.instances_file):
                         await attach_instance(svc, config)
                 svc.background.append(asyncio.create_task(poll_loads(svc)))
+                if svc.peers is not None:
+                    await svc.lane.run(svc.peers.heartbeat)  # leases before the first events
+                    svc.background.append(asyncio.create_task(svc.peers.run(svc.lane)))
                 yield {"svc": svc}
             finally:
                 try:
@@ -200,8 +229,10 @@ def create_app(
                 finally:
                     for task in svc.background:
                         task.cancel()
+                    if svc.peers is not None:
+                        await svc.lane.run(svc.peers.release)
                     for iid in list(svc.pool.configs):
-                        await detach_instance(svc, iid)
+                        await detach_instance(svc, iid, shutdown=True)
                     await svc.models.aclose()
                     await svc.http.aclose()
                     svc.lane.close()

@@ -9,7 +9,8 @@ from collections.abc import Collection
 import numpy as np
 import numpy.typing as npt
 
-from policies.types import Decision, RequestView
+from policies.types import ClusterView, Decision, RequestView
+from router.scheduler import Scheduler
 from router.service.errors import ApiError
 from router.service.experiments import Arm
 from router.service.state import ServiceState
@@ -39,6 +40,15 @@ def check_prompt(svc: ServiceState, tokens: list[int] | npt.NDArray[np.int64], f
         raise ApiError(400, f"{field} holds token id {bad}, outside {bound}", param=field)
 
 
+def _decide(
+    svc: ServiceState, scheduler: Scheduler, view: RequestView, cluster: ClusterView
+) -> Decision:
+    """On the lane: the other replicas' load first (one round trip), then the decision."""
+    if svc.peers is not None:
+        svc.peers.before_decision()
+    return scheduler.decide(view, cluster)
+
+
 async def decide(
     svc: ServiceState,
     view: RequestView,
@@ -56,7 +66,7 @@ async def decide(
     with svc.tracer.start_as_current_span("pdd.decide") as span:
         try:
             cluster = svc.pool.view_for(model, exclude)
-            decision = await svc.lane.run(scheduler.decide, view, cluster)
+            decision = await svc.lane.run(_decide, svc, scheduler, view, cluster)
         except LookupError as exc:
             raise ApiError(503, f"cannot route: {exc}", type_="service_unavailable",
                            headers={"Retry-After": "1"}) from exc  # fmt: skip

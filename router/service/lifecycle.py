@@ -65,8 +65,10 @@ async def attach_instance(svc: ServiceState, config: InstanceConfig) -> None:
     await _probe(svc, config.instance_id, svc.settings.service.probe_timeout_s)
 
 
-async def detach_instance(svc: ServiceState, instance_id: str) -> None:
-    """Stop an instance's event task, forget it in the pool, index and ingestor."""
+async def detach_instance(svc: ServiceState, instance_id: str, *, shutdown: bool = False) -> None:
+    """Stop an instance's event task, forget it in the pool, index and ingestor. At
+    ``shutdown`` a shared index keeps the instance: other replicas still route to it, and
+    this one finds it there when it starts again."""
     task = svc.event_tasks.pop(instance_id, None)
     if task is not None:
         task.cancel()
@@ -74,7 +76,10 @@ async def detach_instance(svc: ServiceState, instance_id: str) -> None:
             await task
     adapter = svc.pool.remove(instance_id)
     svc.ingestor.forget(instance_id)
-    await svc.lane.run(svc.index.unregister, instance_id)
+    if svc.peers is not None:
+        await svc.lane.run(svc.peers.forget, instance_id)
+    if not (shutdown and svc.lane.threaded):  # a threaded lane: the index is shared
+        await svc.lane.run(svc.index.unregister, instance_id)
     svc.scheduler.refresh_instances()
     svc.experiments.refresh_instances()
     with contextlib.suppress(Exception):
@@ -90,8 +95,13 @@ async def _consume_events(svc: ServiceState, instance_id: str, events: object) -
     stream: AsyncIterator[KVEventBatch] = events
     try:
         async for batch in stream:
-            await svc.lane.run(svc.ingestor.apply, batch)
+            if svc.peers is not None:
+                await svc.lane.run(svc.peers.ingest, svc.ingestor, batch)
+            else:
+                await svc.lane.run(svc.ingestor.apply, batch)
             svc.metrics.kv_events.labels(instance_id).inc()
+            if batch.gap:
+                svc.metrics.kv_event_gaps.labels(instance_id).inc()
     except asyncio.CancelledError:
         raise
     except Exception as exc:  # a broken event source must not take the service down

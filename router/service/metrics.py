@@ -50,6 +50,22 @@ class ServiceMetrics:
         self.kv_events = Counter(
             "pdd_router_kv_event_batches", "KV event batches ingested", ["instance"], registry=r
         )
+        self.kv_event_gaps = Counter(
+            "pdd_router_kv_event_gaps",
+            "Times KV events of an instance were lost and not replayed: the router then "
+            "forgets what the instance holds (no predicted hits) until new events arrive",
+            ["instance"], registry=r,
+        )  # fmt: skip
+        self.replicas = Gauge(
+            "pdd_router_replicas",
+            "Router replicas sharing the Redis index, this one included (last heartbeat)",
+            registry=r,
+        )
+        self.kv_event_leases = Gauge(
+            "pdd_router_kv_event_leases",
+            "Instances whose KV events this replica writes to the shared index",
+            registry=r,
+        )
         self.ttft = Histogram(
             "pdd_router_ttft_seconds", "Time to first token as the client saw it", ["arm"],
             buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 60), registry=r,

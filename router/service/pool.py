@@ -34,6 +34,9 @@ class _InFlight:
     prefill_tokens: int = 0  # prompt tokens of the prefills it waits for (expected uncached)
     reported_running: int = 0
     reported_waiting: int = 0
+    # what the other router replicas have in flight there (streams, prefill tokens)
+    peer_streams: int = 0
+    peer_prefill_tokens: int = 0
     # calls waiting for the instance's first answer, cut short if it is ejected
     waiting: set[Watch] = field(default_factory=set)
 
@@ -94,6 +97,8 @@ class InstancePool:
         self.loads: dict[str, InstanceLoad] = {}
         self._inflight: dict[str, _InFlight] = {}
         self.breakers = breakers or CircuitBreakers()
+        # hears every change of the router's own in-flight work (replicas publish it)
+        self.on_load_change: Callable[[], None] | None = None
         self.breakers.on_change = self._allowed
         block_bytes = cluster.kv_bytes_per_token
         self.view = ClusterView(
@@ -233,6 +238,8 @@ class InstancePool:
         if flight is not None:
             flight.streams = max(flight.streams + delta, 0)
             self._refresh(instance_id, flight)
+            if self.on_load_change is not None:
+                self.on_load_change()
 
     def prefill_started(self, instance_id: str, tokens: int) -> None:
         """The router sent (``tokens`` > 0) or got back (< 0) a prefill of that many
@@ -241,12 +248,30 @@ class InstancePool:
         if flight is not None:
             flight.prefill_tokens = max(flight.prefill_tokens + tokens, 0)
             self._refresh(instance_id, flight)
+            if self.on_load_change is not None:
+                self.on_load_change()
+
+    def own_load(self) -> dict[str, tuple[int, int]]:
+        """What this router has in flight per instance: (open streams, prefill tokens)."""
+        flights = list(self._inflight.items())  # one step: the loop may add an instance
+        return {iid: (f.streams, f.prefill_tokens) for iid, f in flights}
+
+    def peers_load(self, load: dict[str, tuple[int, int]]) -> None:
+        """What the other router replicas have in flight per instance (absent: nothing);
+        it counts in each instance's load as the router's own does."""
+        for iid, flight in list(self._inflight.items()):
+            streams, tokens = load.get(iid, (0, 0))
+            if (streams, tokens) != (flight.peer_streams, flight.peer_prefill_tokens):
+                flight.peer_streams, flight.peer_prefill_tokens = streams, tokens
+                self._refresh(iid, flight)
 
     def _refresh(self, instance_id: str, flight: _InFlight) -> None:
-        load = self.loads[instance_id]
-        load.running = max(flight.reported_running, flight.streams)
+        load = self.loads.get(instance_id)
+        if load is None:
+            return
+        load.running = max(flight.reported_running, flight.streams + flight.peer_streams)
         load.queued = flight.reported_waiting
-        load.queued_prefill_tokens = flight.prefill_tokens
+        load.queued_prefill_tokens = flight.prefill_tokens + flight.peer_prefill_tokens
 
     def ready_tiers(self) -> dict[Tier, bool]:
         """Whether each tier has a healthy instance (RLD is optional: absent means fine)."""

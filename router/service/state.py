@@ -20,6 +20,7 @@ from router.service.experiments import Experiments
 from router.service.index_lane import IndexLane
 from router.service.metrics import ServiceMetrics
 from router.service.models import ModelRegistry
+from router.service.peers import Peers
 from router.service.pool import InstancePool
 from router.settings import Settings
 
@@ -41,6 +42,7 @@ class ServiceState:
     experiments: Experiments
     models: ModelRegistry
     realizations: KVRealizations | None = None  # with a decision log: hits from KV events
+    peers: Peers | None = None  # other replicas on the same Redis index
     lane: IndexLane = field(default_factory=lambda: IndexLane(threaded=False))
     event_tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     background: list[asyncio.Task[None]] = field(default_factory=list)

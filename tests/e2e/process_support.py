@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -53,6 +54,48 @@ def wait_for(
 
 
 @dataclass
+class RedisServer:
+    """A private redis-server without persistence, on a free port; ``stop`` by PID."""
+
+    port: int
+    proc: subprocess.Popen[bytes]
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    @classmethod
+    def start(cls, *extra: str) -> RedisServer:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            import pytest
+
+            pytest.skip("redis-server is not installed (make test installs it)")
+        port = free_port()
+        args = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                "--appendonly", "no", *extra]  # fmt: skip
+        proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                return cls(port, proc)
+            except OSError:
+                time.sleep(0.05)
+        proc.kill()
+        raise AssertionError(f"redis-server on port {port} never accepted connections")
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGCONT)
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=5)
+
+
+@dataclass
 class Engine:
     instance_id: str
     tier: str
@@ -60,6 +103,7 @@ class Engine:
     events: str
     proc: subprocess.Popen[bytes]
     log: Path
+    args: list[str] = field(default_factory=list)
 
     def running(self) -> float:
         """The engine's own count of requests it is running (its Prometheus gauge)."""
@@ -97,7 +141,7 @@ class Stack:
         proc = spawn(args, log)
         self.procs.append((proc, log))
         engine = Engine(instance_id, tier, f"http://127.0.0.1:{port}",
-                        f"tcp://127.0.0.1:{events}", proc, log)  # fmt: skip
+                        f"tcp://127.0.0.1:{events}", proc, log, args)  # fmt: skip
         self.engines[instance_id] = engine
         return engine
 
@@ -112,13 +156,35 @@ class Stack:
         ]  # fmt: skip
         (self.folder / "instances.json").write_text(json.dumps(instances))
         port = free_port()
-        log = self.folder / "router.log"
+        log = self.folder / ("router.log" if not self.router else f"router-{port}.log")
         args = ["serve", "--port", str(port), "--instances", str(self.folder / "instances.json"),
                 "--log-level", "warning", *extra]  # fmt: skip
         self.procs.append((spawn(args, log, env), log))
         self.router = f"http://127.0.0.1:{port}"
         wait_for(f"{self.router}/readyz", self.procs)
         return self.router
+
+    def restart(self, instance_id: str) -> Engine:
+        """Kill an engine and start it again on the same ports: an empty cache, and a
+        KV-event sequence that starts over. Waits until it answers."""
+        engine = self.engines[instance_id]
+        engine.kill()
+        self.procs = [(p, log) for p, log in self.procs if p is not engine.proc]
+        log = engine.log.with_suffix(".restarted.log")
+        engine.proc = spawn(engine.args, log)
+        self.procs.append((engine.proc, log))
+        wait_for(f"{engine.url}/health", self.procs)
+        return engine
+
+    def stop(self, proc: subprocess.Popen[bytes]) -> None:
+        """Stop one of the stack's processes (SIGTERM, then SIGKILL after 15 s)."""
+        self.procs = [(p, log) for p, log in self.procs if p is not proc]
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
 
     def healthy(self) -> dict[str, bool]:
         """Which instances the router sends requests to (``GET /v1/instances``)."""

@@ -1,0 +1,218 @@
+"""What router replicas sharing one Redis tell each other: in-flight load and who ingests.
+
+Each replica decides on its own, but the load of an instance is the work every replica
+sent it. So each replica publishes its own in-flight work per instance (streams open,
+prompt tokens of the prefills it waits for) in a hash of its own, and reads the others'
+sums back, in one script call: before every decision (a burst spread over replicas
+then sees itself) and on a heartbeat. Keys:
+
+- ZSET ``P:replicas``        replica id -> last heartbeat (Redis server time, ms); a replica
+  silent for ``ttl_s`` is dropped, and with it its load
+- HASH ``P:load:{replica}``  instance id -> "streams,prefill_tokens" (expires after ``ttl_s``)
+- STRING ``P:ingest:{id}``   the replica that writes the instance's KV events to the
+  shared index (a lease of ``ttl_s``, renewed on each heartbeat)
+
+KV events reach every replica (each keeps its own local mirror of the index), but only
+the lease holder writes an instance's events to Redis, so Redis's write volume does not
+grow with the number of replicas. Leases are spread: a replica takes free leases up to
+its fair share (instances / live replicas, rounded up) and passes on what it holds beyond
+it, so when a replica joins it gets its share on its next heartbeat, and when one stops
+the others take its instances over within ``ttl_s``.
+
+Times are Redis's own (``TIME``), so replicas' clocks need not agree.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+
+from router.errors import UserError
+
+__all__ = ["Load", "PeerView", "ReplicaSync"]
+
+Load = tuple[int, int]
+"""(open streams, prompt tokens of prefills waited for) of one instance."""
+
+_SYNC = """
+-- ARGV: P, me, ttl_ms, n (own fields), n x (instance, "streams,tokens"), then the
+-- instance ids whose KV-event leases to hold ('' ids: none, on a load exchange).
+-- Returns {flat others' load {id, streams, tokens, ...}, held lease ids, live replicas}.
+local P, me, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local reps = P .. ':replicas'
+redis.call('ZADD', reps, now, me)
+redis.call('ZREMRANGEBYSCORE', reps, '-inf', now - ttl)
+local n = tonumber(ARGV[4])
+local own = P .. ':load:' .. me
+if n > 0 then
+  local args = {}
+  for i = 1, 2 * n do args[i] = ARGV[4 + i] end
+  redis.call('HSET', own, unpack(args))
+end
+redis.call('PEXPIRE', own, ttl)
+local live = redis.call('ZRANGE', reps, 0, -1)
+local sums, order = {}, {}
+for _, r in ipairs(live) do
+  if r ~= me then
+    local kv = redis.call('HGETALL', P .. ':load:' .. r)
+    for i = 1, #kv, 2 do
+      local s, p = string.match(kv[i + 1], '^(%d+),(%d+)$')
+      if s then
+        local cur = sums[kv[i]]
+        if not cur then
+          cur = {0, 0}
+          sums[kv[i]] = cur
+          order[#order + 1] = kv[i]
+        end
+        cur[1], cur[2] = cur[1] + tonumber(s), cur[2] + tonumber(p)
+      end
+    end
+  end
+end
+local flat = {}
+for _, id in ipairs(order) do
+  local cur = sums[id]
+  if cur[1] > 0 or cur[2] > 0 then
+    flat[#flat + 1] = id
+    flat[#flat + 1] = cur[1]
+    flat[#flat + 1] = cur[2]
+  end
+end
+local held = {}
+local first = 5 + 2 * n
+if #ARGV >= first then
+  local ids, free = {}, {}
+  for i = first, #ARGV do ids[#ids + 1] = ARGV[i] end
+  for _, id in ipairs(ids) do
+    local key = P .. ':ingest:' .. id
+    local owner = redis.call('GET', key)
+    if owner == me then
+      redis.call('PEXPIRE', key, ttl)
+      held[#held + 1] = id
+    elseif not owner then
+      free[#free + 1] = id
+    end
+  end
+  local fair = math.ceil(#ids / math.max(#live, 1))
+  for _, id in ipairs(free) do
+    if #held >= fair then break end
+    if redis.call('SET', P .. ':ingest:' .. id, me, 'NX', 'PX', ttl) then
+      held[#held + 1] = id
+    end
+  end
+  -- more than a fair share (replicas joined): pass the last ones on
+  while #held > fair do
+    redis.call('DEL', P .. ':ingest:' .. held[#held])
+    held[#held] = nil
+  end
+end
+return {flat, held, #live}
+"""
+
+_RELEASE = """
+-- ARGV: P, me, instance ids.  Drops this replica's load and its leases (a clean stop).
+local P, me = ARGV[1], ARGV[2]
+redis.call('ZREM', P .. ':replicas', me)
+redis.call('DEL', P .. ':load:' .. me)
+for i = 3, #ARGV do
+  local key = P .. ':ingest:' .. ARGV[i]
+  if redis.call('GET', key) == me then redis.call('DEL', key) end
+end
+return 0
+"""
+
+
+@dataclass
+class PeerView:
+    """What one exchange learnt: the other replicas' load per instance, the instances
+    whose KV events this replica writes (None on a load-only exchange), live replicas."""
+
+    load: dict[str, Load] = field(default_factory=dict)
+    leases: set[str] | None = None
+    replicas: int = 1
+
+
+class ReplicaSync:
+    """This replica's side of the exchange (blocking redis-py; run it off the event loop).
+
+    A failed call (Redis unreachable or hung) returns None and no call is tried again for
+    ``retry_after_s``, so an outage costs decisions one socket timeout, not one each.
+    """
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        *,
+        key_prefix: str,
+        replica_id: str,
+        ttl_s: float = 3.0,
+        retry_after_s: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if ttl_s <= 0:
+            raise ValueError(f"ttl_s must be positive, got {ttl_s}")
+        self.replica_id = replica_id
+        self.key_prefix = key_prefix
+        self.ttl_s = ttl_s
+        self._client = client
+        self._sync = client.register_script(_SYNC)
+        self._release = client.register_script(_RELEASE)
+        self._retry_after = retry_after_s
+        self._clock = clock
+        self._next_try = 0.0
+        self._sent: dict[str, Load] = {}  # what Redis holds of ours (None: re-send all)
+        self._sent_at = float("-inf")
+        self.failures = 0
+
+    def exchange(
+        self, own: Mapping[str, Load], lease_ids: Sequence[str] | None = None
+    ) -> PeerView | None:
+        """Publish ``own`` (only what changed since the last call, all of it once per
+        ``ttl_s / 2``), read the others' load; with ``lease_ids``, also hold or take
+        KV-event leases on them. None when Redis did not answer."""
+        now = self._clock()
+        if now < self._next_try:
+            return None
+        full = now - self._sent_at >= self.ttl_s / 2
+        changed = {
+            iid: load for iid, load in own.items() if full or self._sent.get(iid) != load
+        }  # fmt: skip
+        if full:  # instances gone since: report them idle
+            changed.update((iid, (0, 0)) for iid in self._sent if iid not in own)
+        args: list[Any] = [self.key_prefix, self.replica_id, int(self.ttl_s * 1000), len(changed)]
+        for iid, (streams, tokens) in changed.items():
+            args += [iid, f"{streams},{tokens}"]
+        args += list(lease_ids or ())
+        try:
+            reply = self._sync(keys=[], args=args)
+        except (redis.RedisError, OSError, UserError):
+            self.failures += 1
+            self._next_try = now + self._retry_after
+            self._sent_at = float("-inf")  # Redis may have lost ours: send everything
+            return None
+        self._sent.update(changed)
+        if full:
+            self._sent = dict(own)
+            self._sent_at = now
+        flat, held, live = reply
+        load = {
+            _text(flat[i]): (int(flat[i + 1]), int(flat[i + 2])) for i in range(0, len(flat), 3)
+        }
+        leases = {_text(iid) for iid in held} if lease_ids is not None else None
+        return PeerView(load=load, leases=leases, replicas=int(live))
+
+    def release(self, lease_ids: Sequence[str]) -> None:
+        """A clean stop: drop this replica's load and leases at once (best effort)."""
+        with contextlib.suppress(redis.RedisError, OSError, UserError):
+            self._release(keys=[], args=[self.key_prefix, self.replica_id, *lease_ids])
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

@@ -1,0 +1,142 @@
+"""The service's side of running beside other replicas on one Redis index.
+
+Before each decision this replica publishes its in-flight load and folds the others'
+into the pool's instance loads (one script call, on the index lane); a heartbeat does
+the same while nothing is decided and holds the KV-event leases; a batch of KV events
+goes to Redis only from the replica holding that instance's lease (every replica keeps
+it in its local mirror). Protocol and keys: ``router.replicas``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import socket
+import time
+from collections.abc import Callable
+
+import structlog
+
+from engines_adapter.contract import KVEventBatch
+from router.index.resilient_index import ResilientIndex
+from router.kv_ingest import KVEventIngestor
+from router.replicas import PeerView, ReplicaSync
+from router.service.index_lane import IndexLane
+from router.service.metrics import ServiceMetrics
+from router.service.pool import InstancePool
+from router.settings import ReplicaSettings
+
+__all__ = ["Peers", "default_replica_id"]
+
+log = structlog.get_logger("pdd_router.service")
+
+
+def default_replica_id() -> str:
+    """host:pid:random, unique across restarts of one process id."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+
+
+class Peers:
+    """The other replicas as this one sees them; every method but ``run`` on the lane."""
+
+    def __init__(
+        self,
+        sync: ReplicaSync,
+        pool: InstancePool,
+        index: ResilientIndex,
+        metrics: ServiceMetrics,
+        settings: ReplicaSettings,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.sync = sync
+        self.pool = pool
+        self.index = index
+        self.metrics = metrics
+        self.settings = settings
+        self.leases: set[str] = set()
+        self.replicas = 1  # live replicas at the last exchange, this one included
+        self._lane: IndexLane | None = None
+        self._publish_pending = False
+        self._clock = clock
+        self._heard = float("-inf")  # last successful exchange
+        index.kv_writer = self.writes
+        index.hold_s = 2 * settings.ttl_s + settings.heartbeat_s
+
+    def writes(self, instance_id: str) -> bool:
+        """Whether this replica writes the instance's KV events to the shared index."""
+        return instance_id in self.leases
+
+    def attach(self, lane: IndexLane) -> None:
+        """Publish this replica's load as soon as it changes (a prefill sent, a stream
+        ended), on ``lane``, coalesced: other replicas deciding a moment later see it."""
+        self._lane = lane
+        self.pool.on_load_change = self._load_changed
+
+    def _load_changed(self) -> None:
+        if self.replicas > 1 and not self._publish_pending and self._lane is not None:
+            self._publish_pending = True
+            self._lane.submit(self._publish)
+
+    def _publish(self) -> None:
+        self._publish_pending = False  # first: a change meanwhile asks again
+        self._apply(self.sync.exchange(self.pool.own_load()))
+
+    def before_decision(self) -> None:
+        """Publish this replica's load, read the others' (on the lane); alone at the last
+        heartbeat, nothing (the heartbeat publishes)."""
+        if self.replicas > 1:
+            self._apply(self.sync.exchange(self.pool.own_load()))
+
+    def heartbeat(self) -> None:
+        """The same, and hold or take KV-event leases; write what a lease taken over may
+        have missed (on the lane)."""
+        ids = sorted(list(self.pool.configs))
+        view = self.sync.exchange(self.pool.own_load(), ids)
+        self._apply(view)
+        if view is None or view.leases is None:
+            return
+        gained = view.leases - self.leases
+        lost = self.leases - view.leases
+        self.leases = view.leases
+        for iid in sorted(gained):
+            sent = self.index.take_over(iid)
+            log.info("kv events lease taken", instance=iid, replayed=sent)
+        if lost:
+            log.info("kv events leases passed on", instances=sorted(lost))
+        self.metrics.kv_event_leases.set(len(self.leases))
+
+    def _apply(self, view: PeerView | None) -> None:
+        now = self._clock()
+        if view is not None:
+            self._heard = now
+            self.pool.peers_load(view.load)
+            self.replicas = view.replicas
+            self.metrics.replicas.set(view.replicas)
+        elif now - self._heard > self.settings.ttl_s:
+            self.pool.peers_load({})  # what the others had in flight is unknown by now
+
+    def ingest(self, ingestor: KVEventIngestor, batch: KVEventBatch) -> None:
+        """Apply one batch of an engine's KV events: to the mirror, and to the shared
+        index when this replica holds the instance's lease (on the lane)."""
+        with self.index.kv_events_of(batch.instance_id):
+            ingestor.apply(batch)
+
+    def forget(self, instance_id: str) -> None:
+        self.index.forget_held(instance_id)
+        self.leases.discard(instance_id)
+
+    def release(self) -> None:
+        """A clean stop: the others take this replica's leases at once (on the lane)."""
+        self.sync.release(sorted(self.leases))
+        self.leases.clear()
+
+    async def run(self, lane: IndexLane) -> None:
+        """Forever: a heartbeat every ``heartbeat_s``; load published as it changes."""
+        self.attach(lane)
+        while True:
+            try:
+                await lane.run(self.heartbeat)
+            except Exception as exc:  # a bug must not end the heartbeat
+                log.error("replica heartbeat failed", error=repr(exc))
+            await asyncio.sleep(self.settings.heartbeat_s)

@@ -1,0 +1,169 @@
+"""Three router replicas on one Redis behave as one router: a burst sent round robin over
+them spreads over the prefill instances as it does through a single replica, and Redis
+receives each engine's KV events once, however many replicas there are.
+
+Real processes: engine-sim servers behind the vLLM adapter publishing KV events over
+ZMQ, `pdd-router serve` replicas, a private redis-server. Every figure is printed
+(``pytest -s``). A control run of three replicas that do not share (``replicas.share``
+off) shows what the test would catch: each replica then sends its part of the burst to
+the same idle instances, and Redis gets every KV event three times.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import httpx
+import pytest
+import redis
+from process_support import RedisServer, Stack
+
+pytestmark = pytest.mark.slow
+
+PREFIX_TOKENS = 1024  # 64 blocks of 16 shared by the whole burst
+BURST = 6
+STAGGER_S = 0.05  # the burst's requests arrive 50 ms apart
+ENGINE_BLOCKS = (PREFIX_TOKENS + 16) // 16  # blocks a request stores on an empty instance
+
+
+@dataclass
+class Replicas:
+    stack: Stack
+    urls: list[str]
+    procs: list[subprocess.Popen[bytes]]
+
+    def stop(self) -> None:
+        """Stop them (they would keep writing their KV events to Redis)."""
+        for proc in self.procs:
+            self.stack.stop(proc)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Stack, RedisServer]]:
+    """Three P engines that take ~1 s to prefill the burst's prompt, one MD."""
+    stack = Stack(tmp_path_factory.mktemp("replicas"))
+    server = RedisServer.start()
+    try:
+        for iid in ("p0", "p1", "p2"):
+            stack.engine(iid, "p", "--prefill-us-per-token", "1000")
+        stack.engine("md0", "md", "--decode-ms", "1", "--max-running", "64")
+        yield stack, server
+    finally:
+        stack.close()
+        server.stop()
+
+
+def start_replicas(stack: Stack, server: RedisServer, n: int, *, share: bool) -> Replicas:
+    prefix = f"pdd-replicas:{uuid.uuid4().hex[:8]}"
+    env = {
+        "PDD_ROUTER_INDEX__BACKEND": "redis",
+        "PDD_ROUTER_REDIS__URL": server.url,
+        "PDD_ROUTER_REDIS__KEY_PREFIX": prefix,
+        "PDD_ROUTER_REPLICAS__SHARE": "true" if share else "false",
+        "PDD_ROUTER_SERVICE__ENGINE_TIMEOUT_S": "20",
+        "PDD_ROUTER_POLICY__PARAMS": json.dumps({"wan_budget_s": 1e6}),  # P-MD only
+    }
+    urls = [stack.start_router(env) for _ in range(n)]
+    procs = [proc for proc, _ in stack.procs[-n:]]
+    if share and n > 1:  # every replica has seen the others (a heartbeat each)
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            if all(replicas_seen(url) == n for url in urls):
+                break
+            time.sleep(0.1)
+        else:
+            seen = [replicas_seen(url) for url in urls]
+            raise AssertionError(f"replicas never saw each other: {seen}")
+    return Replicas(stack, urls, procs)
+
+
+def replicas_seen(url: str) -> float:
+    text = httpx.get(f"{url}/metrics", timeout=5).text
+    for line in text.splitlines():
+        if line.startswith("pdd_router_replicas "):
+            return float(line.split()[1])
+    return 0.0
+
+
+def burst(replicas: Replicas, seed: int) -> list[str]:
+    """BURST requests sharing one prefix, round robin over the replicas, STAGGER_S apart;
+    the P instance that served each, in order of arrival."""
+    shared = [(seed * 37 + 11 * i) % 512 for i in range(PREFIX_TOKENS)]
+    served: list[str] = [""] * BURST
+    errors: list[str] = []
+
+    def send(k: int) -> None:
+        tail = [(seed + 13 * k + j) % 512 for j in range(16)]
+        body = {"prompt": shared + tail, "max_tokens": 4, "ignore_eos": True}
+        url = replicas.urls[k % len(replicas.urls)]
+        response = httpx.post(f"{url}/v1/completions", json=body, timeout=60)
+        if response.status_code != 200:
+            errors.append(f"{response.status_code} {response.text[:200]}")
+            return
+        served[k] = response.json()["pdd"]["instances"]["p"]
+
+    threads = []
+    for k in range(BURST):
+        thread = threading.Thread(target=send, args=(k,))
+        thread.start()
+        threads.append(thread)
+        time.sleep(STAGGER_S)
+    for thread in threads:
+        thread.join(timeout=90)
+    assert not errors, errors
+    return served
+
+
+def block_writes(server: RedisServer, replicas: Replicas, seed: int) -> tuple[list[str], int]:
+    """A burst through ``replicas``, then the SETBIT calls Redis ran meanwhile (one per
+    block an instance is recorded to hold), counted once the last KV events arrived."""
+    client = redis.Redis.from_url(server.url)
+    try:
+        client.config_resetstat()
+        served = burst(replicas, seed)
+        time.sleep(1.5)
+        stats = client.info("commandstats")
+    finally:
+        client.close()
+    replicas.stop()
+    return served, int(stats.get("cmdstat_setbit", {}).get("calls", 0))
+
+
+def test_replicas_spread_a_burst_and_write_kv_events_once(
+    cluster: tuple[Stack, RedisServer],
+) -> None:
+    stack, server = cluster
+    alone, alone_writes = block_writes(server, start_replicas(stack, server, 1, share=True), 1)
+    shared, shared_writes = block_writes(server, start_replicas(stack, server, 3, share=True), 2)
+    unshared, unshared_writes = block_writes(
+        server, start_replicas(stack, server, 3, share=False), 3
+    )
+
+    runs = {"one replica": alone, "three sharing": shared, "three alone": unshared}
+    writes = {"one replica": alone_writes, "three sharing": shared_writes,
+              "three alone": unshared_writes}  # fmt: skip
+    for name, run in runs.items():
+        counts = dict(sorted(collections.Counter(run).items()))
+        print(f"{name}: P instances in order {run} {counts}, Redis block writes {writes[name]}")
+
+    # the burst's first three requests (one per replica) find every P idle: one replica
+    # sends them to three different instances, and so do three sharing replicas
+    assert len(set(alone[:3])) == 3, alone
+    assert len(set(shared[:3])) == 3, shared
+    assert set(shared) == {"p0", "p1", "p2"}, shared
+    # every request's blocks reached Redis, once: as many block writes as with one replica
+    # (each P stores the prefix once and a tail block per request; MD the same)
+    assert alone_writes >= 4 * ENGINE_BLOCKS
+    assert abs(shared_writes - alone_writes) <= alone_writes // 10, writes
+    # the control: replicas that do not share each send their first request to the same
+    # idle instance, and every KV event is written three times (fewer distinct blocks are
+    # stored, since fewer instances computed the prefix: at least twice as many writes)
+    assert len(set(unshared[:3])) == 1, unshared
+    assert unshared_writes >= 2 * alone_writes, writes

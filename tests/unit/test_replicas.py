@@ -1,0 +1,168 @@
+"""Replicas on one Redis: each sees the others' in-flight load, and one writes each
+instance's KV events (a lease that passes on when its holder stops)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from policies.tiers import Tier
+from router.index.base import IndexedInstance
+from router.index.memory_index import MemoryPrefixIndex
+from router.index.resilient_index import ResilientIndex
+from router.replicas import ReplicaSync
+from tests.contract.conftest import delete_prefix, require_redis, unique_prefix
+
+IDS = ["md0", "md1", "p0", "p1", "p2", "rld0"]
+
+
+@pytest.fixture
+def shared() -> Iterator[tuple[redis.Redis, str]]:
+    client = redis.Redis.from_url(require_redis())
+    prefix = unique_prefix()
+    try:
+        yield client, prefix
+    finally:
+        delete_prefix(client, prefix)
+        client.close()
+
+
+def replica(shared: tuple[redis.Redis, str], name: str, ttl_s: float = 3.0) -> ReplicaSync:
+    client, prefix = shared
+    return ReplicaSync(client, key_prefix=prefix, replica_id=name, ttl_s=ttl_s)
+
+
+@pytest.mark.redis
+def test_each_replica_sees_the_sum_of_the_others_load(shared: tuple[redis.Redis, str]) -> None:
+    a, b, c = (replica(shared, n) for n in "abc")
+    a.exchange({"p0": (1, 4096), "p1": (0, 0)})
+    b.exchange({"p0": (2, 1000), "md0": (5, 0)})
+    view = c.exchange({"p0": (7, 7)})
+    assert view is not None
+    assert view.load == {"p0": (3, 5096), "md0": (5, 0)}  # its own 7 is not in it
+    assert view.replicas == 3
+    # a's prefill ended: only what changed is sent, and the others see it at once
+    a.exchange({"p0": (1, 0), "p1": (0, 0)})
+    view = c.exchange({"p0": (7, 7)})
+    assert view is not None
+    assert view.load["p0"] == (3, 1000)
+
+
+@pytest.mark.redis
+def test_a_silent_replica_stops_counting(shared: tuple[redis.Redis, str]) -> None:
+    a, b = replica(shared, "a", ttl_s=0.3), replica(shared, "b", ttl_s=0.3)
+    a.exchange({"p0": (4, 4096)})
+    view = b.exchange({})
+    assert view is not None
+    assert view.load == {"p0": (4, 4096)}
+    time.sleep(0.45)  # a crashed: no heartbeat
+    view = b.exchange({})
+    assert view is not None
+    assert view.load == {}
+    assert view.replicas == 1
+
+
+@pytest.mark.redis
+def test_leases_are_spread_and_pass_on_when_a_replica_stops(
+    shared: tuple[redis.Redis, str],
+) -> None:
+    a, b, c = (replica(shared, n, ttl_s=0.4) for n in "abc")
+    first = a.exchange({}, IDS)
+    assert first is not None
+    assert first.leases == set(IDS)
+    b.exchange({}, IDS)
+    c.exchange({}, IDS)
+    held = {}
+    for _ in range(3):  # a passes on its extra leases, b and c take them
+        for name, r in zip("abc", (a, b, c), strict=True):
+            view = r.exchange({}, IDS)
+            assert view is not None
+            assert view.leases is not None
+            held[name] = view.leases
+    assert sorted(len(h) for h in held.values()) == [2, 2, 2]
+    assert set().union(*held.values()) == set(IDS)
+    assert not held["a"] & held["b"]
+    assert not held["b"] & held["c"]
+    assert not held["a"] & held["c"]
+    # c stops without a word: after ttl_s its instances go to a and b
+    time.sleep(0.5)
+    for _ in range(2):
+        for name, r in zip("ab", (a, b), strict=True):
+            view = r.exchange({}, IDS)
+            assert view is not None
+            assert view.leases is not None
+            held[name] = view.leases
+    assert held["a"] | held["b"] == set(IDS)
+    assert not held["a"] & held["b"]
+
+
+@pytest.mark.redis
+def test_a_clean_stop_hands_leases_over_at_once(shared: tuple[redis.Redis, str]) -> None:
+    a, b = replica(shared, "a"), replica(shared, "b")
+    view = a.exchange({"p0": (2, 10)}, IDS)
+    assert view is not None
+    assert view.leases == set(IDS)
+    a.release(sorted(IDS))
+    view = b.exchange({}, IDS)
+    assert view is not None
+    assert view.leases == set(IDS)
+    assert view.load == {}
+    assert view.replicas == 1
+
+
+def test_an_unreachable_redis_costs_one_failed_call_per_retry_delay() -> None:
+    client = redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.2)
+    now = [0.0]
+    sync = ReplicaSync(
+        client, key_prefix="x", replica_id="a", retry_after_s=1.0, clock=lambda: now[0]
+    )
+    assert sync.exchange({"p0": (1, 1)}) is None
+    assert sync.exchange({"p0": (1, 1)}) is None  # not tried: within the retry delay
+    assert sync.failures == 1
+    now[0] = 1.5
+    assert sync.exchange({"p0": (1, 1)}) is None
+    assert sync.failures == 2
+
+
+CHAIN = tuple(range(1, 21))
+
+
+def mirrored(writes: set[str]) -> tuple[ResilientIndex, MemoryPrefixIndex, list[float]]:
+    now = [100.0]
+    primary = MemoryPrefixIndex()
+    index = ResilientIndex(primary, clock=lambda: now[0])
+    index.kv_writer = lambda iid: iid in writes
+    index.hold_s = 5.0
+    for iid in ("p0", "md0"):
+        index.register(IndexedInstance(iid, Tier.P if iid == "p0" else Tier.MD, "A"))
+    return index, primary, now
+
+
+def test_kv_events_of_an_instance_another_replica_writes_stay_in_the_mirror() -> None:
+    index, primary, _ = mirrored(writes={"md0"})
+    with index.kv_events_of("p0"):
+        index.store("p0", CHAIN)
+    with index.kv_events_of("md0"):
+        index.store("md0", CHAIN[:5])
+    index.store("p0", CHAIN[:3])  # a route this replica recorded: not a KV event
+    assert index.local.match(CHAIN) == {"p0": 20, "md0": 5}  # this replica knows it all
+    assert primary.match(CHAIN) == {"p0": 3, "md0": 5}  # Redis got one copy of each
+
+
+def test_taking_an_instance_over_writes_what_the_shared_index_missed() -> None:
+    writes: set[str] = set()
+    index, primary, now = mirrored(writes)
+    with index.kv_events_of("p0"):
+        index.store("p0", CHAIN[:4])  # long ago: the old holder wrote it
+    now[0] += 10.0
+    with index.kv_events_of("p0"):
+        index.store("p0", CHAIN)
+        index.remove("p0", CHAIN[10:])
+    assert primary.match(CHAIN) == {"p0": 0, "md0": 0}
+    writes.add("p0")
+    assert index.take_over("p0") == 2  # the store and the removal of the last 5 s
+    assert primary.match(CHAIN) == {"p0": 10, "md0": 0}
+    assert index.take_over("p0") == 0  # sent once
