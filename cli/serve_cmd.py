@@ -26,7 +26,11 @@ def serve(
         None, "--instances", help="YAML or JSON list of engine instances to drive"
     ),
     redis_url: str | None = typer.Option(
-        None, "--redis-url", help="Share the prefix index through this Redis (default: in memory)"
+        None,
+        "--redis-url",
+        help="Share the prefix index through this Redis (default: in "
+        "memory): redis://HOST:6379/0, or a Sentinel-watched primary, "
+        "redis+sentinel://HOST:26379[,HOST:PORT...]/SERVICE",
     ),
     policy: str | None = typer.Option(
         None, help=f"Policy name: {', '.join(policy_names())} (default: pdd)"
