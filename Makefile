@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PACKAGES := policies engines_adapter router replay cli
 
-.PHONY: demo test test-fast test-vllm lint typecheck unit redis chromium vllm bench clean
+.PHONY: demo test test-fast test-vllm lint typecheck unit redis chromium vllm bench compose-test clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,8 +17,9 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/pdd-router demo
 
-## test: set everything up (Redis, Chromium, a CPU vLLM) and run lint, types and every test
-test: test-fast test-vllm
+## test: set everything up (Redis, Chromium, a CPU vLLM, Docker) and run lint, types and
+## every test, the compose stack's included
+test: test-fast test-vllm compose-test
 
 ## test-fast: lint, types and every test that needs no real vLLM
 test-fast: $(STAMP) redis chromium lint typecheck
@@ -52,6 +53,12 @@ unit: $(STAMP)
 
 bench: $(STAMP) redis
 	$(BIN)/pdd-router bench index
+
+## compose-test: build the Docker image (no registry needed) and run docker-compose.yml for real:
+## Redis, two router replicas, simulated P / RLD / MD; checks both replicas, then removes the
+## stack and stops a dockerd it started (scripts/compose-test.sh; root or sudo)
+compose-test: $(STAMP)
+	PYTEST=$(BIN)/pytest ./scripts/compose-test.sh
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build dist
