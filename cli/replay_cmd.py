@@ -69,6 +69,13 @@ def run(
     kv_event_delay: float = typer.Option(
         KV_EVENT_DELAY_S, "--kv-event-delay", help="Seconds before KV events reach the index"
     ),
+    kv_event_wan_delay: float = typer.Option(
+        0.0,
+        "--kv-event-wan-delay",
+        help="Seconds more before the KV events of instances in the other datacenter than "
+        "the prefill pool reach the index: the line's one-way delay when each datacenter's "
+        "router keeps its own index (0: one index, everything local)",
+    ),
     sla_ttft: float = typer.Option(SLA_TTFT_S, "--sla-ttft", help="SLA threshold on TTFT, seconds"),
     sla_tpot: float = typer.Option(SLA_TPOT_S, "--sla-tpot", help="SLA threshold on TPOT, seconds"),
     decision_log: Path | None = typer.Option(
@@ -113,6 +120,7 @@ def run(
                 seed=seed,
                 overrides=cluster_overrides,
                 kv_event_delay_s=kv_event_delay,
+                kv_event_wan_delay_s=kv_event_wan_delay,
                 sla=SlaThresholds(ttft_s=sla_ttft, tpot_s=sla_tpot),
                 progress=bar,
                 decision_log=log,

@@ -85,6 +85,10 @@ class Summary(BaseModel):
         default_factory=dict, description="The `--set` overrides, as given"
     )
     version: str = Field("", description="pdd-router's version that ran the replay")
+    kv_event_wan_delay_s: float = Field(
+        0.0, description="How much later the KV events of instances outside the prefill "
+        "pool's datacenter reached the index (`--kv-event-wan-delay`)",
+    )  # fmt: skip
     warnings: list[str] = Field(
         default_factory=list, description="Why the run's figures may mislead (a baseline on "
         "a cluster it was not made for, a trace without prefixes, a cluster that fell behind)",
@@ -141,6 +145,7 @@ def summarize(
     overrides: Mapping[str, Any] | None = None,
     version: str = "",
     warnings: Sequence[str] = (),
+    kv_event_wan_delay_s: float = 0.0,
 ) -> Summary:
     """Aggregate per-request records into the run's summary."""
     n = len(records)
@@ -203,6 +208,7 @@ def summarize(
         overrides=dict(overrides or {}),
         version=version,
         warnings=list(warnings),
+        kv_event_wan_delay_s=kv_event_wan_delay_s,
     )
 
 

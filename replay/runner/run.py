@@ -233,6 +233,7 @@ def run_replay(
     policy_params: Mapping[str, Any] | None = None,
     overrides: Mapping[str, Any] | None = None,
     kv_event_delay_s: float = KV_EVENT_DELAY_S,
+    kv_event_wan_delay_s: float = 0.0,
     sla: SlaThresholds | None = None,
     progress: ProgressObserver | None = None,
     decision_log: TextIO | None = None,
@@ -255,12 +256,16 @@ def run_replay(
     ``index_capacity`` "unbounded" registers instances without their KV capacity: in
     approximate mode the index then remembers every route (it is told of no eviction).
     ``trace_format`` (default: detected) and ``block_size`` (convert the trace's block IDs
-    to blocks of this many tokens) apply to a trace file.
+    to blocks of this many tokens) apply to a trace file. ``kv_event_wan_delay_s`` delays
+    the KV events of instances outside the prefill pool's datacenter further (a router
+    whose index hears the other datacenter's engines across the line).
     """
     if rate_scale <= 0:
         raise UserError(f"--rate-scale must be positive, got {rate_scale}")
     if kv_event_delay_s < 0:
         raise UserError(f"--kv-event-delay must be 0 or more, got {kv_event_delay_s}")
+    if kv_event_wan_delay_s < 0:
+        raise UserError(f"--kv-event-wan-delay must be 0 or more, got {kv_event_wan_delay_s}")
     if index_mode not in ("events", "approximate"):
         raise UserError(f"--index-mode must be events or approximate, got {index_mode!r}")
     if index_capacity not in ("exact", "unbounded"):
@@ -299,6 +304,7 @@ def run_replay(
         block_size=requests[0].block_size,
         seed=seed,
         kv_event_delay_s=kv_event_delay_s,
+        kv_event_wan_delay_s=kv_event_wan_delay_s,
         progress=progress,
         loop=loop,
         kv_events=index_mode == "events",
@@ -318,6 +324,7 @@ def run_replay(
         seed=seed,
         rate_scale=rate_scale,
         kv_event_delay_s=kv_event_delay_s,
+        kv_event_wan_delay_s=kv_event_wan_delay_s,
         sla=sla,
         cost_per_hour=cluster.cost_per_hour(),
         wan_throughput=wan.throughput if wan is not None else None,

@@ -55,6 +55,7 @@ class Simulator:
         block_size: int,
         seed: int = 0,
         kv_event_delay_s: float = KV_EVENT_DELAY_S,
+        kv_event_wan_delay_s: float = 0.0,
         progress: ProgressObserver | None = None,
         loop: EventLoop | None = None,
         kv_events: bool = True,
@@ -64,13 +65,27 @@ class Simulator:
         """``kv_events`` False: engines publish nothing (the router's index is what it records
         itself); ``on_finished(request)`` runs when a request ends (the outcome join);
         ``index_knows_capacity`` False registers instances without their KV capacity, so
-        the index bounds nothing (a router not told the engines' cache sizes)."""
+        the index bounds nothing (a router not told the engines' cache sizes);
+        ``kv_event_wan_delay_s``: how much later still the events of instances outside the
+        prefill pool's datacenter (where the router decides) reach its index, e.g. the
+        line's one-way delay when each datacenter keeps its own index."""
         self.loop = loop or EventLoop()
         self.preset = preset
         self.decider = decider
         self.index = index
         self.block_size = block_size
-        self.feed = KvEventFeed(self.loop, index, kv_event_delay_s, enabled=kv_events)
+        pools = preset.pools()
+        home = {pool.datacenter for pool in pools.values() if pool.tier is Tier.P}
+        remote = frozenset(
+            f"{name}-{i}"
+            for name, pool in pools.items()
+            if pool.datacenter not in home
+            for i in range(pool.instances)
+        )
+        self.feed = KvEventFeed(
+            self.loop, index, kv_event_delay_s, enabled=kv_events,
+            remote=remote, remote_delay_s=kv_event_wan_delay_s,
+        )  # fmt: skip
         self._on_finished = on_finished
         self.cluster: SimCluster = build_cluster(
             self.loop,

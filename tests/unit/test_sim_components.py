@@ -6,14 +6,18 @@ from typing import cast
 
 import pytest
 
+from policies.tiers import Tier
 from replay.presets import FluctuationSpec, load_preset
 from replay.sim.decode_batch import DecodeBatch
 from replay.sim.event_loop import EventLoop
 from replay.sim.events import Priority
 from replay.sim.fluctuation import Fluctuation
+from replay.sim.kv_events import KvEventFeed
 from replay.sim.kv_memory import KvMemory
 from replay.sim.link import Link, Transfer
 from replay.sim.roofline import Roofline
+from router.index.base import IndexedInstance
+from router.index.memory_index import MemoryPrefixIndex
 
 
 def test_cache_reports_leading_hits_and_pins_what_it_shares() -> None:
@@ -129,3 +133,22 @@ def test_roofline_decode_is_memory_bound_and_faster_on_h200() -> None:
     assert h200.decode_step_s(64, 64 * 8192) > h200.decode_step_s(8, 8 * 8192)
     assert h200.decode_step_s(8, 8 * 65_536) > h200.decode_step_s(8, 8 * 8192)
     assert h200.extend_s(200, 30_000) > h200.extend_s(20, 30_000) > 0.0
+
+
+def test_kv_events_from_the_other_datacenter_reach_the_index_a_line_later() -> None:
+
+    loop = EventLoop()
+    index = MemoryPrefixIndex(clock=loop.clock)
+    index.register(IndexedInstance("p-0", Tier.P, "A"))
+    index.register(IndexedInstance("md-0", Tier.MD, "B"))
+    feed = KvEventFeed(loop, index, 0.05, remote=frozenset({"md-0"}), remote_delay_s=0.1)
+    feed.stored("p-0", [1, 2, 3])
+    feed.stored("md-0", [1, 2, 3])
+    seen: dict[float, dict[str, int]] = {}
+    for t in (0.04, 0.06, 0.14, 0.16):
+        loop.after(t, Priority.KV_EVENT, lambda at: seen.__setitem__(at, index.match([1, 2, 3])), t)
+    loop.run()
+    assert seen[0.04] == {"p-0": 0, "md-0": 0}
+    assert seen[0.06] == {"p-0": 3, "md-0": 0}  # the local P's events: the base delay
+    assert seen[0.14] == {"p-0": 3, "md-0": 0}  # B's MD: the base delay and the line's
+    assert seen[0.16] == {"p-0": 3, "md-0": 3}

@@ -1,0 +1,170 @@
+"""Two datacenters, a router and a Redis index in each, the line between them emulated
+with a fixed one-way delay: what keeping B's MD cache state visible to A's router costs
+on the line, and how stale A's view of it is.
+
+The design measured: every router subscribes to every engine's KV events, its own
+datacenter's directly and the other's across the line, and writes them to the Redis of
+its own datacenter (one replica per instance and datacenter, by lease). So each
+datacenter's index is complete, matches stay local, and A sees B's cache one line delay
+after B does. The figures are printed (``pytest -s``).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+from process_support import RedisServer, Stack, free_port, spawn, wait_for
+from wan_proxy import WanProxy
+
+pytestmark = pytest.mark.slow
+
+DELAY_S = 0.1  # one way, A <-> B
+PROMPT_TOKENS = 1024  # 64 blocks of 16
+REQUESTS = 6
+
+
+@dataclass
+class TwoDatacenters:
+    stack: Stack
+    routers: dict[str, str]  # datacenter -> router URL
+    md_events: WanProxy  # md0's KV events on their way to A
+
+
+def instances(stack: Stack, crossing: dict[str, int]) -> list[dict[str, object]]:
+    """The instances as a router sees them; ``crossing``: instance -> the proxy port its
+    KV events come through."""
+    out = []
+    for e in stack.engines.values():
+        events = (
+            f"tcp://127.0.0.1:{crossing[e.instance_id]}" if e.instance_id in crossing else e.events
+        )
+        out.append({"instance_id": e.instance_id, "tier": e.tier, "adapter": "vllm",
+                    "url": e.url, "datacenter": "B" if e.tier == "md" else "A",
+                    "kv_events_endpoint": events})  # fmt: skip
+    return out
+
+
+def start_router(stack: Stack, name: str, redis: RedisServer, crossing: dict[str, int]) -> str:
+    folder = stack.folder
+    (folder / f"instances-{name}.json").write_text(json.dumps(instances(stack, crossing)))
+    port = free_port()
+    env = {
+        "PDD_ROUTER_INDEX__BACKEND": "redis",
+        "PDD_ROUTER_REDIS__URL": redis.url,
+        "PDD_ROUTER_POLICY__PARAMS": json.dumps({"wan_budget_s": 1e6}),  # P-MD
+    }
+    log = folder / f"router-{name}.log"
+    args = ["serve", "--port", str(port), "--instances", str(folder / f"instances-{name}.json"),
+            "--log-level", "warning"]  # fmt: skip
+    stack.procs.append((spawn(args, log, env), log))
+    url = f"http://127.0.0.1:{port}"
+    wait_for(f"{url}/readyz", stack.procs)
+    return url
+
+
+@pytest.fixture
+def two_dcs(tmp_path: Path) -> Iterator[TwoDatacenters]:
+    stack = Stack(tmp_path)
+    servers: list[RedisServer] = []
+    proxies: list[WanProxy] = []
+    try:
+        p0 = stack.engine("p0", "p")
+        md0 = stack.engine("md0", "md")
+        for engine in (p0, md0):
+            wait_for(f"{engine.url}/health", stack.procs)
+        servers = [RedisServer.start(), RedisServer.start()]
+        port_of = {e.instance_id: int(e.events.rsplit(":", 1)[1]) for e in (p0, md0)}
+        to_a = WanProxy(free_port(), port_of["md0"], DELAY_S)  # B's MD events, towards A
+        to_b = WanProxy(free_port(), port_of["p0"], DELAY_S)  # A's P events, towards B
+        proxies = [to_a, to_b]
+        routers = {
+            "A": start_router(stack, "A", servers[0], {"md0": to_a.port}),
+            "B": start_router(stack, "B", servers[1], {"p0": to_b.port}),
+        }
+        yield TwoDatacenters(stack, routers, to_a)
+    finally:
+        stack.close()
+        for proxy in proxies:
+            proxy.close()
+        for server in servers:
+            server.stop()
+
+
+def md_blocks(client: httpx.Client, router: str) -> int:
+    body = client.get(f"{router}/v1/instances/md0", timeout=5).json()
+    blocks: int = body["indexed_blocks"]
+    return blocks
+
+
+class Watcher:
+    """Polls one router's count of md0's blocks on its own thread, from before a request is
+    sent, and notes when it first reaches a target."""
+
+    def __init__(self, router: str) -> None:
+        self.router = router
+        self.client = httpx.Client()  # made once: a client costs tens of ms to make
+        self.target = 0
+        self.reached: float | None = None
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._poll)
+
+    def _poll(self) -> None:
+        while not self.stop.is_set():
+            if md_blocks(self.client, self.router) >= self.target:
+                self.reached = time.monotonic()
+                return
+            time.sleep(0.001)
+
+    def watch(self, target: int) -> None:
+        self.target, self.reached = target, None
+        self.stop.clear()
+        self.thread = threading.Thread(target=self._poll)
+        self.thread.start()
+
+    def wait(self, limit_s: float = 10) -> float:
+        self.thread.join(timeout=limit_s)
+        self.stop.set()
+        assert self.reached is not None, f"md0's blocks never reached {self.router}'s index"
+        return self.reached
+
+
+def test_a_sees_bs_mds_cache_one_line_delay_after_b(two_dcs: TwoDatacenters) -> None:
+    routers = two_dcs.routers
+    lags: dict[str, list[float]] = {"A": [], "B": []}
+    watchers = {dc: Watcher(url) for dc, url in routers.items()}
+    with httpx.Client() as client:
+        for k in range(REQUESTS):
+            for dc, watcher in watchers.items():
+                watcher.watch(md_blocks(client, routers[dc]) + PROMPT_TOKENS // 16)
+            prompt = [(97 * k + 7 * i + 1) % 512 for i in range(PROMPT_TOKENS)]
+            body = {"prompt": prompt, "max_tokens": 2, "ignore_eos": True}
+            response = client.post(f"{routers['A']}/v1/completions", json=body, timeout=30)
+            done = time.monotonic()
+            assert response.status_code == 200, response.text
+            assert response.json()["pdd"]["instances"]["md"] == "md0"
+            for dc, watcher in watchers.items():
+                lags[dc].append(watcher.wait() - done)
+        final = {dc: md_blocks(client, url) for dc, url in routers.items()}
+    for watcher in watchers.values():
+        watcher.client.close()
+    line_bytes = two_dcs.md_events.to_client
+    per_block = line_bytes / final["A"]
+    a, b = statistics.median(lags["A"]), statistics.median(lags["B"])
+    print(f"\nmd0's blocks in the index after the response: B (local) median {b * 1e3:.0f} ms, "
+          f"A (across a {DELAY_S * 1e3:.0f} ms line) median {a * 1e3:.0f} ms; "
+          f"KV events on the line: {line_bytes} bytes for {final['A']} blocks, "
+          f"{per_block:.0f} bytes per block")  # fmt: skip
+
+    # both datacenters' indexes hold every block of B's MD
+    assert final["A"] == final["B"] >= REQUESTS * PROMPT_TOKENS // 16
+    # A's view of B lags B's own by about the line's delay, not more
+    assert DELAY_S * 0.5 <= a - b <= DELAY_S + 0.25, lags
+    assert per_block < 400  # token IDs and hashes of a block, msgpack-encoded
