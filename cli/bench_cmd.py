@@ -92,3 +92,133 @@ def route(
             from router.bench.chat_bench import render_chat_bench
 
             console.print(render_chat_bench(chat))
+
+
+@bench_app.command("load")
+def load(
+    replicas: list[int] = typer.Option(
+        [1, 3],
+        "--replicas",
+        help="Replica count to measure; repeat it for several, in the "
+        "same run (default: 1 and 3). Several replicas share the Redis index",
+    ),
+    seconds: float = typer.Option(
+        10.0,
+        "--seconds",
+        help="Length of the routes phase and of the completions phase, "
+        "each after 0.5 s of warm-up (0: skip both, e.g. for a soak alone)",
+    ),
+    prompt_tokens: int = typer.Option(
+        8192,
+        "--prompt-tokens",
+        help="Prompt length in tokens, 64 to 131072: 1/8 common to "
+        "all prompts, 3/4 shared by one of 16 groups, 1/4 distinct",
+    ),
+    connections: int = typer.Option(
+        12,
+        "--connections",
+        help="Kept-alive connections sending routes back to back, "
+        "round robin over the replicas (at least one per replica)",
+    ),
+    concurrency: int = typer.Option(
+        8,
+        "--concurrency",
+        help="Concurrent streaming completions, round robin over the "
+        "replicas (at least one per replica)",
+    ),
+    output_tokens: int = typer.Option(4, "--output-tokens", help="Tokens per completion"),
+    engines: str = typer.Option(
+        "4,1,4", "--engines", help="engine-sim servers to start: P,RLD,MD counts"
+    ),
+    decode_ms: float = typer.Option(
+        2.0, "--decode-ms", help="Each engine-sim's milliseconds per output token"
+    ),
+    redis: bool = typer.Option(
+        False,
+        "--redis",
+        help="Use the Redis index (a private redis-server) with one replica "
+        "too (several replicas always do)",
+    ),
+    soak_minutes: float = typer.Option(
+        0.0,
+        "--soak-minutes",
+        help="After the phases, a soak this long per replica count: "
+        "routes and completions at steady rates, each replica's memory sampled (0: none)",
+    ),
+    soak_routes_per_s: float = typer.Option(
+        100.0, "--soak-routes-per-s", help="Routes per second during the soak"
+    ),
+    soak_completions_per_s: float = typer.Option(
+        10.0, "--soak-completions-per-s", help="Streaming completions per second in the soak"
+    ),
+    sample_seconds: float = typer.Option(
+        20.0, "--sample-seconds", help="How often the soak reads each replica's resident memory"
+    ),
+    no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar"),
+    json_output: bool = typer.Option(False, "--json", help="Print JSON instead of tables"),
+) -> None:
+    """A bounded load test on loopback: starts engine-sims, a private redis-server (for
+    several replicas) and `serve` replicas, measures routes/s and streaming completions
+    (TTFT, errors) for each replica count, optionally soaks them, and stops every process
+    it started, also on Ctrl-C or an error.
+
+    The replicas run with default settings plus the index's (the caller's PDD_ROUTER_*
+    variables are not passed on). After an error the processes' logs are kept, in the
+    folder the error names."""
+    import json
+
+    from rich.console import Console
+    from rich.progress import TaskID
+
+    from cli.progress import progress_bars
+    from router.bench.load_bench import (
+        LoadConfig,
+        render_load_config,
+        render_load_results,
+        render_soak,
+        run_load_bench,
+    )
+    from router.errors import UserError
+
+    try:
+        p, rld, md = (int(n) for n in engines.split(","))
+    except ValueError:
+        raise UserError(
+            f"--engines: three counts P,RLD,MD such as 4,1,4 (got {engines!r})"
+        ) from None
+    config = LoadConfig(
+        replicas=tuple(replicas), seconds=seconds, prompt_tokens=prompt_tokens,
+        connections=connections, concurrency=concurrency, output_tokens=output_tokens,
+        engines=(p, rld, md), decode_ms=decode_ms, redis=redis, soak_minutes=soak_minutes,
+        soak_routes_per_s=soak_routes_per_s, soak_completions_per_s=soak_completions_per_s,
+        sample_s=sample_seconds,
+    )  # fmt: skip
+    config.check()
+    with progress_bars(not no_progress) as bars:
+        tasks: dict[str, TaskID] = {}
+        said: set[str] = set()
+
+        def progress(what: str, done: float, total: float) -> None:
+            if bars is None:
+                if what not in said:  # no terminal: one line per phase
+                    said.add(what)
+                    typer.echo(f"{what} ...", err=True)
+                return
+            if what not in tasks:  # a new phase: the bars of the last ones go
+                for task in tasks.values():
+                    bars.remove_task(task)
+                tasks.clear()
+                tasks[what] = bars.add_task(what, total=total)
+            bars.update(tasks[what], completed=round(done), total=total)
+
+        result = run_load_bench(config, progress)
+    if json_output:
+        typer.echo(json.dumps(result.to_json(), indent=2))
+        return
+    console = Console()
+    console.print(render_load_config(result))
+    console.print(render_load_results(result))
+    for run in result.runs:
+        if run.soak is not None:
+            for table in render_soak(run):
+                console.print(table)

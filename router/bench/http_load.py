@@ -11,7 +11,7 @@ import asyncio
 import socket
 import time
 
-__all__ = ["RawHttp", "http_request", "sustained_rate"]
+__all__ = ["RawHttp", "content_length", "http_request", "status_of", "sustained_rate"]
 
 
 def http_request(path: str, body: bytes, headers: dict[str, str] | None = None) -> bytes:
@@ -22,7 +22,7 @@ def http_request(path: str, body: bytes, headers: dict[str, str] | None = None) 
     return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
 
 
-def _content_length(head: bytes) -> int:
+def content_length(head: bytes) -> int:
     for line in head.split(b"\r\n")[1:]:
         name, _, value = line.partition(b":")
         if name.strip().lower() == b"content-length":
@@ -30,7 +30,7 @@ def _content_length(head: bytes) -> int:
     raise ValueError("an answer without Content-Length")
 
 
-def _status(head: bytes) -> int:
+def status_of(head: bytes) -> int:
     return int(head.split(b" ", 2)[1])
 
 
@@ -47,11 +47,11 @@ class RawHttp:
         while b"\r\n\r\n" not in self._buffer:
             self._buffer += self._recv()
         head, _, rest = self._buffer.partition(b"\r\n\r\n")
-        length = _content_length(head)
+        length = content_length(head)
         while len(rest) < length:
             rest += self._recv()
         self._buffer = rest[length:]
-        return _status(head), rest[:length]
+        return status_of(head), rest[:length]
 
     def _recv(self) -> bytes:
         chunk = self._sock.recv(1 << 20)
@@ -69,8 +69,8 @@ async def _worker(port: int, request: bytes, deadline: float, counts: list[int])
         while time.monotonic() < deadline:
             writer.write(request)
             head = await reader.readuntil(b"\r\n\r\n")
-            await reader.readexactly(_content_length(head))
-            counts[0 if _status(head) == 200 else 1] += 1
+            await reader.readexactly(content_length(head))
+            counts[0 if status_of(head) == 200 else 1] += 1
     finally:
         writer.close()
 

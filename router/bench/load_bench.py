@@ -1,0 +1,914 @@
+"""`pdd-router bench load`: a bounded load test of router replicas, and a soak.
+
+Everything runs on loopback, as processes this module starts and stops: engine-sim
+servers (P, RLD and MD, small decode times, KV events over ZMQ), a private
+redis-server on a free port when replicas share the Redis index, and ``pdd-router
+serve`` replicas in front of the engines (their ``PDD_ROUTER_*`` settings are the
+defaults plus the index's: the caller's own variables are not passed on). For each
+replica count, in the same run:
+
+1. routes: ``POST /v1/route`` of prompts of distinct token IDs sharing prefixes (a
+   system prefix common to all, one of a few conversation prefixes, a tail of their
+   own), prebuilt as request bytes, sent back to back over a fixed number of kept-alive
+   connections spread round robin over the replicas: routes per second, latency;
+2. streaming completions: ``POST /v1/completions`` with ``stream: true`` and a few
+   output tokens, each prompt new (its tail drawn as it is sent: the engines keep
+   storing blocks and evicting others), from a fixed number of concurrent clients
+   spread round robin over the replicas: completions per second, time to first token
+   as the client sees it, errors (a status other than 200, an error event, a stream
+   without ``[DONE]``);
+3. a soak (optional): routes and streaming completions at steady rates for minutes,
+   with the resident memory of every replica (and of the Redis) sampled along the way.
+
+Before the routes, one completion per conversation prefix fills the engines' caches,
+so the routers' index holds the shared prefixes the routes then match. Between two
+replica counts the replicas are stopped and the engines' caches emptied.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any, Protocol
+
+import httpx
+import numpy as np
+
+from router.bench.http_load import content_length, http_request, status_of
+from router.errors import UserError
+
+__all__ = [
+    "LoadConfig",
+    "LoadResult",
+    "PhaseResult",
+    "ReplicaRun",
+    "SoakResult",
+    "render_load_config",
+    "render_load_results",
+    "render_soak",
+    "run_load_bench",
+]
+
+VOCAB = 512  # engine-sim's default vocabulary: every prompt token is below it
+BENCH_KEY = "load-bench"  # the replicas require it, as deployed
+GROUPS = 16  # conversation prefixes shared by the prompts
+ROUTE_BODIES = 512  # distinct prebuilt route requests, cycled
+REQUEST_TIMEOUT_S = 30.0  # one request, its whole stream included
+START_TIMEOUT_S = 90.0  # every process answering, on a busy machine
+STOP_TIMEOUT_S = 10.0  # SIGTERM, then SIGKILL
+WARMUP_S = 0.5  # each measured phase starts after this long of the same load
+
+REDIS_MISSING = ("redis-server is not on PATH: several replicas (or --redis) share the index "
+                 "through a private redis-server")  # fmt: skip
+
+Progress = Callable[[str, float, float], None]
+"""Called with a phase's description, how far it is and its end (seconds or counts)."""
+
+
+@dataclass(frozen=True)
+class LoadConfig:
+    replicas: tuple[int, ...] = (1, 3)
+    seconds: float = 10.0  # each of the routes and completions phases (0: skip them)
+    prompt_tokens: int = 8_192
+    connections: int = 12  # kept-alive connections of the routes phase
+    concurrency: int = 8  # concurrent streaming completions
+    output_tokens: int = 4
+    engines: tuple[int, int, int] = (4, 1, 4)  # P, RLD, MD
+    decode_ms: float = 2.0
+    redis: bool = False  # the Redis index for one replica too
+    soak_minutes: float = 0.0
+    soak_routes_per_s: float = 100.0
+    soak_completions_per_s: float = 10.0
+    sample_s: float = 20.0
+
+    def check(self) -> None:
+        """A UserError naming the first option out of range."""
+        problems = [
+            (not self.replicas, "--replicas: give at least one replica count"),
+            (any(not 1 <= n <= 16 for n in self.replicas), "--replicas: each between 1 and 16"),
+            (len(set(self.replicas)) != len(self.replicas), "--replicas: a count given twice"),
+            (self.seconds < 0, "--seconds: 0 or more"),
+            (self.seconds == 0 and self.soak_minutes == 0,
+             "nothing to measure: --seconds 0 and no --soak-minutes"),
+            (not 64 <= self.prompt_tokens <= 131_072, "--prompt-tokens: between 64 and 131072"),
+            (self.connections < max(self.replicas, default=1),
+             "--connections: at least one per replica (the largest --replicas)"),
+            (self.concurrency < max(self.replicas, default=1),
+             "--concurrency: at least one per replica (the largest --replicas)"),
+            (not 1 <= self.output_tokens <= 1024, "--output-tokens: between 1 and 1024"),
+            (self.engines[0] < 1 or self.engines[2] < 1 or self.engines[1] < 0,
+             "--engines: P,RLD,MD with at least one P and one MD"),
+            (sum(self.engines) > 64, "--engines: 64 engines at most"),
+            (self.decode_ms < 0, "--decode-ms: 0 or more"),
+            (self.soak_minutes < 0, "--soak-minutes: 0 or more"),
+            (self.soak_routes_per_s <= 0, "--soak-routes-per-s: more than 0"),
+            (self.soak_completions_per_s <= 0, "--soak-completions-per-s: more than 0"),
+            (self.sample_s < 1, "--sample-seconds: 1 or more"),
+        ]  # fmt: skip
+        for bad, message in problems:
+            if bad:
+                raise UserError(message)
+        if self.soak_minutes > 0 and not Path("/proc/self/status").exists():
+            raise UserError("--soak-minutes reads memory from /proc: Linux only")
+
+    def index_of(self, replicas: int) -> str:
+        return "redis" if replicas > 1 or self.redis else "memory"
+
+
+@dataclass(frozen=True)
+class PhaseResult:
+    ok: int
+    errors: int
+    seconds: float
+    per_s: float  # answered without error, per second
+    p50_ms: float  # routes: latency; completions: time to first token
+    p99_ms: float
+
+
+@dataclass(frozen=True)
+class SoakResult:
+    minutes: float
+    routes: PhaseResult
+    completions: PhaseResult
+    processes: list[str]  # the sampled processes: replicas, then the Redis if any
+    samples: list[tuple[float, list[float]]]  # seconds since the start, RSS in MB each
+    baseline_s: float  # the sample growth is counted from
+    growth_mb: list[float]  # last sample minus the baseline, per process
+    late: int  # requests sent later than their slot (the rates were not kept up)
+
+
+@dataclass
+class ReplicaRun:
+    replicas: int
+    index: str
+    routes: PhaseResult | None = None
+    completions: PhaseResult | None = None
+    soak: SoakResult | None = None
+    load_average: float = 0.0  # 1-minute load average at the end of this configuration
+
+
+@dataclass
+class LoadResult:
+    config: LoadConfig
+    cores: int
+    load_average_start: float
+    runs: list[ReplicaRun] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        """The result as JSON values (a figure of a phase with no answer is null)."""
+        return dict(_no_nan(asdict(self)))
+
+
+def _no_nan(value: Any) -> Any:
+    if isinstance(value, float) and value != value:
+        return None
+    if isinstance(value, dict):
+        return {k: _no_nan(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_no_nan(v) for v in value]
+    return value
+
+
+# -- prompts ------------------------------------------------------------------------------
+
+
+class Prompts:
+    """Distinct prompts sharing prefixes like real traffic: a system prefix common to all
+    (1/8 of the tokens), one of GROUPS conversation prefixes (up to 3/4), then a tail of
+    its own (1/4). Kept as JSON text: a body is the prefix's text and a fresh tail."""
+
+    def __init__(self, tokens: int, seed: int) -> None:
+        self._rng = np.random.default_rng(seed)
+        system, shared = tokens // 8, tokens * 3 // 4
+        self._tail = tokens - shared
+        common = self._ints(system)
+        self._heads = [f"{common},{self._ints(shared - system)}" for _ in range(GROUPS)]
+
+    def _ints(self, n: int) -> str:
+        return ",".join(map(str, self._rng.integers(0, VOCAB, n).tolist()))
+
+    def tokens(self, i: int) -> str:
+        """The ``i``-th prompt (of group ``i % GROUPS``) as a JSON array's inside."""
+        return f"{self._heads[i % GROUPS]},{self._ints(self._tail)}"
+
+
+def _auth() -> dict[str, str]:
+    return {"Authorization": f"Bearer {BENCH_KEY}"}
+
+
+def route_requests(prompts: Prompts, n: int) -> list[bytes]:
+    return [
+        http_request("/v1/route", f'{{"token_ids":[{prompts.tokens(i)}],"max_tokens":256}}'
+                     .encode(), _auth())
+        for i in range(n)
+    ]  # fmt: skip
+
+
+def completion_request(prompts: Prompts, i: int, output_tokens: int) -> bytes:
+    rest = f'"max_tokens":{output_tokens},"ignore_eos":true,"stream":true'
+    body = f'{{"prompt":[{prompts.tokens(i)}],{rest}}}'
+    return http_request("/v1/completions", body.encode(), _auth())
+
+
+# -- processes ----------------------------------------------------------------------------
+
+
+class ProcessFailed(UserError):
+    """A process of the benchmark exited or never answered (its log is kept)."""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
+    """Linux: the child gets SIGTERM if this process dies without stopping it."""
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def _child_env(extra: dict[str, str]) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PDD_ROUTER_")}
+    return {**env, **extra}
+
+
+@dataclass
+class Child:
+    name: str
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+    def exited(self) -> str | None:
+        """Why the process is no longer running, or None while it is."""
+        code = self.proc.poll()
+        if code is None:
+            return None
+        tail = self.log.read_text(errors="replace").strip().splitlines()[-3:]
+        return f"{self.name} exited with code {code}" + (f": {tail[-1]}" if tail else "")
+
+
+def rss_mb(pid: int) -> float | None:
+    """Resident memory of a process in MB (/proc), None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+class Processes:
+    """Every process the benchmark starts; ``stop`` (SIGTERM, then SIGKILL) by PID."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.children: list[Child] = []
+
+    def spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> Child:
+        log = self.folder / f"{name}.log"
+        with log.open("wb") as out:
+            proc = subprocess.Popen(
+                argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env=_child_env(env or {}), start_new_session=True,
+                preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+            )  # fmt: skip
+        child = Child(name, proc, log)
+        self.children.append(child)
+        return child
+
+    def cli(self, name: str, args: list[str], env: dict[str, str] | None = None) -> Child:
+        """``pdd-router ARGS`` as a process."""
+        return self.spawn(name, [sys.executable, "-m", "cli.app", *args], env)
+
+    def check(self, children: list[Child] | None = None) -> None:
+        for child in self.children if children is None else children:
+            why = child.exited()
+            if why is not None:
+                raise ProcessFailed(f"{why} (logs in {self.folder})")
+
+    def stop(self, children: list[Child] | None = None) -> None:
+        """Stop ``children`` (default: all), waiting a bounded time for each."""
+        chosen = list(self.children if children is None else children)
+        for child in chosen:
+            if child.proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    child.proc.send_signal(signal.SIGCONT)
+                    child.proc.terminate()
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        for child in chosen:
+            try:
+                child.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                child.proc.kill()
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    child.proc.wait(timeout=5)
+        self.children = [c for c in self.children if c not in chosen]
+
+
+def _wait_ready(
+    procs: Processes, urls: list[str], what: str, progress: Progress | None,
+    headers: dict[str, str] | None = None, check: Callable[[httpx.Response], bool] | None = None,
+) -> None:  # fmt: skip
+    """Until every URL answers 200 (and ``check`` holds), bounded by START_TIMEOUT_S."""
+    waiting = list(urls)
+    deadline = time.monotonic() + START_TIMEOUT_S
+    with httpx.Client(timeout=2, headers=headers) as client:
+        while waiting:
+            procs.check()
+            if time.monotonic() > deadline:
+                raise ProcessFailed(f"{what}: {waiting[0]} not ready after "
+                                    f"{START_TIMEOUT_S:g} s (logs in {procs.folder})")  # fmt: skip
+            for url in list(waiting):
+                try:
+                    answer = client.get(url)
+                except httpx.HTTPError:
+                    continue
+                if answer.status_code == 200 and (check is None or check(answer)):
+                    waiting.remove(url)
+            if progress is not None:
+                progress(what, len(urls) - len(waiting), len(urls))
+            if waiting:
+                time.sleep(0.2)
+
+
+@dataclass
+class Engine:
+    instance_id: str
+    tier: str
+    url: str
+    events: str
+
+
+class Cluster:
+    """The engines, the Redis and the replicas of one benchmark run."""
+
+    def __init__(self, config: LoadConfig, folder: Path, progress: Progress | None) -> None:
+        self.config = config
+        self.procs = Processes(folder)
+        self.progress = progress
+        self.engines: list[Engine] = []
+        self.redis_url: str | None = None
+        self.redis: Child | None = None
+
+    def start_engines(self) -> None:
+        p, rld, md = self.config.engines
+        tiers = [("p", i) for i in range(p)] + [("rld", i) for i in range(rld)]
+        tiers += [("md", i) for i in range(md)]
+        blocks = max(8_192, 64 * self.config.prompt_tokens // 16)
+        for tier, i in tiers:
+            port, events = free_port(), free_port()
+            iid = f"{tier}{i}"
+            self.procs.cli(iid, [
+                "engine-sim", "serve", "--tier", tier, "--port", str(port), "--instance-id",
+                iid, "--kv-events-endpoint", f"tcp://127.0.0.1:{events}", "--decode-ms",
+                f"{self.config.decode_ms:g}", "--cache-blocks", str(blocks),
+                "--max-running", "256", "--log-level", "warning",
+            ])  # fmt: skip
+            url = f"http://127.0.0.1:{port}"
+            self.engines.append(Engine(iid, tier, url, f"tcp://127.0.0.1:{events}"))
+        instances = [
+            {"instance_id": e.instance_id, "tier": e.tier, "adapter": "vllm", "url": e.url,
+             "datacenter": "B" if e.tier == "md" else "A", "kv_events_endpoint": e.events}
+            for e in self.engines
+        ]  # fmt: skip
+        (self.procs.folder / "instances.json").write_text(json.dumps(instances))
+        urls = [f"{e.url}/health" for e in self.engines]
+        _wait_ready(self.procs, urls, "starting the engine-sims", self.progress)
+
+    def start_redis(self) -> str:
+        if self.redis_url is not None:
+            return self.redis_url
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise UserError(REDIS_MISSING)
+        port = free_port()
+        self.redis = self.procs.spawn("redis", [
+            binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+            "--appendonly", "no",
+        ])  # fmt: skip
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            self.procs.check([self.redis])
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise UserError(f"the private redis-server on port {port} never "
+                                    "accepted connections") from None  # fmt: skip
+                time.sleep(0.05)
+        self.redis_url = f"redis://127.0.0.1:{port}/0"
+        return self.redis_url
+
+    def start_replicas(self, n: int, index: str) -> tuple[list[int], list[Child]]:
+        env = {"PDD_ROUTER_SERVICE__API_KEY": BENCH_KEY, "PDD_ROUTER_INDEX__BACKEND": index}
+        if index == "redis":
+            env["PDD_ROUTER_REDIS__URL"] = self.start_redis()
+            env["PDD_ROUTER_REDIS__KEY_PREFIX"] = f"pdd-load:{uuid.uuid4().hex[:12]}"
+        instances = str(self.procs.folder / "instances.json")
+        ports, children = [], []
+        for k in range(n):
+            port = free_port()
+            args = ["serve", "--port", str(port), "--instances", instances,
+                    "--log-level", "warning"]  # fmt: skip
+            children.append(self.procs.cli(f"router{n}-{k}", args, env))
+            ports.append(port)
+        urls = [f"http://127.0.0.1:{p}" for p in ports]
+        what = f"starting {n} replica{'s' if n > 1 else ''}"
+        _wait_ready(self.procs, [f"{u}/readyz" for u in urls], what, self.progress)
+        if index == "redis" and n > 1:  # every replica has seen the others
+
+            def sees_all(answer: httpx.Response) -> bool:
+                return _gauge(answer.text, "pdd_router_replicas") == n
+
+            metrics = [f"{u}/metrics" for u in urls]
+            _wait_ready(self.procs, metrics, "replicas meeting", self.progress, _auth(),
+                        sees_all)  # fmt: skip
+        return ports, children
+
+    def reset_engines(self) -> None:
+        with httpx.Client(timeout=10) as client:
+            for engine in self.engines:
+                client.post(f"{engine.url}/reset_prefix_cache").raise_for_status()
+
+
+def _gauge(text: str, name: str) -> float | None:
+    for line in text.splitlines():
+        if line.startswith(f"{name} "):
+            return float(line.split()[1])
+    return None
+
+
+# -- the client ---------------------------------------------------------------------------
+
+
+class Connection:
+    """One kept-alive HTTP/1.1 connection to a replica; reopened after a failure."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self._io: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
+
+    async def io(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        if self._io is None:
+            self._io = await asyncio.open_connection("127.0.0.1", self.port)
+            sock = self._io[1].get_extra_info("socket")
+            if sock is not None:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return self._io
+
+    def close(self) -> None:
+        if self._io is not None:
+            self._io[1].close()
+            self._io = None
+
+
+Call = Callable[[Connection, bytes], Awaitable[float | None]]
+"""One request on a connection: its latency figure in seconds, or None for an error."""
+
+
+async def route_call(conn: Connection, request: bytes) -> float | None:
+    """Latency of one route, None unless answered 200."""
+    reader, writer = await conn.io()
+    start = time.perf_counter()
+    writer.write(request)
+    head = await reader.readuntil(b"\r\n\r\n")
+    await reader.readexactly(content_length(head))
+    return time.perf_counter() - start if status_of(head) == 200 else None
+
+
+def _chunked(head: bytes) -> bool:
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"transfer-encoding":
+            return b"chunked" in value.lower()
+    return False
+
+
+async def completion_call(conn: Connection, request: bytes) -> float | None:
+    """Time to the first token of one streaming completion, None unless the stream
+    answered 200 and ended with ``[DONE]``, with tokens and without an error event."""
+    reader, writer = await conn.io()
+    start = time.perf_counter()
+    writer.write(request)
+    head = await reader.readuntil(b"\r\n\r\n")
+    if not _chunked(head):
+        await reader.readexactly(content_length(head))
+        return None
+    failed, done, first = status_of(head) != 200, False, None
+    pending = b""
+    while True:
+        size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
+        data = await reader.readexactly(size + 2)
+        if size == 0:
+            break
+        pending += data[:-2]
+        while b"\n\n" in pending:
+            event, _, pending = pending.partition(b"\n\n")
+            if not event.startswith(b"data: "):
+                continue
+            if event == b"data: [DONE]":
+                done = True
+                continue
+            chunk = json.loads(event[6:])
+            if "error" in chunk:
+                failed = True
+            elif first is None and any(c.get("token_ids") for c in chunk.get("choices", ())):
+                first = time.perf_counter() - start
+    return None if failed or not done else first
+
+
+@dataclass
+class Tally:
+    samples: list[float] = field(default_factory=list)
+    errors: int = 0
+    late: int = 0
+
+    def result(self, seconds: float) -> PhaseResult:
+        if self.samples:
+            p50, p99 = np.percentile(np.array(self.samples), [50, 99]) * 1e3
+        else:
+            p50 = p99 = float("nan")
+        ok = len(self.samples)
+        return PhaseResult(ok, self.errors, seconds, ok / seconds if seconds > 0 else 0.0,
+                           float(p50), float(p99))  # fmt: skip
+
+
+class Requests(Protocol):
+    def take(self) -> bytes:
+        """The next request to send."""
+        ...
+
+
+class Cycle:
+    """Prebuilt requests, handed out in turn to every worker."""
+
+    def __init__(self, requests: list[bytes]) -> None:
+        self._requests = requests
+        self._next = 0
+
+    def take(self) -> bytes:
+        request = self._requests[self._next % len(self._requests)]
+        self._next += 1
+        return request
+
+
+class FreshCompletions:
+    """Streaming completions whose prompts were never sent before (the engines keep
+    storing new blocks and evicting old ones, as under real traffic)."""
+
+    def __init__(self, prompts: Prompts, output_tokens: int) -> None:
+        self._prompts = prompts
+        self._output_tokens = output_tokens
+        self._next = 0
+
+    def take(self) -> bytes:
+        self._next += 1
+        return completion_request(self._prompts, self._next, self._output_tokens)
+
+
+async def _one(conn: Connection, call: Call, request: bytes, tally: Tally | None) -> None:
+    try:
+        figure = await asyncio.wait_for(call(conn, request), REQUEST_TIMEOUT_S)
+    except (
+        TimeoutError,
+        OSError,
+        asyncio.IncompleteReadError,
+        asyncio.LimitOverrunError,
+        ValueError,
+    ):
+        conn.close()
+        figure = None
+    if tally is None:
+        return
+    if figure is None:
+        tally.errors += 1
+    else:
+        tally.samples.append(figure)
+
+
+async def _closed_worker(
+    conn: Connection, call: Call, cycle: Requests, until: float, tally: Tally | None
+) -> None:
+    while time.monotonic() < until:
+        await _one(conn, call, cycle.take(), tally)
+
+
+async def _paced_worker(
+    conn: Connection, call: Call, cycle: Requests, period: float, offset: float, until: float,
+    tally: Tally,
+) -> None:  # fmt: skip
+    """One request every ``period`` seconds (a request still running delays the next:
+    counted late)."""
+    slot = time.monotonic() + offset
+    while slot < until:
+        wait = slot - time.monotonic()
+        if wait > 0:
+            await asyncio.sleep(wait)
+        elif -wait > period:
+            tally.late += 1
+            slot = time.monotonic()
+        await _one(conn, call, cycle.take(), tally)
+        slot += period
+
+
+async def _ticker(progress: Progress | None, what: str, start: float, total: float) -> None:
+    while progress is not None:
+        progress(what, min(total, time.monotonic() - start), total)
+        await asyncio.sleep(0.5)
+
+
+async def closed_loop(
+    ports: list[int], call: Call, cycle: Requests, workers: int, seconds: float,
+    progress: Progress | None, what: str,
+) -> PhaseResult:  # fmt: skip
+    """``workers`` connections, round robin over ``ports``, each sending its next request
+    as soon as the last is answered: a warm-up, then ``seconds`` measured."""
+    conns = [Connection(ports[w % len(ports)]) for w in range(workers)]
+    try:
+        warm = time.monotonic() + WARMUP_S
+        await asyncio.gather(*(_closed_worker(c, call, cycle, warm, None) for c in conns))
+        tally, start = Tally(), time.monotonic()
+        ticker = asyncio.create_task(_ticker(progress, what, start, seconds))
+        try:
+            until = start + seconds
+            await asyncio.gather(*(_closed_worker(c, call, cycle, until, tally) for c in conns))
+        finally:
+            ticker.cancel()
+        return tally.result(time.monotonic() - start)
+    finally:
+        for conn in conns:
+            conn.close()
+
+
+async def _sampler(
+    pids: list[int], every: float, start: float, until: float,
+    samples: list[tuple[float, list[float]]],
+) -> None:  # fmt: skip
+    while True:
+        now = time.monotonic()
+        rss = [rss_mb(pid) for pid in pids]
+        samples.append((now - start, [float("nan") if r is None else r for r in rss]))
+        if now >= until:
+            return
+        await asyncio.sleep(min(every, max(0.0, until - now)))
+
+
+async def soak(
+    ports: list[int], routes: Requests, completions: Requests, config: LoadConfig,
+    sampled: list[tuple[str, int]], progress: Progress | None, what: str,
+) -> SoakResult:  # fmt: skip
+    """Routes and completions at steady rates for ``config.soak_minutes``, round robin
+    over the replicas, the memory of ``sampled`` processes read every ``sample_s``."""
+    seconds = config.soak_minutes * 60
+    route_tally, completion_tally = Tally(), Tally()
+    plan = [(config.connections, config.soak_routes_per_s, route_call, routes, route_tally),
+            (config.concurrency, config.soak_completions_per_s, completion_call, completions,
+             completion_tally)]  # fmt: skip
+    conns: list[Connection] = []
+    tasks = []
+    start = time.monotonic()
+    until = start + seconds
+    samples: list[tuple[float, list[float]]] = []
+    for workers, rate, call, cycle, tally in plan:
+        period = workers / rate
+        for w in range(workers):
+            conn = Connection(ports[w % len(ports)])
+            conns.append(conn)
+            worker = _paced_worker(conn, call, cycle, period, period * w / workers, until, tally)
+            tasks.append(worker)
+    pids = [pid for _, pid in sampled]
+    ticker = asyncio.create_task(_ticker(progress, what, start, seconds))
+    try:
+        await asyncio.gather(_sampler(pids, config.sample_s, start, until, samples), *tasks)
+    finally:
+        ticker.cancel()
+        for conn in conns:
+            conn.close()
+    elapsed = time.monotonic() - start
+    base = next((i for i, (t, _) in enumerate(samples) if t >= 60), 0) if seconds >= 120 else 0
+    growth = [last - first for first, last in zip(samples[base][1], samples[-1][1], strict=True)]
+    return SoakResult(
+        config.soak_minutes, route_tally.result(elapsed), completion_tally.result(elapsed),
+        [name for name, _ in sampled], samples, samples[base][0], growth,
+        route_tally.late + completion_tally.late,
+    )  # fmt: skip
+
+
+# -- the run ------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM stops the run like Ctrl-C does: every process started is stopped."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _warm(
+    ports: list[int], prompts: Prompts, output_tokens: int, progress: Progress | None,
+    folder: Path,
+) -> None:  # fmt: skip
+    """One completion per conversation prefix (the engines then hold every prefix, and
+    their KV events reach the index), then a moment for the events to arrive."""
+    requests = [completion_request(prompts, i, output_tokens) for i in range(GROUPS)]
+
+    async def send() -> None:
+        tally = Tally()
+        conns = [Connection(ports[i % len(ports)]) for i in range(GROUPS)]
+        try:
+            calls = (
+                _one(c, completion_call, r, tally) for c, r in zip(conns, requests, strict=True)
+            )
+            await asyncio.gather(*calls)
+        finally:
+            for conn in conns:
+                conn.close()
+        if tally.errors:
+            raise ProcessFailed(f"{tally.errors} of {GROUPS} warm-up completions failed "
+                                f"(logs in {folder})")  # fmt: skip
+
+    if progress is not None:
+        progress("warming the engines' caches", 0, 1)
+    asyncio.run(send())
+    time.sleep(1.0)
+
+
+def _measure(cluster: Cluster, n: int, config: LoadConfig, progress: Progress | None) -> ReplicaRun:
+    index = config.index_of(n)
+    run = ReplicaRun(n, index)
+    ports, children = cluster.start_replicas(n, index)
+    label = f"{n} replica{'s' if n > 1 else ''}"
+    try:
+        prompts = Prompts(config.prompt_tokens, seed=n)
+        routes = Cycle(route_requests(prompts, ROUTE_BODIES))
+        completions = FreshCompletions(prompts, config.output_tokens)
+        _warm(ports, prompts, config.output_tokens, progress, cluster.procs.folder)
+        if config.seconds > 0:
+            run.routes = asyncio.run(closed_loop(
+                ports, route_call, routes, config.connections, config.seconds, progress,
+                f"{label}: routes",
+            ))  # fmt: skip
+            cluster.procs.check()
+            run.completions = asyncio.run(closed_loop(
+                ports, completion_call, completions, config.concurrency, config.seconds,
+                progress, f"{label}: streaming completions",
+            ))  # fmt: skip
+            cluster.procs.check()
+        if config.soak_minutes > 0:
+            sampled = [(c.name, c.proc.pid) for c in children]
+            if cluster.redis is not None and index == "redis":
+                sampled.append(("redis", cluster.redis.proc.pid))
+            run.soak = asyncio.run(soak(
+                ports, routes, completions, config, sampled, progress, f"{label}: soak",
+            ))  # fmt: skip
+            cluster.procs.check()
+    finally:
+        cluster.procs.stop(children)
+    run.load_average = os.getloadavg()[0]
+    return run
+
+
+def run_load_bench(config: LoadConfig, progress: Progress | None = None) -> LoadResult:
+    """Start the processes, measure every replica count in turn, stop every process
+    (also on an error or an interrupt)."""
+    config.check()
+    if any(config.index_of(n) == "redis" for n in config.replicas) and not shutil.which(
+        "redis-server"
+    ):
+        raise UserError(REDIS_MISSING)
+    result = LoadResult(config, os.cpu_count() or 1, os.getloadavg()[0])
+    folder = Path(tempfile.mkdtemp(prefix="pdd-load-bench-"))
+    cluster = Cluster(config, folder, progress)
+    keep_logs = False
+    with _terminate_as_interrupt():
+        try:
+            cluster.start_engines()
+            for n in config.replicas:
+                if result.runs:
+                    cluster.reset_engines()
+                result.runs.append(_measure(cluster, n, config, progress))
+        except ProcessFailed:
+            keep_logs = True  # the error names the folder
+            raise
+        finally:
+            cluster.procs.stop()
+            if not keep_logs:
+                shutil.rmtree(folder, ignore_errors=True)
+    return result
+
+
+# -- tables -------------------------------------------------------------------------------
+
+
+def render_load_config(result: LoadResult) -> Any:
+    from rich.table import Table
+
+    c = result.config
+    p, rld, md = c.engines
+    table = Table(title="Load test configuration (loopback, processes started by the run)")
+    table.add_column("setting")
+    table.add_column("value")
+    rows = [
+        ("replicas", " and ".join(map(str, c.replicas))
+         + (" (several: the Redis index, shared)" if max(c.replicas) > 1 else "")),
+        ("index backend", ", ".join(f"{n}: {c.index_of(n)}" for n in c.replicas)),
+        ("engines", f"{p} P, {rld} RLD, {md} MD (engine-sim, decode {c.decode_ms:g} ms/token)"),
+        ("prompt tokens", f"{c.prompt_tokens:,} (1/8 common, 3/4 shared by one of {GROUPS} "
+                          "groups, 1/4 distinct)"),
+        ("routes", f"{c.connections} kept-alive connections, round robin over the replicas"),
+        ("completions", f"{c.concurrency} concurrent streams of {c.output_tokens} tokens, "
+                        "each prompt new, round robin"),
+        ("seconds per phase", f"{c.seconds:g} (after {WARMUP_S:g} s of warm-up)"),
+    ]  # fmt: skip
+    if c.soak_minutes > 0:
+        rows.append(("soak", f"{c.soak_minutes:g} min: {c.soak_routes_per_s:g} routes/s and "
+                             f"{c.soak_completions_per_s:g} completions/s, memory every "
+                             f"{c.sample_s:g} s"))  # fmt: skip
+    ends = ", ".join(f"{r.load_average:.2f}" for r in result.runs)
+    rows += [("cores", str(result.cores)),
+             ("load average (1 min)", f"{result.load_average_start:.2f} at the start, "
+                                      f"{ends} after each replica count")]  # fmt: skip
+    for name, value in rows:
+        table.add_row(name, value)
+    return table
+
+
+def _ms(value: float) -> str:
+    return "-" if value != value else f"{value:,.1f}"  # NaN: nothing answered
+
+
+def render_load_results(result: LoadResult) -> Any:
+    from rich.table import Table
+
+    c = result.config
+    table = Table(title=f"Routes and streaming completions, {c.prompt_tokens:,}-token prompts")
+    columns = ("replicas", "index", "routes/s", "route p50 / p99 (ms)", "route errors",
+               "completions/s", "TTFT p50 / p99 (ms)", "completion errors")  # fmt: skip
+    for col in columns:
+        table.add_column(col, justify="right")
+    for run in result.runs:
+        cells = [str(run.replicas), run.index]
+        for phase in (run.routes, run.completions):
+            if phase is None:
+                cells += ["-", "-", "-"]
+            else:
+                cells += [f"{phase.per_s:,.1f}", f"{_ms(phase.p50_ms)} / {_ms(phase.p99_ms)}",
+                          str(phase.errors)]  # fmt: skip
+        table.add_row(*cells)
+    return table
+
+
+def render_soak(run: ReplicaRun) -> list[Any]:
+    from rich.table import Table
+
+    soak = run.soak
+    assert soak is not None
+    summary = Table(title=f"Soak, {run.replicas} replica{'s' if run.replicas > 1 else ''}: "
+                          f"{soak.minutes:g} min at steady rates")  # fmt: skip
+    for col in ("requests", "per s", "p50 / p99 (ms)", "errors"):
+        summary.add_column(col, justify="right")
+    for name, phase in (("routes", soak.routes), ("completions (TTFT)", soak.completions)):
+        summary.add_row(name, f"{phase.per_s:,.1f}", f"{_ms(phase.p50_ms)} / {_ms(phase.p99_ms)}",
+                        str(phase.errors))  # fmt: skip
+    summary.caption = f"requests sent later than their slot: {soak.late}"
+    memory = Table(title="Resident memory (MB)")
+    memory.add_column("seconds", justify="right")
+    for name in soak.processes:
+        memory.add_column(name, justify="right")
+    for t, values in soak.samples:
+        memory.add_row(f"{t:,.0f}", *(f"{v:,.1f}" for v in values))
+    memory.add_row(f"growth since {soak.baseline_s:,.0f} s",
+                   *(f"{g:+,.1f}" for g in soak.growth_mb), style="bold")  # fmt: skip
+    return [summary, memory]
