@@ -23,6 +23,7 @@ from router.index.base import PrefixIndex
 __all__ = ["CHUNK_COST", "IngestStats", "KVEventIngestor", "KVObserver", "event_extras"]
 
 EngineHash = int | str
+_Run = tuple[list[int], int]  # a stored run not yet in the index: router hashes, engine block size
 CHUNK_COST = 8192
 """``apply_in_chunks`` yields to the event loop after events of about this many token IDs
 and block hashes (a few milliseconds of work)."""
@@ -106,38 +107,61 @@ class KVEventIngestor:
         self._dual.pop(instance_id, None)
 
     def apply(self, batch: KVEventBatch) -> None:
+        """Apply a batch's events in order; consecutive stored runs reach the index as one
+        ``store_many`` (one round trip to a shared index), flushed before a removal or a
+        clear reaches it, so the index sees the updates in the batch's order."""
         self._begin(batch)
+        pending: list[_Run] = []
         for event in batch.events:
-            self._apply(batch.instance_id, event)
+            self._apply(batch.instance_id, event, pending)
+        self._flush(batch.instance_id, pending)
 
     async def apply_in_chunks(self, batch: KVEventBatch, *, chunk_cost: int = CHUNK_COST) -> None:
         """``apply``, yielding to the event loop between chunks of events of about
-        ``chunk_cost`` token IDs and block hashes, so a large batch does not hold the loop."""
+        ``chunk_cost`` token IDs and block hashes, so a large batch does not hold the loop
+        (the index has every event of a chunk before the loop runs again)."""
         self._begin(batch)
+        pending: list[_Run] = []
         cost = 0
         for event in batch.events:
-            self._apply(batch.instance_id, event)
+            self._apply(batch.instance_id, event, pending)
             cost += 1 + len(event.block_hashes) + len(event.token_ids)
             if cost >= chunk_cost:
                 cost = 0
+                self._flush(batch.instance_id, pending)
                 await asyncio.sleep(0)
+        self._flush(batch.instance_id, pending)
 
     def _begin(self, batch: KVEventBatch) -> None:
         self.stats.batches += 1
         if batch.gap and self.observer is not None:
             self.observer.lost(batch.instance_id)
 
-    def _apply(self, instance_id: str, event: KVEvent) -> None:
+    def _flush(self, instance_id: str, pending: list[_Run]) -> None:
+        """Send the pending stored runs to the index as one update, then tell the observer
+        (``pending`` is emptied, also when the index raises)."""
+        if not pending:
+            return
+        runs = list(pending)
+        pending.clear()
+        self.index.store_many([(instance_id, run) for run, _ in runs])
+        self.stats.stored_blocks += sum(len(run) for run, _ in runs)
+        if self.observer is not None:
+            for run, engine_bs in runs:
+                self.observer.stored(instance_id, run, engine_bs)
+
+    def _apply(self, instance_id: str, event: KVEvent, pending: list[_Run]) -> None:
         if event.type == "BlockStored":
-            self._stored(instance_id, event)
+            self._stored(instance_id, event, pending)
         elif event.type == "BlockRemoved":
-            self._removed(instance_id, event)
+            self._removed(instance_id, event, pending)
         elif event.type == "AllBlocksCleared":
+            self._flush(instance_id, pending)
             self.index.clear(instance_id)
             self._dual.pop(instance_id, None)
             self.stats.clears += 1
 
-    def _stored(self, instance_id: str, event: KVEvent) -> None:
+    def _stored(self, instance_id: str, event: KVEvent, pending: list[_Run]) -> None:
         dual = self._dual.setdefault(instance_id, OrderedDict())
         n = len(event.block_hashes)
         if n == 0:
@@ -145,7 +169,7 @@ class KVEventIngestor:
         engine_bs = event.block_size or len(event.token_ids) // n
         if engine_bs <= 0 or engine_bs % self.block_size or len(event.token_ids) < n * engine_bs:
             self.stats.unaligned += n
-            self._lost(instance_id)
+            self._lost(instance_id, pending)
             return
         try:  # out of int64: OverflowError; the checks below run in C
             tokens = np.array(event.token_ids[: n * engine_bs], dtype=np.int64)
@@ -153,20 +177,20 @@ class KVEventIngestor:
             tokens = None
         if tokens is None or int(tokens.min()) < 0:
             self.stats.invalid += n
-            self._lost(instance_id)
+            self._lost(instance_id, pending)
             return
         try:
             extras = event_extras(event)
         except ValueError:
             self.stats.unhashable += n
-            self._lost(instance_id)
+            self._lost(instance_id, pending)
             return
         parent: int | None = None
         if event.parent_block_hash is not None:
             known = dual.get(event.parent_block_hash)
             if known is None:
                 self.stats.orphans += n
-                self._lost(instance_id)
+                self._lost(instance_id, pending)
                 return
             parent = known[0][-1]
         # the run hashed at once: chaining from the parent, hashing the event's blocks
@@ -181,16 +205,14 @@ class KVEventIngestor:
             dual.move_to_end(engine_hash)
         while len(dual) > self.max_mapped:
             dual.popitem(last=False)
-        self.index.store(instance_id, new)
-        self.stats.stored_blocks += len(new)
-        if self.observer is not None:
-            self.observer.stored(instance_id, new, engine_bs)
+        pending.append((new, engine_bs))
 
-    def _lost(self, instance_id: str) -> None:
+    def _lost(self, instance_id: str, pending: list[_Run]) -> None:
         if self.observer is not None:
+            self._flush(instance_id, pending)  # the observer hears the events in order
             self.observer.lost(instance_id)
 
-    def _removed(self, instance_id: str, event: KVEvent) -> None:
+    def _removed(self, instance_id: str, event: KVEvent, pending: list[_Run]) -> None:
         dual = self._dual.get(instance_id)
         if not dual:
             return
@@ -206,5 +228,6 @@ class KVEventIngestor:
             del dual[engine_hash]
             gone.extend(ours)
         if gone:
+            self._flush(instance_id, pending)
             self.index.remove(instance_id, gone)
             self.stats.removed_blocks += len(gone)

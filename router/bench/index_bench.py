@@ -8,8 +8,16 @@ a shared pool, the way a cluster's caches overlap. After each stage the same mat
 is timed ``repeats`` times on the in-memory index and on the Redis index; every
 Redis match is paired with a PING so that its latency can be read in round trips
 measured under the same conditions. Store throughput is the blocks written by the
-stores of the stage per second. The Redis keys live under a unique prefix and are
-deleted at the end.
+stores of the stage per second.
+
+Ingest replays KV-event batches as engines publish them: each batch is one instance's
+(of ``INGEST_INSTANCES``), 16 to 64 stored events of 1 to 32 blocks each: new blocks,
+or (at first, until each instance has them all) one of a few 32-block prompt prefixes
+the instances share, whose blocks other instances may hold already. The same batches
+are stored one event per call (``store``, one round trip each) and one batch per call
+(``store_many``, as the KV-event ingestor sends them), on an empty index each time; a
+PING before every batch gives the round trip of the same run. The Redis keys live
+under a unique prefix and are deleted at the end.
 """
 
 from __future__ import annotations
@@ -18,7 +26,7 @@ import random
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from typing import Any
 
@@ -30,7 +38,7 @@ from router.index.base import IndexedInstance, PrefixIndex
 from router.index.memory_index import MemoryPrefixIndex
 from router.index.redis_index import RedisPrefixIndex, redact_url
 
-__all__ = ["IndexBenchResult", "MatchRow", "render_index_bench", "run_index_bench"]
+__all__ = ["IndexBenchResult", "IngestRow", "MatchRow", "render_index_bench", "run_index_bench"]
 
 CHAIN_LENGTHS = (8, 256, 8192)
 INSTANCE_COUNTS = (16, 64, 256)
@@ -38,6 +46,12 @@ HASH_TOKENS = 131_072
 HASH_BLOCK_SIZE = 16
 OTHER_CHAINS = 16  # pool of unrelated chains the instances also hold prefixes of
 OTHERS_PER_INSTANCE = 2
+INGEST_INSTANCES = 8
+INGEST_BATCHES = 300
+EVENTS_PER_BATCH = (16, 64)
+BLOCKS_PER_EVENT = (1, 32)
+SHARED_PREFIXES = 16  # prompt prefixes of 32 blocks the instances share
+SHARED_EVENTS = 0.2  # chance that a stored event is a shared prefix the instance lacks
 
 
 @dataclass(frozen=True)
@@ -58,6 +72,20 @@ class MatchRow:
     redis_store_blocks_per_s: float | None = None
 
 
+@dataclass(frozen=True)
+class IngestRow:
+    """KV-event batches stored one way: ``store`` per event or ``store_many`` per batch."""
+
+    path: str
+    batches: int
+    events: int
+    blocks: int
+    memory_blocks_per_s: float
+    redis_blocks_per_s: float | None = None
+    ping_p50_us: float | None = None
+    redis_blocks_per_ping: float | None = None  # in the time of one PING: load-normalised
+
+
 @dataclass
 class IndexBenchResult:
     repeats: int
@@ -68,6 +96,7 @@ class IndexBenchResult:
     ping_p50_us: float | None = None
     ping_p99_us: float | None = None
     rows: list[MatchRow] = field(default_factory=list)
+    ingest: list[IngestRow] = field(default_factory=list)
     elapsed_s: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
@@ -129,6 +158,91 @@ def _populate(index: PrefixIndex, plan: list[tuple[IndexedInstance, list[list[in
     return blocks / elapsed if elapsed > 0 else float("inf")
 
 
+Batch = list[tuple[str, list[int]]]
+
+
+def _ingest_batches(rng: random.Random, count: int) -> list[Batch]:
+    """``count`` KV-event batches: each one instance's stored runs, in order. A run of a
+    shared prefix is one the instance does not hold yet (engines only report blocks they
+    newly cached), so other instances may hold its blocks already."""
+    shared = [[rng.getrandbits(64) for _ in range(32)] for _ in range(SHARED_PREFIXES)]
+    unstored = {i: list(range(SHARED_PREFIXES)) for i in range(INGEST_INSTANCES)}
+    out = []
+    for _ in range(count):
+        i = rng.randrange(INGEST_INSTANCES)
+        instance_id = _ingest_instance(i).instance_id
+        batch = []
+        for _ in range(rng.randint(*EVENTS_PER_BATCH)):
+            size = rng.randint(*BLOCKS_PER_EVENT)
+            if unstored[i] and rng.random() < SHARED_EVENTS:
+                run = shared[unstored[i].pop(rng.randrange(len(unstored[i])))]
+            else:
+                run = [rng.getrandbits(64) for _ in range(size)]
+            batch.append((instance_id, run))
+        out.append(batch)
+    return out
+
+
+def _ingest_instance(i: int) -> IndexedInstance:
+    return IndexedInstance(f"ingest-{i:02d}", Tier.MD, "dc-a")
+
+
+def _ingest(
+    index: PrefixIndex,
+    batches: Sequence[Batch],
+    batched: bool,
+    ping: Callable[[], float] | None = None,
+) -> tuple[float, list[float]]:
+    """Store the batches (``store_many`` per batch, or ``store`` per event) on a fresh set
+    of instances; blocks per second of store time, and a PING before each batch."""
+    for i in range(INGEST_INSTANCES):
+        index.register(_ingest_instance(i))
+    blocks = sum(len(run) for batch in batches for _, run in batch)
+    pings: list[float] = []
+    elapsed = 0.0
+    for batch in batches:
+        if ping is not None:
+            pings.append(ping())
+        start = time.perf_counter()
+        if batched:
+            index.store_many(batch)
+        else:
+            for instance_id, run in batch:
+                index.store(instance_id, run)
+        elapsed += time.perf_counter() - start
+    return (blocks / elapsed if elapsed > 0 else float("inf")), pings
+
+
+def _ingest_rows(
+    redis_index: RedisPrefixIndex | None, batches: list[Batch], all_pings: list[float]
+) -> list[IngestRow]:
+    rows = []
+    for path, batched in (("store", False), ("store_many", True)):
+        memory, _ = _ingest(MemoryPrefixIndex(), batches, batched)
+        row = IngestRow(
+            path=path,
+            batches=len(batches),
+            events=sum(len(batch) for batch in batches),
+            blocks=sum(len(run) for batch in batches for _, run in batch),
+            memory_blocks_per_s=memory,
+        )
+        if redis_index is not None:
+            try:
+                rate, pings = _ingest(redis_index, batches, batched, redis_index.ping)
+            finally:
+                redis_index.delete_all_keys()
+            all_pings.extend(pings)
+            ping50 = _pct(pings, 0.5)
+            row = replace(
+                row,
+                redis_blocks_per_s=rate,
+                ping_p50_us=ping50 * 1e6,
+                redis_blocks_per_ping=rate * ping50,
+            )
+        rows.append(row)
+    return rows
+
+
 def _time_calls(call: Callable[[], object], repeats: int) -> list[float]:
     out = []
     for _ in range(repeats):
@@ -157,8 +271,11 @@ def run_index_bench(
     instance_counts: Sequence[int] | None = None,
     seed: int = 0,
     key_prefix: str | None = None,
+    ingest_batches: int | None = None,
 ) -> IndexBenchResult:
-    """Run the benchmark; ``redis_url=None`` measures the in-memory index only.
+    """Run the benchmark; ``redis_url=None`` measures the in-memory index only;
+    ``ingest_batches`` KV-event batches (default ``INGEST_BATCHES``) are ingested each
+    way (0: no ingest figures).
 
     An unreachable Redis raises :class:`router.errors.UserError` before any work. The
     Redis keys live under ``key_prefix`` (default: a fresh ``pdd-bench:...``) and are
@@ -166,6 +283,7 @@ def run_index_bench(
     """
     chain_lengths = CHAIN_LENGTHS if chain_lengths is None else chain_lengths
     instance_counts = INSTANCE_COUNTS if instance_counts is None else instance_counts
+    ingest_batches = INGEST_BATCHES if ingest_batches is None else ingest_batches
     began = time.perf_counter()
     rng = random.Random(seed)
     prefix = key_prefix or f"pdd-bench:{uuid.uuid4().hex[:12]}"
@@ -207,6 +325,9 @@ def run_index_bench(
                 result.rows.append(MatchRow(**row))
             if redis_index is not None:
                 redis_index.delete_all_keys()
+        if ingest_batches > 0:
+            batches = _ingest_batches(rng, ingest_batches)
+            result.ingest = _ingest_rows(redis_index, batches, all_pings)
     finally:
         if redis_index is not None:
             redis_index.delete_all_keys()
@@ -295,6 +416,18 @@ def render_index_bench(result: IndexBenchResult) -> Any:
             _fmt(row.redis_store_blocks_per_s, ",.0f"),
             _fmt(row.ping_p50_us, ".1f"),
         )
+    ingest = table(
+        "KV-event ingest, blocks/s",
+        ["path", "memory", "redis", "PING\np50 us", "redis blocks\nper PING"],
+    )
+    for item in result.ingest:
+        ingest.add_row(
+            item.path,
+            _fmt(item.memory_blocks_per_s, ",.0f"),
+            _fmt(item.redis_blocks_per_s, ",.0f"),
+            _fmt(item.ping_p50_us, ".1f"),
+            _fmt(item.redis_blocks_per_ping, ".1f"),
+        )
     notes = [
         f"Hashing {result.hash_tokens:,} tokens at block size {result.hash_block_size} "
         f"({result.hash_tokens // result.hash_block_size:,} blocks): {result.hash_ms:.2f} ms",
@@ -307,5 +440,15 @@ def render_index_bench(result: IndexBenchResult) -> Any:
             f"p99 {_fmt(result.ping_p99_us, '.1f')} us over the run; p50/PING and p99/PING "
             "divide by the PING p50 measured alongside each configuration."
         )
+    if result.ingest:
+        first = result.ingest[0]
+        notes.append(
+            f"Ingest: {first.batches:,} batches ({first.events:,} stored events, "
+            f"{first.blocks:,} blocks), each one of {INGEST_INSTANCES} instances' "
+            f"{EVENTS_PER_BATCH[0]}-{EVENTS_PER_BATCH[1]} events of "
+            f"{BLOCKS_PER_EVENT[0]}-{BLOCKS_PER_EVENT[1]} blocks; store: one call per "
+            "event, store_many: one per batch; a PING before every batch."
+        )
     notes.append(f"{result.repeats} matches per configuration; {result.elapsed_s:.1f} s in all.")
-    return Group(latency, updates, *(Text(note) for note in notes))
+    tables = [latency, updates, *([ingest] if result.ingest else [])]
+    return Group(*tables, *(Text(note) for note in notes))

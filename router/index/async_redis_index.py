@@ -9,9 +9,10 @@ from collections.abc import Sequence
 from typing import Any
 
 import redis.asyncio as aredis
+from redis.exceptions import NoScriptError
 
 from policies.tiers import Tier
-from router.index.base import Clock, IndexedInstance
+from router.index.base import Clock, IndexedInstance, unknown_instances
 from router.index.redis_connect import aclose_client, connect_async, reachable
 from router.index.redis_layout import SCRIPTS, UNKNOWN, Layout
 
@@ -49,9 +50,41 @@ class AsyncRedisPrefixIndex:
     def key_prefix(self) -> str:
         return self._layout.prefix
 
-    async def _run(self, name: str, args: list[str]) -> Any:
+    async def _run(self, name: str, args: Sequence[str | bytes]) -> Any:
+        """One script call: EVALSHA straight through the client, loading the script when
+        the server does not have it."""
+        script = self._scripts[name]
         with reachable(self.url):
-            return await self._scripts[name](keys=[], args=args)
+            try:
+                return await self._client.evalsha(script.sha, 0, *args)
+            except NoScriptError:
+                return await script(keys=[], args=args)
+
+    async def _run_many(self, calls: Sequence[tuple[str, Sequence[str | bytes]]]) -> list[Any]:
+        """Script calls in order in one pipelined round trip (not a transaction); their
+        replies. Calls the server did not have the script for are sent again, in order,
+        once it is loaded (a NOSCRIPT call did nothing); another error is raised."""
+        if len(calls) == 1:
+            return [await self._run(*calls[0])]
+        with reachable(self.url):
+            pipe = self._client.pipeline(transaction=False)
+            for name, args in calls:
+                pipe.evalsha(self._scripts[name].sha, 0, *args)
+            replies = await pipe.execute(raise_on_error=False)
+            missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+            if missing:
+                for name in {calls[i][0] for i in missing}:
+                    self._scripts[name].sha = await self._client.script_load(SCRIPTS[name])
+                pipe = self._client.pipeline(transaction=False)
+                for i in missing:
+                    name, args = calls[i]
+                    pipe.evalsha(self._scripts[name].sha, 0, *args)
+                for i, reply in zip(missing, await pipe.execute(raise_on_error=False), strict=True):
+                    replies[i] = reply
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+        return list(replies)
 
     async def ping(self) -> float:
         """One PING round trip; returns its duration in seconds."""
@@ -79,8 +112,16 @@ class AsyncRedisPrefixIndex:
         return Layout.instances_reply(reply)
 
     async def store(self, instance_id: str, chain: Sequence[int]) -> None:
-        reply = await self._run("store", self._layout.store_args(instance_id, chain))
-        Layout.check_known(reply, instance_id)
+        await self.store_many(((instance_id, chain),))
+
+    async def store_many(self, items: Sequence[tuple[str, Sequence[int]]]) -> None:
+        """Store the chains in order, in one round trip (see the blocking index)."""
+        calls = self._layout.store_many_calls(items)
+        if calls:
+            replies = await self._run_many([("store_many", args) for args in calls])
+            unknown = Layout.unknown_of(replies)
+            if unknown:
+                raise unknown_instances(unknown)
 
     async def remove(self, instance_id: str, blocks: Sequence[int]) -> None:
         reply = await self._run("remove", self._layout.remove_args(instance_id, blocks))

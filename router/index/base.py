@@ -8,7 +8,7 @@ from typing import Protocol
 
 from policies.tiers import Tier
 
-__all__ = ["Clock", "IndexedInstance", "PrefixIndex", "UnknownInstanceError"]
+__all__ = ["Clock", "IndexedInstance", "PrefixIndex", "UnknownInstanceError", "unknown_instances"]
 
 Clock = Callable[[], float]
 """Seconds, injected so that TTLs work in simulated time as well as wall time."""
@@ -16,6 +16,14 @@ Clock = Callable[[], float]
 
 class UnknownInstanceError(KeyError):
     """An operation named an instance that was never registered with the index."""
+
+
+def unknown_instances(instance_ids: Sequence[str]) -> UnknownInstanceError:
+    """The error naming the unregistered instances of a batched update (first seen first)."""
+    unique = list(dict.fromkeys(instance_ids))
+    if len(unique) == 1:
+        return UnknownInstanceError(f"unknown instance {unique[0]!r}")
+    return UnknownInstanceError("unknown instances " + ", ".join(map(repr, unique)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +58,16 @@ class PrefixIndex(Protocol):
 
     def store(self, instance_id: str, chain: Sequence[int]) -> None:
         """Record that the instance holds the chain (first block first); LRU-evict past capacity."""
+
+    def store_many(self, items: Sequence[tuple[str, Sequence[int]]]) -> None:
+        """``store`` each (instance, chain) in order, as one update (Redis: one round trip).
+
+        The outcome is the one of calling ``store`` for each item in turn: the same LRU
+        order, TTL and capacity evictions. The chains of an unregistered instance are
+        skipped and the others stored all the same, then UnknownInstanceError names the
+        unregistered ones. Block ids the index cannot take (a ValueError) are refused
+        before anything is stored.
+        """
 
     def remove(self, instance_id: str, blocks: Sequence[int]) -> None:
         """Record that the instance no longer holds these blocks (unknown blocks are ignored)."""

@@ -22,7 +22,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 
 from policies.tiers import Tier
-from router.index.base import Clock, IndexedInstance, UnknownInstanceError
+from router.index.base import Clock, IndexedInstance, UnknownInstanceError, unknown_instances
 
 __all__ = ["MemoryPrefixIndex"]
 
@@ -116,6 +116,16 @@ class MemoryPrefixIndex:
             blocks[block] = now
         self._expire(entry, now)
         self._evict(entry)
+
+    def store_many(self, items: Sequence[tuple[str, Sequence[int]]]) -> None:
+        unknown = []
+        for instance_id, chain in items:
+            if instance_id in self._entries:
+                self.store(instance_id, chain)
+            else:
+                unknown.append(instance_id)
+        if unknown:
+            raise unknown_instances(unknown)
 
     def remove(self, instance_id: str, blocks: Sequence[int]) -> None:
         entry = self._entry(instance_id)

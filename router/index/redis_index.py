@@ -11,10 +11,11 @@ from collections.abc import Sequence
 from typing import Any
 
 import redis
+from redis.exceptions import NoScriptError
 
 from policies.tiers import Tier
 from router.errors import UserError
-from router.index.base import Clock, IndexedInstance
+from router.index.base import Clock, IndexedInstance, unknown_instances
 from router.index.redis_connect import close_client, connect, reachable, redact_url
 from router.index.redis_layout import SCRIPTS, UNKNOWN, Layout
 
@@ -64,9 +65,41 @@ class RedisPrefixIndex:
     def client(self) -> redis.Redis:
         return self._client
 
-    def _run(self, name: str, args: list[str]) -> Any:
+    def _run(self, name: str, args: Sequence[str | bytes]) -> Any:
+        """One script call: EVALSHA straight through the client (the script object's own
+        call costs more), loading the script when the server does not have it."""
+        script = self._scripts[name]
         with reachable(self.url):
-            return self._scripts[name](keys=[], args=args)
+            try:
+                return self._client.evalsha(script.sha, 0, *args)
+            except NoScriptError:
+                return script(keys=[], args=args)
+
+    def _run_many(self, calls: Sequence[tuple[str, Sequence[str | bytes]]]) -> list[Any]:
+        """Script calls in order in one pipelined round trip (not a transaction); their
+        replies. Calls the server did not have the script for are sent again, in order,
+        once it is loaded (a NOSCRIPT call did nothing); another error is raised."""
+        if len(calls) == 1:
+            return [self._run(*calls[0])]
+        with reachable(self.url):
+            pipe = self._client.pipeline(transaction=False)
+            for name, args in calls:
+                pipe.evalsha(self._scripts[name].sha, 0, *args)
+            replies = pipe.execute(raise_on_error=False)
+            missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+            if missing:
+                for name in {calls[i][0] for i in missing}:
+                    self._scripts[name].sha = self._client.script_load(SCRIPTS[name])
+                pipe = self._client.pipeline(transaction=False)
+                for i in missing:
+                    name, args = calls[i]
+                    pipe.evalsha(self._scripts[name].sha, 0, *args)
+                for i, reply in zip(missing, pipe.execute(raise_on_error=False), strict=True):
+                    replies[i] = reply
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+        return replies
 
     def ping(self) -> float:
         """One PING round trip; returns its duration in seconds."""
@@ -94,8 +127,17 @@ class RedisPrefixIndex:
         return Layout.instances_reply(reply)
 
     def store(self, instance_id: str, chain: Sequence[int]) -> None:
-        reply = self._run("store", self._layout.store_args(instance_id, chain))
-        Layout.check_known(reply, instance_id)
+        self.store_many(((instance_id, chain),))
+
+    def store_many(self, items: Sequence[tuple[str, Sequence[int]]]) -> None:
+        """Store the chains in order: one script call per ``STORE_CALL_BLOCKS`` blocks, all
+        in one round trip. Unregistered instances are skipped, then named by an
+        UnknownInstanceError."""
+        calls = self._layout.store_many_calls(items)
+        if calls:
+            unknown = Layout.unknown_of(self._run_many([("store_many", args) for args in calls]))
+            if unknown:
+                raise unknown_instances(unknown)
 
     def remove(self, instance_id: str, blocks: Sequence[int]) -> None:
         reply = self._run("remove", self._layout.remove_args(instance_id, blocks))
@@ -137,17 +179,16 @@ class RedisPrefixIndex:
         """Register ``instances`` then store ``chains`` (instance, chain), in this order, in
         one pipelined round trip; UnknownInstanceError when a chain's instance is not
         registered (the others are stored all the same)."""
-        stores = [self._layout.store_args(iid, chain) for iid, chain in chains]
-        with reachable(self.url):
-            pipe = self._client.pipeline(transaction=False)
-            for instance in instances:
-                self._scripts["register"](keys=[], args=self._layout.register_args(instance),
-                                          client=pipe)  # fmt: skip
-            for args in stores:
-                self._scripts["store"](keys=[], args=args, client=pipe)
-            replies = pipe.execute()
-        for (iid, _), reply in zip(chains, replies[len(instances) :], strict=True):
-            Layout.check_known(reply, iid)
+        calls: list[tuple[str, Sequence[str | bytes]]] = [
+            ("register", self._layout.register_args(instance)) for instance in instances
+        ]
+        calls += [("store_many", args) for args in self._layout.store_many_calls(chains)]
+        if not calls:
+            return
+        replies = self._run_many(calls)
+        unknown = Layout.unknown_of(replies[len(instances) :])
+        if unknown:
+            raise unknown_instances(unknown)
 
     def delete_all_keys(self) -> int:
         """Delete every key under the prefix (SCAN + UNLINK; for tests and benchmarks)."""

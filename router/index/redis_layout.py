@@ -21,18 +21,23 @@ each registered instance owns a small *slot* number, its bit in every bitmap):
   client that asks when it is absent: a Redis that restarts without its data (or a flush)
   loses it, so a client that finds another token knows its own state must be written again
 
-Every operation is one server-side Lua script (``register_script``, which reloads a
-script after NOSCRIPT), hence atomic. ``match`` sends the chain as one hex string
-and bisects it server-side like the in-memory index: candidates are a bitmap, a
-probe of block ``mid`` is one GET of its bitmap and a few 32-bit ANDs (LuaBitOp,
-with a plain-Lua stand-in where it is missing, as in fakeredis), so a match reads
-about (distinct depths) x log2(chain length) small keys whatever the chain length.
-The reply is one string of (depth, slot mask) groups plus the slot names, which are
-only sent when the client's cached version is stale. ``store`` touches the chain
-from its last block back to its first with increasing sequence numbers, purges the
-entries older than the TTL (lazily, from the LRU end) and evicts the least recently
-used blocks beyond the capacity. ``clear`` and ``unregister`` work in bounded
-chunks, oldest first, so a huge instance does not block the server for long.
+Every operation is one server-side Lua script (EVALSHA, loaded again after NOSCRIPT),
+hence atomic. ``match`` sends the chain as one binary string (8 big-endian bytes per
+block: Redis's Lua hashes every byte of every string it is given, so hex would cost
+twice as much) and bisects it server-side like the in-memory index: candidates are a
+bitmap, a probe of block ``mid`` is one GET of its bitmap (named in hex from the
+probed 8 bytes only) and a few 32-bit ANDs (LuaBitOp, with a plain-Lua stand-in
+where it is missing, as in fakeredis), so a match reads about (distinct depths) x
+log2(chain length) small keys whatever the chain length. The reply is one string of
+(depth, slot mask) groups plus the slot names, which are only sent when the
+client's cached version is stale. ``store_many`` (``store`` is one item of it)
+sends, per instance, its chains' blocks as hex in the order they are touched: each
+chain from its last block back to its first, with increasing sequence numbers; then
+it purges the entries older than the TTL (lazily, from the LRU end) and evicts the
+least recently used blocks beyond the capacity. One call carries up to
+``STORE_CALL_BLOCKS`` blocks (a longer chain goes alone, whole); more calls go in
+one pipelined round trip. ``clear`` and ``unregister`` work in bounded chunks,
+oldest first, so a huge instance does not block the server for long.
 
 Caveats: the scripts build key names from ``ARGV`` instead of declaring ``KEYS``, so
 this is for a standalone Redis or one primary with replicas (which Sentinel may fail
@@ -49,14 +54,17 @@ import json
 import sys
 from collections.abc import Sequence
 from importlib import resources
+from itertools import islice
 from typing import Any
 
 from policies.tiers import Tier
 from router.index.base import Clock, IndexedInstance, UnknownInstanceError
 
-__all__ = ["SCRIPTS", "UNKNOWN", "Layout"]
+__all__ = ["SCRIPTS", "STORE_CALL_BLOCKS", "UNKNOWN", "Layout"]
 
 _CLEAR_CHUNK = 10_000
+STORE_CALL_BLOCKS = 4096
+"""Blocks one ``store_many`` script call carries at most (a longer chain goes alone)."""
 _WORD_CACHE = 4096  # decoded (word, bits) pairs of match replies kept per client
 _LITTLE_ENDIAN = sys.byteorder == "little"
 _U64 = next(code for code in "LQ" if array.array(code).itemsize == 8)
@@ -69,7 +77,7 @@ _SCRIPT_PARTS = {
     "register": ("lib", "write", "register"),
     "unregister": ("lib", "write", "unregister"),
     "clear_some": ("lib", "write", "clear_some"),
-    "store": ("lib", "write", "store"),
+    "store_many": ("lib", "write", "store_many"),
     "remove": ("lib", "write", "remove"),
     "num_blocks": ("lib", "write", "num_blocks"),
     "match": ("lib", "match"),
@@ -86,17 +94,33 @@ SCRIPTS = {name: "\n".join(_lua(part) for part in parts) for name, parts in _SCR
 # --------------------------------------------------------------------------- helpers
 
 
-def _hex_chain(chain: Sequence[int]) -> str:
-    """A chain as one string of 16 hex digits per block (one argument, whatever its length)."""
-    if not chain:
-        return ""
+def _words(chain: Sequence[int]) -> array.array[int]:
+    """A chain as unsigned 64-bit words in big-endian byte order."""
     try:
         words = array.array(_U64, chain)
     except (OverflowError, TypeError) as exc:
         raise ValueError("block ids must be integers in [0, 2**64) for the Redis index") from exc
     if _LITTLE_ENDIAN:
         words.byteswap()
-    return words.tobytes().hex()
+    return words
+
+
+def _hex_chain(chain: Sequence[int]) -> str:
+    """A chain as one string of 16 hex digits per block (one argument, whatever its length)."""
+    return _words(chain).tobytes().hex() if chain else ""
+
+
+def _bin_chain(chain: Sequence[int]) -> bytes:
+    """A chain as one string of 8 big-endian bytes per block: half the bytes of hex, and
+    Redis's Lua hashes every byte of an argument."""
+    return _words(chain).tobytes() if chain else b""
+
+
+def _store_call(head: list[str], groups: dict[str, array.array[int]]) -> list[str]:
+    args = list(head)
+    for instance_id, words in groups.items():
+        args += (instance_id, words.tobytes().hex())
+    return args
 
 
 def _opt(value: float | int | None) -> str:
@@ -107,32 +131,30 @@ def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-class _Names:
-    """One version of the slot owners, and the instances of the mask words seen so far."""
+class _Names(dict[bytes, tuple[str, ...]]):
+    """One version of the slot owners; as a dict, the instances of each word of a slot mask
+    seen so far: ``b"w:bits"`` -> their names (bit 31 - s % 32 of word s // 32 is slot s)."""
 
-    __slots__ = ("_words", "names", "version")
+    __slots__ = ("names", "version")
 
     def __init__(self, version: str, names: list[str]) -> None:
+        super().__init__()
         self.version = version
         self.names = names
-        self._words: dict[tuple[bytes, bytes], tuple[str, ...]] = {}
 
-    def word(self, w: bytes, bits: bytes) -> tuple[str, ...]:
-        """The instances of one 32-bit word of a slot mask (bit 31 - s % 32 is slot s)."""
-        key = (w, bits)
-        found = self._words.get(key)
-        if found is None:
-            top = int(w) * 32 + 31
-            mask = int(bits) & 0xFFFFFFFF
-            out = []
-            while mask:
-                low = mask & -mask
-                out.append(self.names[top - low.bit_length() + 1])
-                mask ^= low
-            found = tuple(out)
-            if len(self._words) >= _WORD_CACHE:
-                self._words.clear()
-            self._words[key] = found
+    def __missing__(self, token: bytes) -> tuple[str, ...]:
+        w, _, bits = token.partition(b":")
+        top = int(w) * 32 + 31
+        mask = int(bits) & 0xFFFFFFFF
+        out = []
+        while mask:
+            low = mask & -mask
+            out.append(self.names[top - low.bit_length() + 1])
+            mask ^= low
+        found = tuple(out)
+        if len(self) >= _WORD_CACHE:
+            self.clear()
+        self[token] = found
         return found
 
 
@@ -185,15 +207,38 @@ class Layout:
             _opt(self.ttl),
         ]
 
-    def store_args(self, instance_id: str, chain: Sequence[int]) -> list[str]:
-        return [
-            self.prefix,
-            instance_id,
-            self.now(),
-            _opt(self.ttl),
-            _opt(self.default_capacity),
-            _hex_chain(chain),
-        ]
+    def store_many_calls(self, items: Sequence[tuple[str, Sequence[int]]]) -> list[list[str]]:
+        """The ``store_many`` script calls storing ``items`` in order (none for no items).
+
+        A call groups the chains of each instance into one argument, in the order they
+        are touched; chains are never split, so every call leaves the index as storing
+        a prefix of ``items`` one by one would. Block ids are checked before any call.
+        """
+        head = [self.prefix, self.now(), _opt(self.ttl), _opt(self.default_capacity)]
+        calls: list[list[str]] = []
+        groups: dict[str, array.array[int]] = {}
+        size = 0
+        for instance_id, chain in items:
+            n = len(chain)
+            if groups and size + n > STORE_CALL_BLOCKS:
+                calls.append(_store_call(head, groups))
+                groups, size = {}, 0
+            touched = _words(chain)
+            touched.reverse()  # last block first
+            group = groups.get(instance_id)
+            if group is None:
+                groups[instance_id] = touched
+            else:
+                group.extend(touched)
+            size += n
+        if groups:
+            calls.append(_store_call(head, groups))
+        return calls
+
+    @staticmethod
+    def unknown_of(replies: Sequence[Any]) -> list[str]:
+        """The unregistered instances ``store_many`` calls replied with."""
+        return [_text(iid) for reply in replies for iid in reply]
 
     def remove_args(self, instance_id: str, blocks: Sequence[int]) -> list[str]:
         return [self.prefix, instance_id, _hex_chain(blocks), _opt(self.ttl)]
@@ -206,14 +251,14 @@ class Layout:
 
     def match_args(
         self, chain: Sequence[int], tier: Tier | None, datacenter: str | None, names: _Names
-    ) -> list[str]:
+    ) -> list[str | bytes]:
         return [
             self.prefix,
             self.now() if self.ttl is not None else "0",
             _opt(self.ttl),
             "" if tier is None else tier.value,
             "" if datacenter is None else datacenter,
-            _hex_chain(chain),
+            _bin_chain(chain),
             names.version,
         ]
 
@@ -229,7 +274,7 @@ class Layout:
         return int(left), _text(upto)
 
     def match_reply(self, reply: Sequence[Any], sent: _Names) -> dict[str, int]:
-        """Decode ``{version, names, "depth,w,bits,...;..."}``: slot masks per depth, named.
+        """Decode ``{version, names, "depth,w:bits,...;..."}``: slot masks per depth, named.
 
         ``sent`` is the names the request said it held: the reply only carries names
         when the server's differ, so each reply is decoded with the right version
@@ -243,11 +288,13 @@ class Layout:
             names = _Names(version, [_text(name) for name in raw_names.split(b"\0")])
             self.names = names
         out: dict[str, int] = {}
+        word = names.__getitem__
         for group in groups.split(b";"):
-            nums = group.split(b",")
-            depth = int(nums[0])
-            for j in range(1, len(nums), 2):
-                out.update(dict.fromkeys(names.word(nums[j], nums[j + 1]), depth))
+            tokens = group.split(b",")
+            depth = int(tokens[0])
+            for token in islice(tokens, 1, None):
+                for name in word(token):
+                    out[name] = depth
         return out
 
     @staticmethod

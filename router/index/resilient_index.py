@@ -64,6 +64,13 @@ class _Restorable(Protocol):
     ) -> None: ...
 
 
+def _instances_of(name: str, args: tuple[Any, ...]) -> list[str]:
+    """The instances an update names (a batched store: every item's)."""
+    if name == "store_many":
+        return list(dict.fromkeys(iid for iid, _ in args[0]))
+    return [args[0]]
+
+
 class _Mirror(MemoryPrefixIndex):
     """The local index, which can also list an instance's blocks in LRU order."""
 
@@ -319,8 +326,8 @@ class ResilientIndex:
             return
         for instance in instances:
             self.primary.register(instance)
-        for iid, chain in chains:
-            self.primary.store(iid, chain)
+        if chains:
+            self.primary.store_many(chains)
 
     def _step(self) -> None:
         """About ``step_s`` of recovery: rebuild batches, else replayed updates."""
@@ -395,22 +402,26 @@ class ResilientIndex:
                 except _OUTAGE:
                     self._go_down()
                 except UnknownInstanceError:
-                    self._lost([args[0]])  # the rebuild writes what the mirror now holds
+                    self._lost(_instances_of(name, args))  # the rebuild writes the mirror
                     return
             if self._must_rebuild:
                 # a rebuild will write the mirror, which holds this update
                 if name == "unregister":
                     self._forgotten.add(args[0])
                 return
-            if len(self._pending) == self._pending.maxlen:
-                # the log lost an update: only a rebuild from the mirror is complete now
-                self.stats.overflowed_updates += 1
-                self._drop_pending()
-                self._must_rebuild = True
-                if name == "unregister":
-                    self._forgotten.add(args[0])
-                return
-            self._pending.append((name, args))
+            entries = [(name, args)]
+            if name == "store_many":  # one entry per chain in the log, as stored alone
+                entries = [("store", item) for item in args[0]]
+            for entry in entries:
+                if len(self._pending) == self._pending.maxlen:
+                    # the log lost an update: only a rebuild from the mirror is complete now
+                    self.stats.overflowed_updates += 1
+                    self._drop_pending()
+                    self._must_rebuild = True
+                    if name == "unregister":
+                        self._forgotten.add(args[0])
+                    return
+                self._pending.append(entry)
         finally:
             self._publish()
 
@@ -516,6 +527,21 @@ class ResilientIndex:
         chain = tuple(chain)
         self.local.store(instance_id, chain)
         self._forward("store", (instance_id, chain))
+
+    def store_many(self, items: Sequence[tuple[str, Sequence[int]]]) -> None:
+        """Stored in the mirror and sent to the shared index as one update (queued as one
+        entry per chain while it is down); an unregistered instance's chains go to
+        neither, and UnknownInstanceError names it once the others are stored."""
+        items = tuple((iid, tuple(chain)) for iid, chain in items)
+        try:
+            self.local.store_many(items)
+        except UnknownInstanceError:
+            known = tuple(item for item in items if item[0] in self._known)
+            if known:
+                self._forward("store_many", (known,))
+            raise
+        if items:
+            self._forward("store_many", (items,))
 
     def remove(self, instance_id: str, blocks: Sequence[int]) -> None:
         blocks = tuple(blocks)

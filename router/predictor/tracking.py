@@ -15,7 +15,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 
 from policies.tiers import Tier
-from router.index.base import Clock, IndexedInstance, PrefixIndex
+from router.index.base import Clock, IndexedInstance, PrefixIndex, UnknownInstanceError
 
 __all__ = ["InstanceActivity", "TrackedIndex"]
 
@@ -131,6 +131,20 @@ class TrackedIndex:
         activity = self._activity.get(instance_id)
         if activity is not None:
             activity.stored(chain, self.clock(), self.rate_window_s)
+
+    def store_many(self, items: Sequence[tuple[str, Sequence[int]]]) -> None:
+        try:
+            self.inner.store_many(items)
+        except UnknownInstanceError:  # the others were stored
+            self._stored_many(items)
+            raise
+        self._stored_many(items)
+
+    def _stored_many(self, items: Sequence[tuple[str, Sequence[int]]]) -> None:
+        for instance_id, chain in items:
+            activity = self._activity.get(instance_id)
+            if activity is not None:
+                activity.stored(chain, self.clock(), self.rate_window_s)
 
     def remove(self, instance_id: str, blocks: Sequence[int]) -> None:
         self.inner.remove(instance_id, blocks)

@@ -114,3 +114,21 @@ async def test_async_unreachable_redis_is_a_user_error() -> None:
             await aindex.match(A)
     finally:
         await aindex.aclose()
+
+
+async def test_async_store_many_matches_the_sync_index(
+    pair: tuple[RedisPrefixIndex, AsyncRedisPrefixIndex],
+) -> None:
+    sync, aindex = pair
+    sync.register(IndexedInstance("p1", Tier.P, "dc-a", capacity_blocks=10_000))
+    await aindex.register(IndexedInstance("md1", Tier.MD, "dc-b", capacity_blocks=5))
+    await aindex.store_many([("p1", A[:10]), ("md1", B), ("p1", B[:8])])
+    assert sync.match(B) == await aindex.match(B) == {"p1": 8, "md1": 5}
+    assert await aindex.match(A) == {"p1": 10, "md1": 5}
+    long = [("p1", list(range(10_000 * k, 10_000 * k + 3000))) for k in range(1, 4)]
+    await aindex.store_many(long)  # three script calls, one round trip
+    assert sync.match(long[2][1]) == {"p1": 3000, "md1": 0}
+    with pytest.raises(UnknownInstanceError, match="nobody"):
+        await aindex.store_many([("nobody", A), ("md1", [7, 8])])
+    assert sync.match([7, 8]) == {"p1": 0, "md1": 2}
+    await aindex.store_many([])

@@ -301,3 +301,69 @@ def test_long_chain_with_many_distinct_depths(make_index: IndexFactory) -> None:
     assert index.match(chain[:300]) == {
         f"d{i:02d}": min(depth, 300) for i, depth in enumerate(depths)
     }
+
+
+# ------------------------------------------------------------------ store_many
+
+
+def test_store_many_stores_each_chain_in_order(make_index: IndexFactory) -> None:
+    index = _three(make_index(default_capacity_blocks=5))
+    index.store_many([("p1", [1, 2, 3]), ("md1", A), ("p1", [10, 11, 12]), ("p1", [1])])
+    # p1, oldest first: 3 2 1 12 11 10, then 1 again; one too many: 3 goes
+    assert index.num_blocks("p1") == 5
+    assert index.match([1, 2, 3]) == {"p1": 2, "rld1": 0, "md1": 0}
+    assert index.match([10, 11, 12]) == {"p1": 3, "rld1": 0, "md1": 0}
+    assert index.match(A) == {"p1": 0, "rld1": 0, "md1": 5}  # a chain over capacity: its head
+    index.store_many([("p1", [20])])  # then 2, the oldest, goes
+    assert index.match([1, 2, 3]) == {"p1": 1, "rld1": 0, "md1": 0}
+    index.store_many([])
+    assert index.num_blocks("p1") == 5
+
+
+def test_store_many_of_one_instance_keeps_each_chains_parents_more_recent(
+    make_index: IndexFactory,
+) -> None:
+    index = make_index(default_capacity_blocks=5)
+    index.register(_inst("x"))
+    index.store_many([("x", [1, 2, 3]), ("x", [1, 2, 4]), ("x", [7]), ("x", [8])])
+    assert index.match([1, 2, 3]) == {"x": 2}  # 3 went: its parents were touched since
+    assert index.match([1, 2, 4]) == {"x": 3}
+    assert index.match([7]) == index.match([8]) == {"x": 1}
+
+
+def test_store_many_skips_unknown_instances_stores_the_rest_and_names_them(
+    make_index: IndexFactory,
+) -> None:
+    index = _three(make_index())
+    with pytest.raises(UnknownInstanceError, match="'ghost-7', 'ghost-8'"):
+        index.store_many([("p1", A[:4]), ("ghost-7", A), ("md1", A), ("ghost-8", B)])
+    assert index.match(A) == {"p1": 4, "rld1": 0, "md1": 10}
+    assert [i.instance_id for i in index.instances()] == ["md1", "p1", "rld1"]
+    with pytest.raises(UnknownInstanceError, match="ghost-7"):
+        index.store_many([("ghost-7", [])])
+
+
+def test_store_many_with_a_ttl_touches_every_chain(
+    make_index: IndexFactory, clock: FakeClock
+) -> None:
+    index = make_index(ttl_s=10.0, clock=clock)
+    index.register(_inst("x"))
+    index.store_many([("x", [1, 2, 3]), ("x", [5])])
+    clock.advance(6)
+    index.store_many([("x", [1, 2])])
+    clock.advance(5)  # 3 and 5 expired, 1 and 2 fresh
+    assert index.match([1, 2, 3]) == {"x": 2}
+    assert index.match([5]) == {"x": 0}
+    assert index.num_blocks("x") == 2
+
+
+def test_store_many_of_a_long_chain_and_many_chains(make_index: IndexFactory) -> None:
+    long = list(range(50_000, 60_000))  # longer than one Redis script call carries
+    index = make_index()
+    index.register(_inst("x"))
+    index.register(_inst("y"))
+    chains = [[70_000 + 40 * k + j for j in range(k % 40 + 1)] for k in range(300)]
+    index.store_many([("x", long[:6000]), *(("y", c) for c in chains), ("x", long)])
+    assert index.match(long) == {"x": 10_000, "y": 0}
+    assert index.num_blocks("y") == sum(len(c) for c in chains)
+    assert all(index.match(c) == {"x": 0, "y": len(c)} for c in chains[::37])

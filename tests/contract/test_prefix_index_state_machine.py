@@ -156,6 +156,22 @@ def machine_for(
             self.model.store(instance_id, chain)
 
         @rule(
+            batch=st.lists(
+                st.tuples(st.sampled_from(IDS), st.sampled_from(NODES)), min_size=1, max_size=5
+            )
+        )
+        def store_many(self, batch: list[tuple[str, int]]) -> None:
+            items = [(instance_id, chain_to(node)) for instance_id, node in batch]
+            if any(instance_id not in self.model.insts for instance_id, _ in items):
+                with pytest.raises(UnknownInstanceError):
+                    self.index.store_many(items)
+            else:
+                self.index.store_many(items)
+            for instance_id, chain in items:  # the others are stored all the same
+                if instance_id in self.model.insts:
+                    self.model.store(instance_id, chain)
+
+        @rule(
             instance_id=st.sampled_from(IDS),
             node=st.sampled_from(NODES),
             k=st.integers(min_value=1, max_value=4),

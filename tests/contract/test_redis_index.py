@@ -14,6 +14,7 @@ from router.index.base import IndexedInstance
 from router.index.factory import build_index
 from router.index.memory_index import MemoryPrefixIndex
 from router.index.redis_index import RedisPrefixIndex, redact_url
+from router.index.redis_layout import Layout
 from router.settings import IndexSettings, RedisSettings
 
 if TYPE_CHECKING:
@@ -169,3 +170,73 @@ def test_two_clients_on_one_prefix_share_state(redis_keys: RedisKeys) -> None:
     assert two.match([1, 2]) == one.match([1, 2]) == {"y": 1, "z": 0}
     one.close()
     two.close()
+
+
+def _round_trips(index: RedisPrefixIndex) -> list[str]:
+    """Record the index's round trips from now on: commands sent alone, and pipelines."""
+    trips: list[str] = []
+    client = index.client
+    send, pipeline = client.execute_command, client.pipeline
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        trips.append(str(args[0]))
+        return send(*args, **kwargs)
+
+    def counted_pipeline(*args: Any, **kwargs: Any) -> Any:
+        pipe = pipeline(*args, **kwargs)
+        execute = pipe.execute
+
+        def run(*a: Any, **k: Any) -> Any:
+            trips.append(f"pipeline of {len(pipe.command_stack)}")
+            return execute(*a, **k)
+
+        pipe.execute = run
+        return pipe
+
+    client.execute_command = counting  # type: ignore[method-assign]
+    client.pipeline = counted_pipeline  # type: ignore[method-assign]
+    return trips
+
+
+@pytest.mark.redis
+def test_store_many_is_one_round_trip(redis_keys: RedisKeys) -> None:
+    index = RedisPrefixIndex(redis_keys.url, key_prefix=redis_keys.prefix)
+    index.register(IndexedInstance("x", Tier.P, "dc-a"))
+    index.register(IndexedInstance("y", Tier.MD, "dc-b"))
+    trips = _round_trips(index)
+    index.store_many([("x", [1, 2, 3]), ("y", [1, 2]), ("x", [1, 2, 4])])
+    assert trips == ["EVALSHA"]
+    long = [(iid, list(range(10_000 * k, 10_000 * k + 2000))) for k, iid in enumerate("xyx")]
+    index.store_many(long)  # 6,000 blocks: two script calls, one pipeline
+    assert trips == ["EVALSHA", "pipeline of 2"]
+    assert index.match(long[2][1]) == {"x": 2000, "y": 0}
+    assert index.match([1, 2, 4]) == {"x": 3, "y": 2}
+    index.close()
+
+
+def test_store_many_calls_never_split_a_chain() -> None:
+    layout = Layout("p", None, None, lambda: 1.0)
+    huge, small = list(range(5000)), list(range(9000, 9010))
+    calls = layout.store_many_calls(
+        [("x", huge), ("x", small), ("y", list(range(20_000, 24_090))), ("y", small)]
+    )
+    sizes = [[(args[j], len(args[j + 1]) // 16) for j in range(4, len(args), 2)] for args in calls]
+    assert sizes == [[("x", 5000)], [("x", 10)], [("y", 4090)], [("y", 10)]]
+    assert layout.store_many_calls([]) == []
+    # one instance's chains go as one argument, each chain last block first
+    (args,) = layout.store_many_calls([("x", [1, 2]), ("y", [7]), ("x", [3])])
+    assert args[4:] == ["x", f"{2:016x}{1:016x}{3:016x}", "y", f"{7:016x}"]
+
+
+def test_scripts_flushed_from_the_server_are_loaded_again() -> None:
+    client = fakeredis.FakeRedis()
+    index = RedisPrefixIndex("redis://fake", key_prefix="pdd-test:flush", client=client)
+    index.register(IndexedInstance("x", Tier.P, "dc-a"))
+    client.script_flush()
+    chains = [("x", list(range(10_000 * k, 10_000 * k + 3000))) for k in range(3)]
+    index.store_many(chains)  # three script calls in one pipeline, all refused first
+    client.script_flush()
+    assert index.match(chains[1][1]) == {"x": 3000}
+    client.script_flush()
+    index.store("x", [90_001, 90_002])
+    assert index.match([90_001, 90_002, 90_003]) == {"x": 2}

@@ -36,6 +36,13 @@ class WanProxy:
             self._loop.run_forever()
         finally:
             server.close()
+            self._loop.run_until_complete(server.wait_closed())
+            tasks = asyncio.all_tasks(self._loop)
+            for task in tasks:
+                task.cancel()
+            self._loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+            self._loop.run_until_complete(asyncio.sleep(0))  # transports finish closing
+            self._loop.close()
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:

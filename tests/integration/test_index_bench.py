@@ -17,7 +17,9 @@ REDIS_URL = os.environ.get("PDD_ROUTER_TEST_REDIS_URL", "redis://127.0.0.1:6379/
 
 
 def test_memory_only_bench_renders() -> None:
-    result = run_index_bench(None, repeats=10, chain_lengths=(8, 64), instance_counts=(3, 10))
+    result = run_index_bench(
+        None, repeats=10, chain_lengths=(8, 64), instance_counts=(3, 10), ingest_batches=5
+    )
     assert [(r.chain_blocks, r.instances) for r in result.rows] == [
         (8, 3),
         (8, 10),
@@ -27,11 +29,17 @@ def test_memory_only_bench_renders() -> None:
     assert all(r.redis_p50_us is None for r in result.rows)
     assert result.rows[-1].distinct_depths == 8  # 0, 1, 6, 21, 32, 48, 63, 64
     assert result.hash_ms > 0
+    assert [row.path for row in result.ingest] == ["store", "store_many"]
+    assert all(row.memory_blocks_per_s > 0 and row.redis_blocks_per_s is None
+               for row in result.ingest)  # fmt: skip
+    assert result.ingest[0].blocks == result.ingest[1].blocks > 0
     console = Console(record=True, width=100)
     console.print(render_index_bench(result))
     text = console.export_text()
     assert "Redis: skipped (--no-redis)" in text
     assert "Hashing 131,072 tokens at block size 16" in text
+    assert "KV-event ingest, blocks/s" in text
+    assert "store_many" in text
     assert json.loads(json.dumps(result.to_json()))["rows"][0]["chain_blocks"] == 8
 
 
@@ -50,6 +58,7 @@ def test_redis_bench_measures_and_deletes_its_keys() -> None:
             chain_lengths=(16,),
             instance_counts=(5, 12),
             key_prefix=prefix,
+            ingest_batches=4,
         )
         assert list(client.scan_iter(match=f"{prefix}:*")) == []
     finally:
@@ -63,6 +72,11 @@ def test_redis_bench_measures_and_deletes_its_keys() -> None:
         assert row.redis_p50_pings > 0
         assert row.redis_store_blocks_per_s is not None
     assert result.ping_p50_us is not None
+    for item in result.ingest:
+        assert item.redis_blocks_per_s is not None
+        assert item.redis_blocks_per_s > 0
+        assert item.ping_p50_us is not None
+        assert item.redis_blocks_per_ping is not None
 
 
 def test_cli_bench_index_no_redis_json(
@@ -72,7 +86,10 @@ def test_cli_bench_index_no_redis_json(
 
     monkeypatch.setattr(bench, "CHAIN_LENGTHS", (8,))
     monkeypatch.setattr(bench, "INSTANCE_COUNTS", (4,))
+    monkeypatch.setattr(bench, "INGEST_BATCHES", 3)
     assert main(["bench", "index", "--no-redis", "--json", "--repeats", "10"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["redis_url"] is None
     assert [(r["chain_blocks"], r["instances"]) for r in out["rows"]] == [(8, 4)]
+    assert [r["path"] for r in out["ingest"]] == ["store", "store_many"]
+    assert out["ingest"][0]["batches"] == 3

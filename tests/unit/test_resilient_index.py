@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import fakeredis
@@ -9,7 +10,7 @@ import pytest
 import redis
 
 from policies.tiers import Tier
-from router.index.base import IndexedInstance
+from router.index.base import IndexedInstance, UnknownInstanceError
 from router.index.memory_index import MemoryPrefixIndex
 from router.index.redis_index import RedisPrefixIndex
 from router.index.resilient_index import ResilientIndex
@@ -265,3 +266,59 @@ def test_forcing_degraded_acts_as_an_outage_until_the_retry_delay(
     clock.now += 2.0
     assert index.check() is False
     assert index.stats.replayed_updates == 0  # nothing was queued: nothing to replay
+
+
+class Counting(MemoryPrefixIndex):
+    """A shared index that counts the batched stores it receives."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.batches: list[int] = []
+
+    def store_many(self, items: Sequence[tuple[str, Sequence[int]]]) -> None:
+        self.batches.append(len(items))
+        super().store_many(items)
+
+
+def test_a_batched_store_reaches_the_shared_index_as_one_update() -> None:
+    primary = Counting()
+    index = ResilientIndex(primary, clock=Clock())
+    index.register(IndexedInstance("md0", Tier.MD, "B"))
+    index.register(IndexedInstance("p0", Tier.P, "A"))
+    index.store_many([("md0", A), ("p0", A[:5]), ("md0", B)])
+    assert primary.batches == [3]
+    assert primary.match(B) == index.local.match(B) == {"md0": 30, "p0": 5}
+    with pytest.raises(UnknownInstanceError, match="ghost"):
+        index.store_many([("ghost", A), ("p0", B)])
+    assert primary.batches == [3, 1]  # the known instance's chain only
+    assert primary.match(B) == index.local.match(B) == {"md0": 30, "p0": 30}
+
+
+def test_a_batched_store_queued_in_an_outage_is_replayed_chain_by_chain(
+    server: fakeredis.FakeServer,
+) -> None:
+    clock = Clock()
+    index = populated(server, clock)
+    server.connected = False
+    index.match(A)
+    index.store_many([("md0", (*A, 41)), ("p0", B), ("md0", (*B, 9031))])
+    assert index.match((*B, 9031)) == {"md0": 31, "p0": 30}  # the mirror has it
+    server.connected = True
+    clock.now += 2.0
+    settle(index)
+    assert index.stats.replayed_updates == 3
+    assert shared(server).match((*B, 9031)) == {"md0": 31, "p0": 30}
+    assert shared(server).match((*A, 41)) == {"md0": 41, "p0": 40}
+
+
+def test_a_batched_store_that_finds_an_empty_restart_is_rebuilt(
+    server: fakeredis.FakeServer,
+) -> None:
+    clock = Clock()
+    index = populated(server, clock)
+    restart_empty(server)
+    index.store_many([("md0", (*A, 41)), ("p0", (*B, 9031))])  # "unknown instances"
+    settle(index)
+    assert shared(server).match((*A, 41)) == {"md0": 41, "p0": 40}
+    assert shared(server).match((*B, 9031)) == {"md0": 30, "p0": 31}
+    assert index.stats.rebuilds == 1

@@ -1,13 +1,29 @@
--- ARGV: P, now, ttl or '', tier or '', datacenter or '', chain as hex, names version
--- the client holds.  Returns {} when no instance passes the filters, else {version,
--- names, groups}: names is P:names ('' when the client holds this version already),
--- groups is "depth,w,bits,w,bits,...;depth,..." where (w, bits) are the
--- non-zero 32-bit words of the set of slots matched to that depth.
+-- ARGV: P, now, ttl or '', tier or '', datacenter or '', chain (8 bytes per block,
+-- big-endian), names version the client holds.  Returns {} when no instance passes the
+-- filters, else {version, names, groups}: names is P:names ('' when the client holds
+-- this version already), groups is "depth,w:bits,w:bits,...;depth,..." where (w, bits)
+-- are the non-zero 32-bit words of the set of slots matched to that depth.
 local now = tonumber(ARGV[2])
 local ttl = opt_number(ARGV[3])
-local tier, dc, hex = ARGV[4], ARGV[5], ARGV[6]
-local n = #hex / 16
-local floor, byte = math.floor, string.byte
+local tier, dc, chain = ARGV[4], ARGV[5], ARGV[6]
+local n = #chain / 8
+local floor, byte, format = math.floor, string.byte, string.format
+
+-- The chain comes as binary (half the bytes of hex: Redis's Lua hashes every byte of
+-- every string it is given); only the probed blocks are turned into hex key names,
+-- with the `struct` library where there is one (Redis), else byte by byte (fakeredis).
+local has_struct, st = pcall(function() return struct end)
+local unpack_be = has_struct and st and st.unpack
+local function key_fmt(infix)
+  local head = (P .. infix):gsub('%%', '%%%%')
+  if unpack_be then return head .. '%08x%08x' end
+  return head .. '%02x%02x%02x%02x%02x%02x%02x%02x'
+end
+local BFMT, TFMT = key_fmt(':b:'), key_fmt(':t:')
+local function key_at(fmt, i)
+  if unpack_be then return format(fmt, unpack_be('>I4I4', chain, i * 8 + 1)) end
+  return format(fmt, byte(chain, i * 8 + 1, i * 8 + 8))
+end
 
 -- 32-bit word operations: Redis ships LuaBitOp as `bit` (signed results); elsewhere
 -- (fakeredis) a plain-Lua stand-in on unsigned words. The code below only relies on
@@ -80,11 +96,13 @@ end
 if #all == 0 then return {} end
 
 -- Split a mask into the instances that hold a block (per its bitmap) and the others;
--- a side that is the whole mask is the mask itself (no new table).
-local EMPTY = {}
+-- a side that is the whole mask is the mask itself. The words are gathered in scratch
+-- lists first, so that a probe that splits nothing (most do) allocates nothing.
+local EMPTY, YS, NS = {}, {}, {}
 local function split_mask(held_by, mask)
   if not held_by then return EMPTY, mask end
-  if not mask[3] then  -- one word
+  local nm, len = #mask, #held_by
+  if nm == 2 then  -- one word
     local w, bits = mask[1], mask[2]
     local a, b, c, d = byte(held_by, 4 * w + 1, 4 * w + 4)
     local held = (((a or 0) * 256 + (b or 0)) * 256 + (c or 0)) * 256 + (d or 0)
@@ -93,31 +111,30 @@ local function split_mask(held_by, mask)
     if y == bits then return mask, EMPTY end
     return {w, y}, {w, bits - y}
   end
-  local yes, no, ny, nn = EMPTY, EMPTY, 0, 0
-  local nm = #mask
+  local ny, nn = 0, 0
   for j = 1, nm, 2 do
     local w, bits = mask[j], mask[j + 1]
-    local a, b, c, d = byte(held_by, 4 * w + 1, 4 * w + 4)
-    local held = (((a or 0) * 256 + (b or 0)) * 256 + (c or 0)) * 256 + (d or 0)
+    local at, held = 4 * w, 0
+    if at + 4 <= len then
+      local a, b, c, d = byte(held_by, at + 1, at + 4)
+      held = ((a * 256 + b) * 256 + c) * 256 + d
+    elseif at < len then
+      local a, b, c = byte(held_by, at + 1, at + 3)
+      held = ((a * 256 + (b or 0)) * 256 + (c or 0)) * 256
+    end
     local y = band(bits, held)
-    if y ~= 0 then
-      if ny == 0 then yes = {} end
-      yes[ny + 1], yes[ny + 2], ny = w, y, ny + 2
-    end
+    if y ~= 0 then YS[ny + 1], YS[ny + 2], ny = w, y, ny + 2 end
     local x = bits - y  -- bits AND NOT held: y's bits are a subset of bits
-    if x ~= 0 then
-      if nn == 0 then no = {} end
-      no[nn + 1], no[nn + 2], nn = w, x, nn + 2
-    end
+    if x ~= 0 then NS[nn + 1], NS[nn + 2], nn = w, x, nn + 2 end
   end
   if nn == 0 then return mask, EMPTY end
   if ny == 0 then return EMPTY, mask end
-  return yes, no
+  return {unpack(YS, 1, ny)}, {unpack(NS, 1, nn)}
 end
 
 -- Split a mask by the touch times of block idx (only with a TTL).
 local function split_time(idx, mask)
-  local key = tkey(hex_at(hex, idx))
+  local key = key_at(TFMT, idx)
   local slots = slots_of(mask)
   local fresh, stale = {}, {}
   for c = 1, #slots, CHUNK do
@@ -135,18 +152,31 @@ local function split_time(idx, mask)
   return mask_of(fresh), mask_of(stale)
 end
 
--- The reply: "depth,w,bits,w,bits;depth,..." built as one flat list of pieces.
+-- The reply: "depth,w:bits,w:bits;depth,..." built as one flat list of pieces, each
+-- group by one string.format (table.concat would print every number with %.14g).
 local out, no = {}, 0
+local FMTS = {}
 local function emit(depth, mask)
-  if #mask == 0 then return end
+  local k = #mask
+  if k == 0 then return end
+  local fmt = FMTS[k]
+  if not fmt then
+    fmt = '%d' .. string.rep(',%d:%d', k / 2)
+    FMTS[k] = fmt
+  end
   if no > 0 then
     no = no + 1
     out[no] = ';'
   end
   no = no + 1
-  out[no] = depth
-  for j = 1, #mask do
-    out[no + 1], out[no + 2], no = ',', mask[j], no + 2
+  if k <= 400 then
+    out[no] = format(fmt, depth, unpack(mask))
+  else  -- a mask of thousands of slots: piece by piece (unpack has a stack limit)
+    out[no] = format('%d', depth)
+    for j = 1, k, 2 do
+      no = no + 1
+      out[no] = format(',%d:%d', mask[j], mask[j + 1])
+    end
   end
 end
 local groups = {}
@@ -179,7 +209,7 @@ local function bisect(sp, split, found)
 end
 
 -- The same loop on block bitmaps, specialised: the hot path of every match.
-local BP, sub, call = P .. ':b:', string.sub, redis.call
+local call = redis.call
 local function bisect_bits(sp, found)
   while sp > 0 do
     local lo, hi, mask = s_lo[sp], s_hi[sp], s_mask[sp]
@@ -188,8 +218,7 @@ local function bisect_bits(sp, found)
       found(lo, mask)
     else
       local mid = floor((lo + hi) / 2)
-      local at = mid * 16
-      local yes, no_ = split_mask(call('GET', BP .. sub(hex, at + 1, at + 16)), mask)
+      local yes, no_ = split_mask(call('GET', key_at(BFMT, mid)), mask)
       if yes[1] then
         sp = sp + 1
         s_lo[sp], s_hi[sp], s_mask[sp] = mid + 1, hi, yes
@@ -206,7 +235,7 @@ end
 if n == 0 then
   sink(0, all)
 else
-  local ends = redis.call('MGET', bkey(hex_at(hex, 0)), bkey(hex_at(hex, n - 1)))
+  local ends = redis.call('MGET', key_at(BFMT, 0), key_at(BFMT, n - 1))
   local first, none = split_mask(ends[1], all)
   sink(0, none)
   if n == 1 then

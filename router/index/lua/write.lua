@@ -4,7 +4,7 @@ local function slot_of(inst) return redis.call('HGET', P .. ':slot', inst) end
 -- The instance in `slot` no longer holds `block`.
 local function unhold(block, slot, ttl)
   local key = bkey(block)
-  redis.call('SETBIT', key, slot, 0)
+  redis.call('SETBIT', key, slot, '0')
   if redis.call('BITCOUNT', key) == 0 then redis.call('DEL', key) end
   if ttl then redis.call('HDEL', tkey(block), slot) end
 end
