@@ -19,7 +19,8 @@ its fair share (instances / live replicas, rounded up) and passes on what it hol
 it, so when a replica joins it gets its share on its next heartbeat, and when one stops
 the others take its instances over within ``ttl_s``.
 
-Times are Redis's own (``TIME``), so replicas' clocks need not agree.
+Times are Redis's own (``TIME``), so replicas' clocks need not agree. On a Redis Cluster
+the prefix is the index's, a hash tag, so every key above is in one slot.
 """
 
 from __future__ import annotations
@@ -162,6 +163,9 @@ class ReplicaSync:
         self.key_prefix = key_prefix
         self.ttl_s = ttl_s
         self._client = client
+        # scripts name their keys in ARGV; this one key routes them (on a Redis Cluster:
+        # to the node of the prefix's slot, which holds every key when it is a hash tag)
+        self._route_key = f"{key_prefix}:replicas"
         self._sync = client.register_script(_SYNC)
         self._release = client.register_script(_RELEASE)
         self._retry_after = retry_after_s
@@ -191,7 +195,7 @@ class ReplicaSync:
             args += [iid, f"{streams},{tokens}"]
         args += list(lease_ids or ())
         try:
-            reply = self._sync(keys=[], args=args)
+            reply = self._sync(keys=[self._route_key], args=args)
         except (redis.RedisError, OSError, UserError):
             self.failures += 1
             self._next_try = now + self._retry_after
@@ -211,7 +215,9 @@ class ReplicaSync:
     def release(self, lease_ids: Sequence[str]) -> None:
         """A clean stop: drop this replica's load and leases at once (best effort)."""
         with contextlib.suppress(redis.RedisError, OSError, UserError):
-            self._release(keys=[], args=[self.key_prefix, self.replica_id, *lease_ids])
+            self._release(
+                keys=[self._route_key], args=[self.key_prefix, self.replica_id, *lease_ids]
+            )
 
 
 def _text(value: bytes | str) -> str:

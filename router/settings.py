@@ -50,7 +50,10 @@ class RedisSettings(BaseModel):
         "host:port[,host:port...]/service_name[/db] (sentinel port 26379 and db 0 when "
         "omitted; the password is the primary's, the sentinels are asked without one). "
         "Through Sentinel every new connection asks the sentinels for the current primary, "
-        "so after a failover the router writes to the promoted replica",
+        "so after a failover the router writes to the promoted replica. Or a Redis Cluster, "
+        "redis+cluster://[[user]:password@]host:port[,host:port...] (some nodes; the index "
+        "keeps its keys in the one slot of its key prefix's hash tag, so run one key prefix "
+        "per model to spread models over the cluster)",
     )  # fmt: skip
     key_prefix: str = Field("pdd", description="Namespace of every key the index writes")
     socket_timeout_s: float = Field(
@@ -76,8 +79,8 @@ class RedisSettings(BaseModel):
     @field_validator("url")
     @classmethod
     def _known_url(cls, url: str) -> str:
-        """A Sentinel URL (or an unknown scheme) is checked now, a one-server URL by redis-py
-        when the index connects."""
+        """A Sentinel or cluster URL (or an unknown scheme) is checked now, a one-server URL
+        by redis-py when the index connects."""
         if not url.startswith(("redis://", "rediss://", "unix://")):
             from router.index.redis_connect import parse_redis_url
 

@@ -1,15 +1,23 @@
-"""Connecting to the shared index's Redis: one server by URL, or a primary found through Sentinel.
+"""Connecting to the shared index's Redis: one server by URL, a primary found through
+Sentinel, or a Redis Cluster.
 
 ``redis.url`` names either one server, as redis-py reads it (``redis://``, ``rediss://``,
-``unix://``), or a primary that Redis Sentinel watches::
+``unix://``), a primary that Redis Sentinel watches::
 
     redis+sentinel://[[username]:password@]host[:port][,host[:port]...]/service_name[/db]
 
-The sentinels' port defaults to 26379 and the database to 0. The username and password
-are the primary's (and its replicas'); the sentinels are asked without them. A client
-made from such a URL asks the sentinels for the primary's address each time it
-connects, so after a failover its next call reaches the promoted replica. Both the
-blocking and the asyncio index get their client here.
+or some nodes of a Redis Cluster (the others are discovered)::
+
+    redis+cluster://[[username]:password@]host[:port][,host[:port]...]
+
+The sentinels' port defaults to 26379, a cluster node's to 6379, the database to 0. The
+username and password are the primary's (and its replicas'), or the cluster's; the
+sentinels are asked without them. A client made from a Sentinel URL asks the sentinels
+for the primary's address each time it connects, so after a failover its next call
+reaches the promoted replica. A cluster client sends each command to the node serving
+its key's slot; the index keeps all its keys in one slot (``cluster_key_prefix``), so a
+match is still one call to one node. Both the blocking and the asyncio index get their
+client here (the asyncio one: one server or Sentinel).
 """
 
 from __future__ import annotations
@@ -28,20 +36,25 @@ from redis.asyncio.sentinel import MasterNotFoundError as AsyncMasterNotFoundErr
 from redis.asyncio.sentinel import Sentinel as AsyncSentinel
 from redis.asyncio.sentinel import SentinelConnectionPool as AsyncSentinelPool
 from redis.backoff import ExponentialBackoff
+from redis.cluster import ClusterNode, RedisCluster
 from redis.retry import Retry
 from redis.sentinel import MasterNotFoundError, Sentinel, SentinelConnectionPool
 
 from router.errors import UserError
 
 __all__ = [
+    "CLUSTER_SCHEME",
     "SENTINEL_PORT",
     "SENTINEL_SCHEME",
+    "ClusterTarget",
     "SentinelTarget",
     "aclose_client",
     "close_client",
+    "cluster_key_prefix",
     "connect",
     "connect_async",
     "connect_kwargs",
+    "is_cluster",
     "parse_redis_url",
     "reachable",
     "redact_url",
@@ -51,7 +64,9 @@ __all__ = [
 
 SENTINEL_SCHEME = "redis+sentinel"
 SENTINEL_PORT = 26379
-_SCHEMES = ("redis", "rediss", "unix", SENTINEL_SCHEME)
+CLUSTER_SCHEME = "redis+cluster"
+CLUSTER_PORT = 6379
+_SCHEMES = ("redis", "rediss", "unix", SENTINEL_SCHEME, CLUSTER_SCHEME)
 _USERINFO = re.compile(r"(//[^/@:]*):[^/@]*@")
 
 
@@ -142,18 +157,46 @@ class SentinelTarget:
 
     def describe(self) -> str:
         """The primary as an error message names it (never with the password)."""
-        hosts = ",".join(
-            f"[{host}]:{port}" if ":" in host else f"{host}:{port}" for host, port in self.sentinels
-        )
-        return f"the Redis primary {self.service!r} through the sentinels {hosts}"
+        return f"the Redis primary {self.service!r} through the sentinels {_hosts(self.sentinels)}"
 
 
-def parse_redis_url(url: str) -> SentinelTarget | None:
-    """The Sentinel target of a ``redis+sentinel://`` URL, None for a URL of one server.
+@dataclass(frozen=True)
+class ClusterTarget:
+    """Some nodes of a Redis Cluster (the client discovers the others)."""
+
+    nodes: tuple[tuple[str, int], ...]
+    username: str | None = None
+    password: str | None = None
+
+    def describe(self) -> str:
+        """The cluster as an error message names it (never with the password)."""
+        return f"the Redis Cluster at {_hosts(self.nodes)}"
+
+
+def _hosts(addresses: tuple[tuple[str, int], ...]) -> str:
+    return ",".join(
+        f"[{host}]:{port}" if ":" in host else f"{host}:{port}" for host, port in addresses
+    )
+
+
+def cluster_key_prefix(prefix: str) -> str:
+    """The key prefix an index uses on a Redis Cluster: a hash tag, so that every key of
+    one index is in one slot (one node answers a whole match). A prefix that already has
+    one (``{pdd}:llama``) is kept; several indexes (one per model, say) then spread over
+    the cluster by their hash tags."""
+    start = prefix.find("{")
+    if start >= 0 and prefix.find("}", start + 2) > start:
+        return prefix
+    return f"{{{prefix}}}"
+
+
+def parse_redis_url(url: str) -> SentinelTarget | ClusterTarget | None:
+    """The Sentinel target of a ``redis+sentinel://`` URL, the cluster of a
+    ``redis+cluster://`` one, None for a URL of one server.
 
     ValueError (without the password) when the scheme is none of ``redis://``,
-    ``rediss://``, ``unix://``, ``redis+sentinel://`` or a Sentinel URL is malformed; a
-    one-server URL is otherwise left for redis-py to read.
+    ``rediss://``, ``unix://``, ``redis+sentinel://``, ``redis+cluster://`` or a Sentinel
+    or cluster URL is malformed; a one-server URL is otherwise left for redis-py to read.
     """
     try:
         parts = urlsplit(url)
@@ -161,20 +204,30 @@ def parse_redis_url(url: str) -> SentinelTarget | None:
         raise ValueError(str(exc)) from None
     if parts.scheme not in _SCHEMES:
         scheme = f"scheme {parts.scheme}://" if parts.scheme else "no scheme"
-        raise ValueError(f"{scheme}: use redis://, rediss://, unix:// or redis+sentinel://")
-    if parts.scheme != SENTINEL_SCHEME:
+        raise ValueError(
+            f"{scheme}: use redis://, rediss://, unix://, redis+sentinel:// or redis+cluster://"
+        )
+    if parts.scheme not in (SENTINEL_SCHEME, CLUSTER_SCHEME):
         return None
+    what = "Sentinel" if parts.scheme == SENTINEL_SCHEME else "cluster"
     if parts.query or parts.fragment:
-        raise ValueError("a Sentinel URL takes no query string or fragment")
+        raise ValueError(f"a {what} URL takes no query string or fragment")
     userinfo, at, hosts = parts.netloc.rpartition("@")
     username = password = None
     if at:
         user, colon, secret = userinfo.partition(":")
         username = unquote(user) or None
         password = unquote(secret) if colon else None
+    if parts.scheme == CLUSTER_SCHEME:
+        if not hosts:
+            raise ValueError("list some cluster nodes: redis+cluster://host:port[,host:port...]")
+        if parts.path.strip("/"):
+            raise ValueError("a cluster URL takes no path (a Redis Cluster has only database 0)")
+        nodes = tuple(_address(item, "cluster node", CLUSTER_PORT) for item in hosts.split(","))
+        return ClusterTarget(nodes, username, password)
     if not hosts:
         raise ValueError("list the sentinels: redis+sentinel://host:port[,host:port...]/service")
-    sentinels = tuple(_sentinel_address(item) for item in hosts.split(","))
+    sentinels = tuple(_address(item, "sentinel", SENTINEL_PORT) for item in hosts.split(","))
     path = parts.path.strip("/").split("/") if parts.path.strip("/") else []
     if not path:
         raise ValueError("name the service after the sentinels: .../service_name[/db]")
@@ -188,24 +241,24 @@ def parse_redis_url(url: str) -> SentinelTarget | None:
     return SentinelTarget(sentinels, unquote(path[0]), db, username, password)
 
 
-def _sentinel_address(item: str) -> tuple[str, int]:
+def _address(item: str, what: str, default_port: int) -> tuple[str, int]:
     """``host``, ``host:port`` or ``[ipv6]:port`` as (host, port)."""
     text = item.strip()
     if text.startswith("["):
         host, bracket, rest = text[1:].partition("]")
         if not bracket or (rest and not rest.startswith(":")):
-            raise ValueError(f"bad sentinel address {item!r}")
+            raise ValueError(f"bad {what} address {item!r}")
         port_text = rest[1:]
     elif text.count(":") > 1:
-        raise ValueError(f"write an IPv6 sentinel address in brackets: [{text}]:{SENTINEL_PORT}")
+        raise ValueError(f"write an IPv6 {what} address in brackets: [{text}]:{default_port}")
     else:
         host, _, port_text = text.partition(":")
     if not host:
-        raise ValueError(f"a sentinel address needs a host, got {item!r}")
+        raise ValueError(f"a {what} address needs a host, got {item!r}")
     if not port_text:
-        return host, SENTINEL_PORT
+        return host, default_port
     if not port_text.isdigit() or not 0 < int(port_text) < 65536:
-        raise ValueError(f"bad port in sentinel address {item!r}")
+        raise ValueError(f"bad port in {what} address {item!r}")
     return host, int(port_text)
 
 
@@ -232,6 +285,8 @@ def connect(
         target = parse_redis_url(url)
         if target is None:
             return redis.Redis.from_url(url, **options)
+    if isinstance(target, ClusterTarget):
+        return _connect_cluster(target, options)
     # one try per sentinel and discovery: asking the next sentinel is the retry
     asking = connect_kwargs(socket_timeout_s, 0, Retry, connect_timeout_s)
     sentinel = Sentinel(target.sentinels, sentinel_kwargs=asking)  # type: ignore[no-untyped-call]
@@ -251,12 +306,36 @@ def connect_async(
         target = parse_redis_url(url)
         if target is None:
             return aredis.Redis.from_url(url, **options)
+        if isinstance(target, ClusterTarget):
+            raise ValueError("the asyncio index does not take a Redis Cluster")
     asking = connect_kwargs(socket_timeout_s, 0, AsyncRetry, connect_timeout_s)
     sentinel = AsyncSentinel(target.sentinels, sentinel_kwargs=asking)  # type: ignore[no-untyped-call]
     client = sentinel.master_for(
         target.service, redis_class=aredis.Redis, **options, **_primary_kwargs(target)
     )
     return cast(aredis.Redis, client)
+
+
+def _connect_cluster(target: ClusterTarget, options: dict[str, Any]) -> redis.Redis:
+    """A cluster client; it reads the slot map from the first node that answers (a
+    UserError naming the cluster when none does)."""
+    nodes = [ClusterNode(host, port) for host, port in target.nodes]  # type: ignore[no-untyped-call]
+    try:
+        client = RedisCluster(
+            startup_nodes=nodes, username=target.username, password=target.password,
+            socket_timeout=options["socket_timeout"],
+            socket_connect_timeout=options["socket_connect_timeout"],
+            retry=options["retry"],
+        )  # fmt: skip
+    except (redis.RedisError, OSError) as exc:
+        raise UserError(f"cannot reach {target.describe()}: {_reason(exc)}") from exc
+    # the index uses the commands both clients have; its keys share one slot
+    return cast(redis.Redis, client)
+
+
+def is_cluster(client: object) -> bool:
+    """Whether the client talks to a Redis Cluster."""
+    return isinstance(client, RedisCluster)
 
 
 def close_client(client: redis.Redis) -> None:

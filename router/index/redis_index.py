@@ -16,7 +16,14 @@ from redis.exceptions import NoScriptError
 from policies.tiers import Tier
 from router.errors import UserError
 from router.index.base import Clock, IndexedInstance, unknown_instances
-from router.index.redis_connect import close_client, connect, reachable, redact_url
+from router.index.redis_connect import (
+    close_client,
+    cluster_key_prefix,
+    connect,
+    is_cluster,
+    reachable,
+    redact_url,
+)
 from router.index.redis_layout import SCRIPTS, UNKNOWN, Layout
 
 __all__ = ["RedisPrefixIndex", "redact_url"]
@@ -25,11 +32,12 @@ __all__ = ["RedisPrefixIndex", "redact_url"]
 class RedisPrefixIndex:
     """:class:`~router.index.base.PrefixIndex` shared through Redis (redis-py, blocking).
 
-    ``url`` names one server or, as ``redis+sentinel://``, a primary found through
-    Sentinel (``router.index.redis_connect``). ``client`` (e.g. a
-    ``fakeredis.FakeRedis``) replaces the connection made from ``url``; the URL then
-    only names the server in error messages. The constructor PINGs the server, so an
-    unreachable URL fails at once with a UserError.
+    ``url`` names one server, as ``redis+sentinel://`` a primary found through Sentinel,
+    or as ``redis+cluster://`` a Redis Cluster (``router.index.redis_connect``); on a
+    cluster the key prefix becomes a hash tag (``pdd`` -> ``{pdd}``) unless it has one.
+    ``client`` (e.g. a ``fakeredis.FakeRedis``) replaces the connection made from
+    ``url``; the URL then only names the server in error messages. The constructor PINGs
+    the server, so an unreachable URL fails at once with a UserError.
     """
 
     def __init__(
@@ -45,10 +53,15 @@ class RedisPrefixIndex:
         client: redis.Redis | None = None,
         connect_timeout_s: float | None = None,
     ) -> None:
-        self._layout = Layout(key_prefix, default_capacity_blocks, ttl_s, clock)
         self.url = url
         if client is None:
             client = connect(url, socket_timeout_s, retries, connect_timeout_s)
+        if is_cluster(client):  # every key in one slot: a match is one call to one node
+            key_prefix = cluster_key_prefix(key_prefix)
+        self._layout = Layout(key_prefix, default_capacity_blocks, ttl_s, clock)
+        # the scripts name their keys in ARGV; this key routes a call (on a cluster, to
+        # the node of the prefix's slot, which holds every key of the index)
+        self._route = f"{self._layout.prefix}:instances"
         self._client: redis.Redis = client
         self._scripts = {name: client.register_script(src) for name, src in SCRIPTS.items()}
         try:
@@ -71,9 +84,9 @@ class RedisPrefixIndex:
         script = self._scripts[name]
         with reachable(self.url):
             try:
-                return self._client.evalsha(script.sha, 0, *args)
+                return self._client.evalsha(script.sha, 1, self._route, *args)
             except NoScriptError:
-                return script(keys=[], args=args)
+                return script(keys=[self._route], args=args)
 
     def _run_many(self, calls: Sequence[tuple[str, Sequence[str | bytes]]]) -> list[Any]:
         """Script calls in order in one pipelined round trip (not a transaction); their
@@ -84,7 +97,7 @@ class RedisPrefixIndex:
         with reachable(self.url):
             pipe = self._client.pipeline(transaction=False)
             for name, args in calls:
-                pipe.evalsha(self._scripts[name].sha, 0, *args)
+                pipe.evalsha(self._scripts[name].sha, 1, self._route, *args)
             replies = pipe.execute(raise_on_error=False)
             missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
             if missing:
@@ -93,7 +106,7 @@ class RedisPrefixIndex:
                 pipe = self._client.pipeline(transaction=False)
                 for i in missing:
                     name, args = calls[i]
-                    pipe.evalsha(self._scripts[name].sha, 0, *args)
+                    pipe.evalsha(self._scripts[name].sha, 1, self._route, *args)
                 for i, reply in zip(missing, pipe.execute(raise_on_error=False), strict=True):
                     replies[i] = reply
         for reply in replies:

@@ -189,7 +189,7 @@ def _peers(
 
     replicas = settings.replicas
     sync = ReplicaSync(
-        client, key_prefix=settings.redis.key_prefix,
+        client, key_prefix=getattr(base.primary, "key_prefix", settings.redis.key_prefix),
         replica_id=replicas.replica_id or default_replica_id(),
         ttl_s=replicas.ttl_s, retry_after_s=settings.redis.retry_after_s,
     )  # fmt: skip

@@ -63,7 +63,13 @@ BAD_URLS = [
     ("redis+sentinel://:s3cret@h1/pdd/0/extra", "/service_name or /service_name/db"),
     ("redis+sentinel://:s3cret@h1/pdd?db=1", "no query string"),
     ("redis+sentinal://:s3cret@h1/pdd", "scheme redis\\+sentinal://: use redis://"),
-    ("127.0.0.1:6379", "use redis://, rediss://, unix:// or redis\\+sentinel://"),
+    (
+        "127.0.0.1:6379",
+        "use redis://, rediss://, unix://, redis\\+sentinel:// or redis\\+cluster://",
+    ),
+    ("redis+cluster://:s3cret@", "list some cluster nodes"),
+    ("redis+cluster://:s3cret@h1:7000/0", "takes no path"),
+    ("redis+cluster://:s3cret@h1:x", "bad port in cluster node address 'h1:x'"),
 ]
 
 
