@@ -58,7 +58,8 @@ class TextStream:
             return ""
         delta = self._incremental.flush() if self._incremental is not None else ""
         if self._incremental is None and self._ids:
-            full = await self._tokenizer.decode(self._ids)
+            # an incomplete last character is dropped, as the engine drops it
+            full = (await self._tokenizer.decode(self._ids)).rstrip("\ufffd")
             delta, self._decoded = full[len(self._decoded) :], full
         return self._release(delta, final=True)
 

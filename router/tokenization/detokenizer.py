@@ -59,8 +59,10 @@ class IncrementalDetokenizer:
         return self._advance(final=False)
 
     def flush(self) -> str:
-        """Whatever is held back (an incomplete character decodes as U+FFFD)."""
-        return self._advance(final=True)
+        """Whatever is held back at the end of the response, less a last character whose
+        bytes never all came (a generation cut by its length mid-character): vLLM never
+        gives those out either, so the text is the engine's own."""
+        return self._advance(final=True).rstrip(_REPLACEMENT)
 
     def _advance(self, *, final: bool) -> str:
         if self._read >= len(self._ids):
