@@ -38,6 +38,7 @@ class Replicas:
     stack: Stack
     urls: list[str]
     procs: list[subprocess.Popen[bytes]]
+    prefix: str
 
     def stop(self) -> None:
         """Stop them (they would keep writing their KV events to Redis)."""
@@ -81,7 +82,7 @@ def start_replicas(stack: Stack, server: RedisServer, n: int, *, share: bool) ->
         else:
             seen = [replicas_seen(url) for url in urls]
             raise AssertionError(f"replicas never saw each other: {seen}")
-    return Replicas(stack, urls, procs)
+    return Replicas(stack, urls, procs, prefix)
 
 
 def replicas_seen(url: str) -> float:
@@ -167,3 +168,52 @@ def test_replicas_spread_a_burst_and_write_kv_events_once(
     # stored, since fewer instances computed the prefix: at least twice as many writes)
     assert len(set(unshared[:3])) == 1, unshared
     assert unshared_writes >= 2 * alone_writes, writes
+
+
+def predicted_md_hit(url: str, prompt: list[int]) -> float:
+    response = httpx.post(f"{url}/v1/route", json={"token_ids": prompt}, timeout=10)
+    assert response.status_code == 200, response.text
+    hit: float = response.json()["predicted_hit"].get("md", 0.0)
+    return hit
+
+
+def test_a_killed_replicas_kv_events_are_written_by_another(
+    cluster: tuple[Stack, RedisServer],
+) -> None:
+    """SIGKILL the replica that writes md0's KV events to Redis: within its lease's ttl
+    another replica takes md0 over and writes the events it kept meanwhile, so a prompt
+    served right after the kill is predicted as cached by every surviving replica."""
+    stack, server = cluster
+    replicas = start_replicas(stack, server, 3, share=True)
+    client = redis.Redis.from_url(server.url)
+    try:
+        holder = client.get(f"{replicas.prefix}:ingest:md0")
+        assert holder is not None
+        pid = int(holder.decode().split(":")[1])  # replica ids are host:pid:random
+        victim = next(i for i, proc in enumerate(replicas.procs) if proc.pid == pid)
+        replicas.procs[victim].kill()
+        killed = time.monotonic()
+        survivors = [url for i, url in enumerate(replicas.urls) if i != victim]
+        prompt = [(71 * i + 5) % 512 for i in range(PREFIX_TOKENS)]
+        body = {"prompt": prompt, "max_tokens": 2, "ignore_eos": True}
+        response = httpx.post(f"{survivors[0]}/v1/completions", json=body, timeout=30)
+        assert response.status_code == 200, response.text
+        assert response.json()["pdd"]["instances"]["md"] == "md0"
+        served = time.monotonic() - killed
+        hits = [0.0, 0.0]
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and min(hits) < 0.9:
+            hits = [predicted_md_hit(url, prompt) for url in survivors]
+            time.sleep(0.1)
+        seen = time.monotonic() - killed
+        new_holder = client.get(f"{replicas.prefix}:ingest:md0")
+        print(f"\nreplica killed: the prompt served {served:.2f} s after, md0's blocks "
+              f"predicted by both survivors {seen:.2f} s after the kill")  # fmt: skip
+        assert min(hits) > 0.9, hits
+        assert new_holder is not None
+        assert new_holder != holder  # a survivor writes md0's events now
+    finally:
+        client.close()
+        replicas.procs = [p for p in replicas.procs if p.poll() is None]
+        replicas.stack.procs = [(p, log) for p, log in replicas.stack.procs if p.poll() is None]
+        replicas.stop()
