@@ -245,15 +245,18 @@ def test_a_busy_prefill_instance_sends_concurrent_requests_elsewhere() -> None:
         alone = client.post("/v1/route", json={"token_ids": prompts[0]}).json()
         assert alone["p_instance"] == "p0"  # idle, p0's hit decides
 
-        def send(prompt: list[int]) -> str:
-            body = {"prompt": prompt, "max_tokens": 2}
+        def send(k: int) -> str:
+            # 50 ms apart, well within one prefill (0.32 s on p0): each decision comes
+            # after the previous request's prefill is counted, not in the same instant
+            time.sleep(0.05 * k)
+            body = {"prompt": prompts[k], "max_tokens": 2}
             response = client.post("/v1/completions", json=body)
             assert response.status_code == 200, response.text
             chosen: str = response.json()["pdd"]["instances"]["p"]
             return chosen
 
         with ThreadPoolExecutor(max_workers=4) as pool:
-            chosen = list(pool.map(send, prompts))
+            chosen = list(pool.map(send, range(len(prompts))))
     assert set(chosen) == {"p0", "p1"}, chosen  # without the count, all four went to p0
 
 
