@@ -123,6 +123,16 @@ class PddAdaptiveParams(_Params):
         0.5, ge=0, description="Finish odd traffic on RLD only when the WAN copy would take "
         "at least this long",
     )  # fmt: skip
+    admit_ttft_s: float | None = Field(
+        8.0, gt=0, description="Refuse a request whose predicted time to first token exceeds "
+        "this (429 with Retry-After live, a counted rejection in replay); keep it under the "
+        "SLA's TTFT. null admits every request",
+    )  # fmt: skip
+    max_wan_backlog_s: float = Field(
+        4.0, gt=0, description="Largest WAN backlog (seconds to drain, the request's own "
+        "bytes included) a request may join: past it the request is finished on RLD while "
+        "RLD has room, and refused otherwise (with admission on)",
+    )  # fmt: skip
 
 
 PolicyConfig = Annotated[

@@ -16,12 +16,19 @@ Against the paper's `pdd` (a fixed WAN budget):
   else from the session's earlier outputs, and finished on RLD only when the WAN copy
   would be slow.
 
+Past the deployment's capacity it degrades gracefully instead of letting a queue grow
+(``policies.admission``): a request that would join a WAN backlog longer than
+``max_wan_backlog_s`` is finished on RLD while RLD has room; a request whose predicted
+first token misses ``admit_ttft_s`` (the prefill queue; with RLD full, a WAN copy slowed
+by the transfers sharing the line) is refused with ``Overloaded`` rather than queued.
+
 Predicted hits arrive through ``matches``: with a model configured the scheduler gives
 the expected number of leading blocks still held when the request is served.
 """
 
 from __future__ import annotations
 
+from policies.admission import Bottleneck, Overloaded
 from policies.config import PddAdaptiveParams
 from policies.estimates import hit_tokens
 from policies.relay import MdRoute, finish_on_rld, relay_ttft_s
@@ -34,6 +41,7 @@ from policies.types import (
     InstanceLoad,
     LinkState,
     Matches,
+    Pipeline,
     RequestView,
 )
 
@@ -41,10 +49,13 @@ __all__ = ["PddAdaptivePolicy", "rld_load", "wan_time_s"]
 
 
 def rld_load(instance: InstanceLoad) -> float:
-    """Load of a relay-decode instance: the larger of its batch and its KV occupancy."""
+    """Load of a relay-decode instance: the larger of its batch and its KV occupancy, the
+    requests already on their way to it included."""
     capacity = instance.kv_capacity_tokens
-    kv = instance.kv_used_tokens / capacity if capacity else 1.0
-    return max(instance.occupancy, min(kv, 1.0))
+    kv = (instance.kv_used_tokens + instance.pending_tokens) / capacity if capacity else 1.0
+    slots = instance.running + instance.queued + instance.pending
+    batch = min(slots / instance.max_batch, 1.0) if instance.max_batch else 1.0
+    return max(batch, min(kv, 1.0))
 
 
 def wan_time_s(link: LinkState, nbytes: float) -> float:
@@ -96,6 +107,27 @@ class PddAdaptivePolicy:
     # -- the decision ---------------------------------------------------------------
 
     def decide(self, request: RequestView, cluster: ClusterView, matches: Matches) -> Decision:
+        decision, p_delay = self._route(request, cluster, matches)
+        admit = self.params.admit_ttft_s
+        if admit is None or decision.predicted_ttft_s <= admit:
+            return decision
+        ttft = decision.predicted_ttft_s
+        if p_delay + cluster.decode_step_s > admit:
+            bottleneck = Bottleneck.PREFILL
+        elif decision.pipeline is Pipeline.P_MD:
+            bottleneck = Bottleneck.WAN
+        else:
+            bottleneck = Bottleneck.RLD
+        raise Overloaded(
+            self.name, bottleneck, ttft - admit,
+            f"predicted first token {ttft:.2f}s ({decision.pipeline.value}: prefill "
+            f"{p_delay:.2f}s), over the admission limit {admit:.2f}s",
+        )  # fmt: skip
+
+    def _route(
+        self, request: RequestView, cluster: ClusterView, matches: Matches
+    ) -> tuple[Decision, float]:
+        """The decision, before admission control, and the predicted prefill delay."""
         prm = self.params
         n = max(request.input_length, 1)
         p, p_blocks, p_delay = choose_prefill(request, cluster, matches.get(Tier.P, {}))
@@ -103,7 +135,9 @@ class PddAdaptivePolicy:
         rld = min(rlds, key=lambda i: (rld_load(i), i.instance_id)) if rlds else None
         load = rld_load(rld) if rld is not None else 1.0
         need = request.input_length + self.expected_output(request)
-        rld_room = rld is not None and load < prm.rld_saturation and rld.kv_free_tokens >= need
+        rld_room = (
+            rld is not None and load < prm.rld_saturation and rld.kv_uncommitted_tokens >= need
+        )
         rld_ttft = relay_ttft_s(request, cluster, p_delay)
         hits = {Tier.P: hit_tokens(request, p_blocks, p) / n}
 
@@ -124,7 +158,15 @@ class PddAdaptivePolicy:
                 f"odd traffic: {request.input_length} input tokens, expected output "
                 f"{self.expected_output(request)}, WAN copy {wan_s:.2f}s"
             )
-            return finish_on_rld(self.name, p, rld, hits, rld_ttft, why)
+            return finish_on_rld(self.name, p, rld, hits, rld_ttft, why), p_delay
+
+        after_s = (link.backlog_bytes + md.transfer_bytes) / link.bandwidth_bps if crosses else 0.0
+        if after_s > prm.max_wan_backlog_s and rld is not None and rld_room:
+            why = (
+                f"WAN backlog {after_s:.1f}s with this request, over "
+                f"{prm.max_wan_backlog_s:g}s: RLD finishes it"
+            )
+            return finish_on_rld(self.name, p, rld, hits, rld_ttft, why), p_delay
 
         budget = max(prm.ttft_objective_s - p_delay - cluster.decode_step_s, prm.min_wan_budget_s)
         borderline = (
@@ -133,14 +175,18 @@ class PddAdaptivePolicy:
             and load < prm.borderline_max_rld_load
         )
         route = MdRoute.of(self.name, p, md, wan_s)
-        md_ttft = p_delay + wan_s + cluster.decode_step_s
+        # the first token waits for the prefill, the copy (sharing the line with the
+        # transfers ahead of it: the larger of the two estimates) and one step
+        md_ttft = p_delay + max(wan_s, md.transfer_s) + cluster.decode_step_s
         tolerable = wan_s <= prm.fallback_max_wan_s
+        if prm.admit_ttft_s is not None and not rld_room:
+            tolerable = True  # RLD's queue is never the answer: P-MD, or refused if too late
         if (wan_s <= budget and not borderline) or rld is None or (not rld_room and tolerable):
             if wan_s <= budget and not borderline:
                 why = f"WAN {wan_s:.2f}s within budget {budget:.2f}s"
             else:
                 why = f"WAN {wan_s:.2f}s over budget {budget:.2f}s but RLD load {load:.2f}"
-            return route.direct(hits, md_ttft, why)
+            return route.direct(hits, md_ttft, why), p_delay
         mode = self._handoff(load)
         why = (
             f"WAN {wan_s:.2f}s over budget {budget:.2f}s"
@@ -152,4 +198,5 @@ class PddAdaptivePolicy:
             if rld_room
             else f"{why}: queued on RLD (load {load:.2f}), too long for P-MD"
         )
-        return route.relay_then_md(rld, mode, prm.chunk_tokens, hits, rld_ttft, reason)
+        decision = route.relay_then_md(rld, mode, prm.chunk_tokens, hits, rld_ttft, reason)
+        return decision, p_delay

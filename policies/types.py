@@ -80,10 +80,19 @@ class InstanceLoad:
     # The engine's own KV block, in tokens, when it reports one: it reuses only whole blocks
     # and never the prompt's last token, so a hit counts in those (None: as matched)
     cache_block_tokens: int | None = None
+    # requests the router has sent the instance that have not reached it yet (still in
+    # prefill or on their way) and the KV tokens they will need there
+    pending: int = 0
+    pending_tokens: int = 0
 
     @property
     def kv_free_tokens(self) -> int:
         return max(self.kv_capacity_tokens - self.kv_used_tokens, 0)
+
+    @property
+    def kv_uncommitted_tokens(self) -> int:
+        """KV tokens free once the requests already on their way here have landed."""
+        return max(self.kv_capacity_tokens - self.kv_used_tokens - self.pending_tokens, 0)
 
     @property
     def occupancy(self) -> float:

@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol, TextIO
 
+from policies.admission import Overloaded
 from policies.base import Policy
 from policies.tiers import Tier
 from policies.types import ClusterView, Decision, RequestView
@@ -77,6 +78,7 @@ class Scheduler:
         self._routes: MemoryPrefixIndex | None = None
         self._tier_of: dict[str, Tier] = {}
         self.decisions = 0
+        self.rejections = 0  # requests the policy refused (admission control)
         self.decide_seconds = 0.0
 
     @property
@@ -133,7 +135,11 @@ class Scheduler:
             for (tier, iid), hit in zip(rows.keys, hits, strict=True):
                 predicted[tier][iid] = float(hit)
             policy_matches = expected_blocks(request, predicted)
-        decision = self.policy.decide(request, cluster, policy_matches)
+        try:
+            decision = self.policy.decide(request, cluster, policy_matches)
+        except Overloaded as refused:
+            self._refused(request, cluster, refused, start)
+            raise
         chosen = _chosen(decision)
         extra: dict[str, Any] | None = None
         if self.decision_log is not None:
@@ -165,6 +171,25 @@ class Scheduler:
             line = decision_line(request, cluster, matches, decision, extra)
             self.decision_log.write(line + "\n")
         return decision
+
+    def _refused(
+        self, request: RequestView, cluster: ClusterView, refused: Overloaded, start: float
+    ) -> None:
+        """Admission control refused the request: counted, and a ``rejected`` log line."""
+        self.rejections += 1
+        self.decide_seconds += self._timer() - start
+        if self.decision_log is not None:
+            record = {
+                "kind": "rejected",
+                "id": request.request_id if request.request_id is not None else str(self.decisions),
+                "t": cluster.now,
+                "policy": refused.policy,
+                "bottleneck": refused.bottleneck.value,
+                "retry_after_s": round(refused.retry_after_s, 6),
+                "reason": refused.reason,
+                **self.log_fields,
+            }
+            self.decision_log.write(json.dumps(record, separators=(",", ":")) + "\n")
 
     def _record(self, request: RequestView, chosen: Mapping[Tier, str]) -> None:
         target = self.index if self.record_routes else self._routes

@@ -222,8 +222,22 @@ class ClusterSettings(BaseModel):
 class PolicySettings(BaseModel):
     """The policy the service decides with: a registered name and its parameters."""
 
-    name: str = "pdd"
+    name: str = Field(
+        "pdd-adaptive", description="Registered policy; pdd-adaptive refuses requests past "
+        "the cluster's capacity (429 with Retry-After) instead of queueing them",
+    )  # fmt: skip
     params: dict[str, object] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _known_policy(self) -> PolicySettings:
+        """A wrong name or parameter is refused with the settings, naming it."""
+        from policies.registry import UnknownPolicyError, parse_policy
+
+        try:
+            parse_policy(self.name, self.params)
+        except UnknownPolicyError as exc:
+            raise ValueError(str(exc)) from None
+        return self
 
 
 class Settings(BaseSettings):

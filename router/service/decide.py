@@ -9,6 +9,7 @@ from collections.abc import Collection
 import numpy as np
 import numpy.typing as npt
 
+from policies.admission import Overloaded
 from policies.types import ClusterView, Decision, RequestView
 from router.scheduler import Scheduler
 from router.service.errors import ApiError
@@ -60,6 +61,9 @@ async def decide(
     (instances this request already failed on)."""
     start = time.perf_counter()
     svc.pool.view.now = time.time()  # the decision log's ``t``
+    wan = svc.pool.wan
+    if wan is not None:
+        wan.sync(time.monotonic())
     experiment = svc.experiments.running()
     arm = experiment.assign(view) if experiment is not None else None
     scheduler = arm.scheduler if arm is not None else svc.scheduler
@@ -70,6 +74,15 @@ async def decide(
         except LookupError as exc:
             raise ApiError(503, f"cannot route: {exc}", type_="service_unavailable",
                            headers={"Retry-After": "1"}) from exc  # fmt: skip
+        except Overloaded as refused:
+            svc.metrics.rejections.labels(refused.bottleneck.value).inc()
+            raise ApiError(
+                429, f"the cluster is over capacity: {refused.reason}; retry later",
+                type_="rate_limit_exceeded", code="overloaded",
+                headers={"Retry-After": refused.retry_after_header},
+            ) from refused  # fmt: skip
+        if wan is not None:
+            svc.pool.wan_committed(decision, time.monotonic())
         span.set_attribute("pdd.pipeline", decision.pipeline.value)
         span.set_attribute("pdd.p_instance", decision.p_instance)
         span.set_attribute("pdd.md_instance", decision.md_instance or "")

@@ -20,6 +20,10 @@ class ServiceMetrics:
             "pdd_router_decisions", "Decisions by pipeline and handoff mode",
             ["pipeline", "handoff", "arm"], registry=r,
         )  # fmt: skip
+        self.rejections = Counter(
+            "pdd_router_rejections", "Requests refused by admission control (429), by the "
+            "bottleneck that would have made them miss the SLA", ["bottleneck"], registry=r,
+        )  # fmt: skip
         self.decision_latency = Histogram(
             "pdd_router_decision_seconds", "Time to decide one request",
             buckets=_LATENCY_BUCKETS, registry=r,

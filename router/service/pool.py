@@ -10,10 +10,11 @@ from dataclasses import dataclass, field
 
 from engines_adapter.contract import EngineAdapter
 from policies.tiers import Tier
-from policies.types import ClusterView, InstanceLoad, LinkState
+from policies.types import ClusterView, Decision, InstanceLoad, LinkState
 from router.index.base import IndexedInstance
 from router.service.breaker import CircuitBreakers
 from router.service.schemas import InstanceConfig
+from router.service.wan_ledger import WanLedger
 from router.settings import ClusterSettings
 
 __all__ = ["InstancePool", "UnknownInstance", "Watch", "indexed_instance"]
@@ -109,6 +110,17 @@ class InstancePool:
             prefill_tokens_per_s=cluster.prefill_tokens_per_s,
             decode_step_s=cluster.decode_step_s,
         )
+        # the line's backlog as this router committed it (None: no WAN in the view)
+        self.wan = WanLedger(self.view.wan) if self.view.wan is not None else None
+
+    def wan_committed(self, decision: Decision, now: float) -> None:
+        """The decision starts a KV copy to MD: across the line when MD sits in another
+        datacenter than P (the ledger behind the view's WAN backlog)."""
+        if self.wan is None or decision.md_instance is None or decision.predicted_wan_bytes <= 0:
+            return
+        p, md = self.configs.get(decision.p_instance), self.configs.get(decision.md_instance)
+        if p is not None and md is not None and p.datacenter != md.datacenter:
+            self.wan.commit(decision.predicted_wan_bytes, now)
 
     def register(self, config: InstanceConfig) -> None:
         """Add or replace an instance (its adapter is rebuilt)."""

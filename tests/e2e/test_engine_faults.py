@@ -46,7 +46,11 @@ def p_md(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         stack.engine("rld0", "rld", "--decode-ms", "2")
         stack.engine("md0", "md", "--decode-ms", "5")
         stack.engine("md1", "md", "--decode-ms", "5")
-        env = {**ROUTER_ENV, "PDD_ROUTER_POLICY__PARAMS": json.dumps({"wan_budget_s": 1e6})}
+        env = {
+            **ROUTER_ENV,
+            "PDD_ROUTER_POLICY__NAME": "pdd",
+            "PDD_ROUTER_POLICY__PARAMS": json.dumps({"wan_budget_s": 1e6}),
+        }
         stack.start_router(env)
         yield stack
     finally:
@@ -163,6 +167,7 @@ def p_rld_md(tmp_path: Path) -> Iterator[Stack]:
         stack.engine("rld0", "rld", "--decode-ms", "5")
         stack.engine("md0", "md", "--decode-ms", "5")
         env = {**ROUTER_ENV, "PDD_ROUTER_SERVICE__LOAD_POLL_S": "60",
+               "PDD_ROUTER_POLICY__NAME": "pdd",
                "PDD_ROUTER_POLICY__PARAMS": json.dumps({"wan_budget_s": 1e-6})}  # fmt: skip
         stack.start_router(env)
         yield stack

@@ -30,6 +30,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         stack.engine("p0", "p")
         stack.engine("md0", "md")
         env = {"PDD_ROUTER_SERVICE__LOAD_POLL_S": "0.2",
+               "PDD_ROUTER_POLICY__NAME": "pdd",
                "PDD_ROUTER_POLICY__PARAMS": json.dumps({"wan_budget_s": 1e6})}  # fmt: skip
         stack.start_router(env)
         yield stack

@@ -69,6 +69,7 @@ def start_replicas(stack: Stack, server: RedisServer, n: int, *, share: bool) ->
         "PDD_ROUTER_REDIS__KEY_PREFIX": prefix,
         "PDD_ROUTER_REPLICAS__SHARE": "true" if share else "false",
         "PDD_ROUTER_SERVICE__ENGINE_TIMEOUT_S": "20",
+        "PDD_ROUTER_POLICY__NAME": "pdd",
         "PDD_ROUTER_POLICY__PARAMS": json.dumps({"wan_budget_s": 1e6}),  # P-MD only
     }
     urls = [stack.start_router(env) for _ in range(n)]

@@ -54,7 +54,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
             wait_for(f"{urls[iid]}/health", procs)
         (tmp / "instances.json").write_text(json.dumps(instances))
         port = free_port()
-        env = {"PDD_ROUTER_POLICY__PARAMS": json.dumps({"wan_budget_s": 1e-6}),
+        env = {"PDD_ROUTER_POLICY__NAME": "pdd",
+               "PDD_ROUTER_POLICY__PARAMS": json.dumps({"wan_budget_s": 1e-6}),
                "PDD_ROUTER_SERVICE__VOCAB_SIZE": "512",
                "PDD_ROUTER_SERVICE__LOAD_POLL_S": "0.2"}  # fmt: skip
         log = tmp / "router.log"

@@ -59,6 +59,7 @@ def start_router(stack: Stack, name: str, redis: RedisServer, crossing: dict[str
     env = {
         "PDD_ROUTER_INDEX__BACKEND": "redis",
         "PDD_ROUTER_REDIS__URL": redis.url,
+        "PDD_ROUTER_POLICY__NAME": "pdd",
         "PDD_ROUTER_POLICY__PARAMS": json.dumps({"wan_budget_s": 1e6}),  # P-MD
     }
     log = folder / f"router-{name}.log"

@@ -97,13 +97,15 @@ def test_borderline_requests_move_to_rld_when_the_wan_backs_up() -> None:
 
 def test_a_saturated_rld_sends_tolerable_requests_to_p_md_and_queues_the_rest() -> None:
     req = request(48)
-    d = decide(req, cluster(wan_active=1, rld_running=250), {})
+    off = {"admit_ttft_s": None}  # admission control off: nothing is refused
+    d = decide(req, cluster(wan_active=1, rld_running=250), {}, **off)
     assert d.pipeline is Pipeline.P_MD
     assert "RLD load" in d.reason
     # RLD full of KV is saturated too, whatever its batch
-    assert decide(req, cluster(wan_active=1, rld_kv_used=1_990_000), {}).pipeline is Pipeline.P_MD
+    full = cluster(wan_active=1, rld_kv_used=1_990_000)
+    assert decide(req, full, {}, **off).pipeline is Pipeline.P_MD
     # a WAN copy of ~7 s is too long for P-MD: the request queues on RLD
-    slow = decide(req, cluster(wan_active=9, rld_running=250), {})
+    slow = decide(req, cluster(wan_active=9, rld_running=250), {}, **off)
     assert slow.pipeline is Pipeline.P_RLD_MD
     assert "queued on RLD" in slow.reason
 

@@ -1,0 +1,86 @@
+"""Admission control through the live service, driven by the official ``openai`` client.
+
+A request the default policy predicts would miss the SLA is refused with 429,
+``Retry-After`` and OpenAI's error shape (the client raises ``RateLimitError``), and is
+counted in ``pdd_router_rejections_total`` by bottleneck; the same request is served when
+the threshold allows it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import httpx
+import openai
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+
+from engines_adapter.sim_engine import SimEngine, SimEngineConfig
+from router.service.app import create_app
+from router.service.schemas import InstanceConfig
+from router.settings import Settings
+
+VOCAB = 512
+KEY = "admission-key"
+PROMPT = list(range(1, 257))  # 256 tokens, nothing cached
+
+
+def _sim(config: InstanceConfig, _: httpx.AsyncClient) -> SimEngine:
+    return SimEngine(config.instance_id, SimEngineConfig(vocab_size=VOCAB))
+
+
+def _client(params: dict[str, object]) -> Iterator[TestClient]:
+    settings = Settings(service={"vocab_size": VOCAB, "api_key": KEY}, policy={"params": params})
+    app: FastAPI = create_app(settings, adapter_factory=_sim)
+    with TestClient(app, headers={"authorization": f"Bearer {KEY}"}) as client:
+        for iid, tier, dc in (("p0", "p", "A"), ("rld0", "rld", "A"), ("md0", "md", "B")):
+            body = {"instance_id": iid, "tier": tier, "datacenter": dc, "adapter": "sim"}
+            client.post("/v1/instances", json=body).raise_for_status()
+        yield client
+
+
+@pytest.fixture
+def strict() -> Iterator[TestClient]:
+    """The default policy with a TTFT threshold no prefill can meet."""
+    yield from _client({"admit_ttft_s": 1e-9})
+
+
+@pytest.fixture
+def default() -> Iterator[TestClient]:
+    yield from _client({})
+
+
+def _openai(client: TestClient) -> openai.OpenAI:
+    return openai.OpenAI(
+        base_url=f"{client.base_url}/v1", api_key=KEY, http_client=client, max_retries=0
+    )
+
+
+def _rejections(client: TestClient) -> dict[str, float]:
+    out = {}
+    for line in client.get("/metrics").text.splitlines():
+        if line.startswith("pdd_router_rejections_total{"):
+            label, value = line.split("} ")
+            out[label.split('"')[1]] = float(value)
+    return out
+
+
+def test_an_over_capacity_request_is_a_429_with_retry_after(strict: TestClient) -> None:
+    with pytest.raises(openai.RateLimitError) as refused:
+        _openai(strict).completions.create(model="m", prompt=PROMPT, max_tokens=4)
+    response = refused.value.response
+    assert response.status_code == 429
+    assert int(response.headers["retry-after"]) >= 1
+    error = response.json()["error"]
+    assert error["type"] == "rate_limit_exceeded"
+    assert error["code"] == "overloaded"
+    assert "over capacity" in error["message"]
+    assert _rejections(strict) == {"prefill": 1.0}
+
+
+def test_within_capacity_the_same_request_is_served(default: TestClient) -> None:
+    completion = _openai(default).completions.create(model="m", prompt=PROMPT, max_tokens=4)
+    assert completion.usage is not None
+    assert completion.usage.completion_tokens == 4
+    assert _rejections(default) == {}

@@ -1,0 +1,159 @@
+"""Admission control in `pdd-adaptive`: refusing what would miss the SLA, not queueing it."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+
+from policies.admission import Bottleneck, Overloaded
+from policies.pdd_adaptive import rld_load
+from policies.registry import build_policy, parse_policy
+from policies.tiers import Tier
+from policies.types import ClusterView, Decision, InstanceLoad, LinkState, Pipeline, RequestView
+from router.index.base import IndexedInstance
+from router.index.memory_index import MemoryPrefixIndex
+from router.scheduler import Scheduler
+from router.service.wan_ledger import WanLedger
+
+KV = 70_000.0
+BLOCK = 512
+GBPS20 = 20e9 / 8
+
+
+def cluster(
+    *,
+    p_queue_tokens: int = 0,
+    backlog: float = 0.0,
+    wan_active: int = 0,
+    rld_running: int = 0,
+    rld_pending_tokens: int = 0,
+) -> ClusterView:
+    def inst(iid: str, tier: Tier, dc: str) -> InstanceLoad:
+        return InstanceLoad(iid, tier, dc, kv_capacity_tokens=2_000_000)
+
+    ps = [inst("p0", Tier.P, "A"), inst("p1", Tier.P, "A")]
+    for p in ps:
+        p.queued_prefill_tokens = p_queue_tokens
+    rld = inst("rld0", Tier.RLD, "A")
+    rld.running, rld.pending_tokens = rld_running, rld_pending_tokens
+    return ClusterView(
+        instances={
+            Tier.P: ps,
+            Tier.RLD: [rld],
+            Tier.MD: [inst("md0", Tier.MD, "B"), inst("md1", Tier.MD, "B")],
+        },
+        wan=LinkState(GBPS20, 0.03, active_transfers=wan_active, backlog_bytes=backlog),
+        rdma=LinkState(400e9 / 8, 1e-5),
+        kv_bytes_per_token=KV,
+        prefill_tokens_per_s=20_000.0,
+        decode_step_s=0.03,
+    )
+
+
+def request(blocks: int = 8, max_tokens: int | None = 2000) -> RequestView:
+    return RequestView(tuple(range(blocks)), BLOCK, blocks * BLOCK, max_tokens)
+
+
+def decide(view: ClusterView, req: RequestView | None = None, **params: object) -> Decision:
+    policy = build_policy(parse_policy("pdd-adaptive", params))
+    return policy.decide(req or request(), view, {})
+
+
+def test_an_idle_cluster_admits_and_decides_as_without_admission() -> None:
+    view = cluster()
+    on, off = decide(view), decide(view, admit_ttft_s=None)
+    assert on == off
+    assert on.pipeline is Pipeline.P_MD
+
+
+def test_a_long_prefill_queue_is_refused_with_the_time_it_needs_to_drain() -> None:
+    # 200,000 queued tokens at 20,000 tokens/s: 10 s before this prefill even starts
+    view = cluster(p_queue_tokens=200_000)
+    with pytest.raises(Overloaded) as caught:
+        decide(view)
+    refused = caught.value
+    assert refused.bottleneck is Bottleneck.PREFILL
+    # without admission control it is queued as before, its first token 10.4 s away
+    queued = decide(view, admit_ttft_s=None)
+    assert queued.predicted_ttft_s > 10.0 + 4096 / 20_000
+    # retry once the queue has drained by the excess over the 8 s allowed
+    assert refused.retry_after_s == pytest.approx(queued.predicted_ttft_s - 8.0)
+    assert refused.retry_after_header == "3"
+    assert "prefill" in refused.reason
+    # a looser limit admits it
+    assert decide(view, admit_ttft_s=12.0) == queued
+
+
+def test_a_full_line_sends_requests_to_rld_while_it_has_room_then_refuses() -> None:
+    # 12.5 GB ahead on 20 Gbps: 5 s of backlog, over the 4 s allowed
+    backed_up = cluster(backlog=12.5e9, wan_active=10)
+    d = decide(backed_up)
+    assert d.pipeline is Pipeline.P_RLD
+    assert "RLD finishes it" in d.reason
+    assert d.predicted_wan_bytes == 0.0
+    # RLD saturated: the request takes the line, sharing it with the ten copies ahead
+    full = cluster(backlog=12.5e9, wan_active=10, rld_running=250)
+    assert decide(full).pipeline is Pipeline.P_MD
+    # ... unless its copy, on that share, would miss the admission limit
+    with pytest.raises(Overloaded) as caught:
+        decide(full, request(64))
+    assert caught.value.bottleneck is Bottleneck.WAN
+    # a larger backlog allowance keeps it on the line
+    assert decide(backed_up, max_wan_backlog_s=10.0).pipeline is not Pipeline.P_RLD
+
+
+def test_a_full_rld_with_a_slow_copy_is_refused_instead_of_queued() -> None:
+    req = request(48)  # 1.72 GB: about 7 s on a tenth of the line
+    view = cluster(wan_active=9, rld_running=250)
+    assert "queued on RLD" in decide(view, req, admit_ttft_s=None).reason
+    with pytest.raises(Overloaded) as caught:
+        decide(view, req)
+    assert caught.value.bottleneck in (Bottleneck.RLD, Bottleneck.WAN)
+    assert caught.value.retry_after_s > 0
+
+
+def test_requests_on_their_way_to_rld_count_in_its_load() -> None:
+    view = cluster(rld_pending_tokens=1_000_000)
+    assert rld_load(view.instances[Tier.RLD][0]) == pytest.approx(0.5)
+    rld = view.instances[Tier.RLD][0]
+    assert rld.kv_uncommitted_tokens == 1_000_000
+    assert rld.kv_free_tokens == 2_000_000
+
+
+def test_the_scheduler_logs_a_refusal_and_passes_it_on() -> None:
+    index = MemoryPrefixIndex()
+    for iid, tier, dc in (("p0", Tier.P, "A"), ("rld0", Tier.RLD, "A"), ("md0", Tier.MD, "B")):
+        index.register(IndexedInstance(iid, tier, dc, 10_000))
+    log = io.StringIO()
+    policy = build_policy(parse_policy("pdd-adaptive"))
+    scheduler = Scheduler(index, policy, decision_log=log)
+    with pytest.raises(Overloaded):
+        scheduler.decide(request(), cluster(p_queue_tokens=400_000))
+    assert scheduler.rejections == 1
+    assert scheduler.decisions == 0
+    line = json.loads(log.getvalue())
+    assert line["kind"] == "rejected"
+    assert line["bottleneck"] == "prefill"
+    assert line["retry_after_s"] > 10
+
+
+def test_the_wan_ledger_drains_committed_copies_at_the_line_rate() -> None:
+    link = LinkState(bandwidth_bps=1e9, rtt_s=0.03)
+    ledger = WanLedger(link)
+    ledger.commit(2e9, now=100.0)  # 2 s of line
+    ledger.commit(1e9, now=100.0)  # 1 s more, behind it
+    assert (link.backlog_bytes, link.active_transfers) == (3e9, 2)
+    ledger.sync(101.5)
+    assert link.backlog_bytes == pytest.approx(1.5e9)
+    assert link.active_transfers == 2
+    ledger.sync(102.5)  # the first copy drained at 102 s
+    assert link.backlog_bytes == pytest.approx(0.5e9)
+    assert link.active_transfers == 1
+    ledger.sync(110.0)
+    assert (link.backlog_bytes, link.active_transfers) == (0.0, 0)
+    ledger.commit(1e9, now=120.0)  # an idle line starts from empty, not from a debt
+    assert link.backlog_bytes == pytest.approx(1e9)
+    ledger.sync(99.0)  # a clock that steps back changes nothing
+    assert link.backlog_bytes == pytest.approx(1e9)
