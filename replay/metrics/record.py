@@ -5,10 +5,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from policies.admission import Overloaded
 from policies.tiers import Tier
 from replay.sim.request_state import Leg, SimRequest
 
-__all__ = ["RequestRecord", "record_of"]
+__all__ = ["REJECTED", "RequestRecord", "record_of"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +51,7 @@ class RequestRecord:
     tokens_md: int
     rld_busy_s: float | None
     reason: str
+    rejected: str | None = None  # the bottleneck admission control refused it for, if it did
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -67,6 +69,8 @@ def _hit(leg: Leg | None, input_length: int) -> float | None:
 
 def record_of(request: SimRequest) -> RequestRecord:
     """The record of a simulated request (finished or not)."""
+    if request.rejected is not None:
+        return _rejected_record(request, request.rejected)
     decision = request.decision
     arrival = request.arrival_s
     first, last = request.first_token_s, request.last_token_s
@@ -117,4 +121,49 @@ def record_of(request: SimRequest) -> RequestRecord:
         tokens_md=request.tokens_md,
         rld_busy_s=_r(rld_busy),
         reason=decision.reason if decision is not None else "",
+    )
+
+
+REJECTED = "rejected"
+"""The pipeline (and decided pipeline) of a request admission control refused."""
+
+
+def _rejected_record(request: SimRequest, refused: Overloaded) -> RequestRecord:
+    return RequestRecord(
+        request_id=request.trace.request_id,
+        session_id=request.trace.session_id,
+        arrival_s=round(request.arrival_s, 6),
+        input_length=request.input_length,
+        output_length=request.output_length,
+        decided_pipeline=REJECTED,
+        pipeline=REJECTED,
+        reactive=False,
+        handoff=None,
+        handoff_rounds=0,
+        eager_tokens=0,
+        p_instance="",
+        rld_instance=None,
+        md_instance=None,
+        finished_on=None,
+        ttft_s=None,
+        ttft_prefill_s=None,
+        tpot_s=None,
+        max_gap_s=None,
+        handoff_gap_s=None,
+        e2e_s=None,
+        prefill_queue_s=0.0,
+        prefill_s=0.0,
+        hit_p=0.0,
+        hit_rld=None,
+        hit_md=None,
+        predicted_hit_p=None,
+        predicted_hit_md=None,
+        predicted_wan_s=0.0,
+        wan_bytes=0.0,
+        transfer_s=None,
+        tokens_rld=0,
+        tokens_md=0,
+        rld_busy_s=None,
+        reason=refused.reason,
+        rejected=refused.bottleneck.value,
     )

@@ -9,6 +9,7 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field
 
+from replay.metrics.columns import float_values, string_values
 from replay.metrics.record import RequestRecord
 from router.sla import SLA_TPOT_S, SLA_TTFT_S
 
@@ -68,6 +69,14 @@ class Summary(BaseModel):
         "over the simulated time",
     )  # fmt: skip
     index_mode: str = "events"
+    rejected: int = Field(
+        0, description="Requests admission control refused at arrival (past the cluster's "
+        "capacity); they count as missing the SLA",
+    )  # fmt: skip
+    rejected_by: dict[str, int] = Field(
+        default_factory=dict, description="Rejected requests by the bottleneck that refused "
+        "them: prefill, wan, rld",
+    )  # fmt: skip
     pipelines: dict[str, int]
     handoffs: dict[str, int]
     reactive_p_rld: int
@@ -93,10 +102,6 @@ class Summary(BaseModel):
         default_factory=list, description="Why the run's figures may mislead (a baseline on "
         "a cluster it was not made for, a trace without prefixes, a cluster that fell behind)",
     )  # fmt: skip
-
-
-def _array(values: Sequence[float | None]) -> FloatArray:
-    return np.array([np.nan if v is None else v for v in values], dtype=np.float64)
 
 
 def _pct(values: FloatArray, qs: tuple[int, ...]) -> list[float | None]:
@@ -149,12 +154,12 @@ def summarize(
 ) -> Summary:
     """Aggregate per-request records into the run's summary."""
     n = len(records)
-    arrival = _array([r.arrival_s for r in records])
-    ttft = _array([r.ttft_s for r in records])
-    tpot = _array([r.tpot_s for r in records])
-    e2e = _array([r.e2e_s for r in records])
-    gap = _array([r.max_gap_s for r in records])
-    transfer = _array([r.transfer_s for r in records])
+    arrival = float_values(records, "arrival_s")
+    ttft = float_values(records, "ttft_s")
+    tpot = float_values(records, "tpot_s")
+    e2e = float_values(records, "e2e_s")
+    gap = float_values(records, "max_gap_s")
+    transfer = float_values(records, "transfer_s")
     done = np.isfinite(e2e)
     start = float(arrival.min()) if n else 0.0
     end = float(np.nanmax(arrival + e2e)) if done.any() else start
@@ -164,10 +169,14 @@ def summarize(
         duration = simulated if simulated > 0.0 else 1.0
     meets = done & (ttft <= sla.ttft_s) & (~np.isfinite(tpot) | (tpot <= sla.tpot_s))
     met = int(meets.sum())
-    wan_bytes = float(sum(r.wan_bytes for r in records))
-    tokens_rld = float(sum(r.tokens_rld for r in records))
-    tokens_all = tokens_rld + float(sum(r.tokens_md for r in records))
+    # Python's sum, in record order: the same float as adding the records one by one
+    wan_bytes = float(sum(float_values(records, "wan_bytes").tolist()))
+    tokens_rld = float(sum(float_values(records, "tokens_rld").tolist()))
+    tokens_all = tokens_rld + float(sum(float_values(records, "tokens_md").tolist()))
+    rld_busy = sum(np.nan_to_num(float_values(records, "rld_busy_s"), nan=0.0).tolist())
     goodput = met / duration
+    rejected = string_values(records, "rejected")
+    refused = [r for r in rejected if r is not None]
     p50, p99, mean = _pct(transfer, (50, 99))
     return Summary(
         policy=policy,
@@ -191,13 +200,19 @@ def summarize(
         wan_gbps_peak=wan_gbps(wan_throughput, start, end) if wan_throughput else 0.0,
         transfer_s=TransferStats(p50=p50, p99=p99, mean=mean),
         rld_token_share=round(tokens_rld / tokens_all, 6) if tokens_all else 0.0,
-        rld_busy_mean=round(sum(r.rld_busy_s or 0.0 for r in records) / simulated, 6)
-        if simulated > 0
-        else 0.0,
+        rld_busy_mean=round(rld_busy / simulated, 6) if simulated > 0 else 0.0,
         index_mode=index_mode,
-        pipelines=_counts([r.pipeline for r in records]),
-        handoffs=_counts([r.handoff for r in records if r.handoff is not None]),
-        reactive_p_rld=sum(1 for r in records if r.reactive),
+        rejected=len(refused),
+        rejected_by=_counts(refused),
+        pipelines=_counts(
+            [
+                p
+                for p, r in zip(string_values(records, "pipeline"), rejected, strict=True)
+                if r is None
+            ]
+        ),
+        handoffs=_counts([h for h in string_values(records, "handoff") if h is not None]),
+        reactive_p_rld=int(float_values(records, "reactive").sum()),
         hit_rate=_hit_rates(records),
         cost_per_hour=round(cost_per_hour, 6),
         bcr=round(goodput / cost_per_hour, 9) if cost_per_hour > 0 else 0.0,
@@ -212,9 +227,9 @@ def summarize(
     )
 
 
-def _counts(values: list[str]) -> dict[str, int]:
+def _counts(values: Sequence[str | None]) -> dict[str, int]:
     out: dict[str, int] = {}
-    for value in sorted(values):
+    for value in sorted(str(v) for v in values):
         out[value] = out.get(value, 0) + 1
     return out
 
@@ -222,14 +237,13 @@ def _counts(values: list[str]) -> dict[str, int]:
 def _hit_rates(records: Sequence[RequestRecord]) -> dict[str, float]:
     """Token-weighted realized hit rate per tier (over the requests that used the tier)."""
     out: dict[str, float] = {}
-    for tier, values in (
-        ("p", [(r.hit_p, r.input_length) for r in records]),
-        ("rld", [(r.hit_rld, r.input_length) for r in records if r.hit_rld is not None]),
-        ("md", [(r.hit_md, r.input_length) for r in records if r.hit_md is not None]),
-    ):
-        if values:
-            hits = np.array([h for h, _ in values], dtype=np.float64)
-            weights = np.array([w for _, w in values], dtype=np.float64)
+    length = float_values(records, "input_length")
+    served = np.array([r is None for r in string_values(records, "rejected")], dtype=bool)
+    for tier in ("p", "rld", "md"):
+        rate = float_values(records, f"hit_{tier}")
+        used = served & ~np.isnan(rate) if tier == "p" else ~np.isnan(rate)
+        if used.any():
+            hits, weights = rate[used], length[used]
             total = weights.sum()
             out[tier] = round(float((hits * weights).sum() / total), 6) if total else 0.0
     return out

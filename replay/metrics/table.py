@@ -15,6 +15,13 @@ def _p(p: Percentiles, scale: float = 1.0, unit: str = "s") -> str:
     return f"{p.p50 * scale:.3g} / {p.p90 * scale:.3g} / {p.p99 * scale:.3g} {unit}"
 
 
+def _rejected(summary: Summary) -> str:
+    if not summary.rejected:
+        return "none"
+    by = ", ".join(f"{k} {v}" for k, v in summary.rejected_by.items())
+    return f"{summary.rejected} ({summary.rejected / summary.requests:.1%}): {by}"
+
+
 def summary_table(summary: Summary) -> Table:
     """Key figures of one run, one row each."""
     table = Table(title=f"replay: {summary.policy} on {summary.preset}", show_header=False)
@@ -23,6 +30,7 @@ def summary_table(summary: Summary) -> Table:
     t = summary.transfer_s
     rows = [
         ("requests (completed)", f"{summary.requests} ({summary.completed})"),
+        ("rejected (admission control)", _rejected(summary)),
         ("TTFT P50 / P90 / P99", _p(summary.ttft_s)),
         ("TPOT P50 / P90 / P99", _p(summary.tpot_s, 1000, "ms")),
         ("E2E P50 / P90 / P99", _p(summary.e2e_s)),

@@ -1,29 +1,41 @@
 """Replay a trace through the simulated cluster: the function behind `replay run`.
 
-``run_replay`` reads the trace, loads the preset, checks that the cluster can serve
-the trace with the policy, wires the production scheduler (the same ``Scheduler``,
-policy and ``MemoryPrefixIndex`` the live router uses, on the simulated clock) into
-the simulator, runs it and summarizes the outcome.
+``run_replay`` loads the preset, checks that the cluster can serve the trace with the
+policy, wires the production scheduler (the same ``Scheduler``, policy and
+``MemoryPrefixIndex`` the live router uses, on the simulated clock) into the simulator,
+runs it and summarizes the outcome. A trace file is streamed through the run (read as
+arrivals come, checked on the way) and each request's record is kept as compact columns
+once it ends, so memory follows the cluster's state, not the trace's length.
 """
 
 from __future__ import annotations
 
+import itertools
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TextIO
 
 import numpy as np
+import numpy.typing as npt
 
 from policies.registry import UnknownPolicyError, build_policy, parse_policy
 from policies.tiers import Tier
+from replay.metrics.columns import RecordColumns, float_values, string_values
 from replay.metrics.record import RequestRecord, record_of
 from replay.metrics.summary import SlaThresholds, Summary, summarize
 from replay.metrics.writers import write_run
 from replay.presets.cluster_preset import ClusterPreset
 from replay.presets.loader import load_preset
 from replay.runner.outcomes import outcome_of
+from replay.runner.trace_source import (
+    CheckedTrace,
+    TraceShape,
+    UnsortedTrace,
+    capacity_error,
+    count_requests,
+)
 from replay.sim.event_loop import EventLoop
 from replay.sim.kv_events import KV_EVENT_DELAY_S
 from replay.sim.request_state import SimRequest
@@ -55,10 +67,11 @@ _CROSS_DATACENTER = {"xdc-pd", "xdc-pd-drc", "pdd", "pdd-adaptive"}
 
 
 def cluster_warnings(
-    preset: ClusterPreset, policy: str, requests: Sequence[TraceRequest]
+    preset: ClusterPreset, policy: str, requests: Sequence[TraceRequest] | TraceShape
 ) -> list[str]:
     """What makes a replay's answer misleading though it can run: a baseline on a cluster
     it was not made for, a trace without prefix information."""
+    shape = requests if isinstance(requests, TraceShape) else TraceShape.of(requests)
     out = []
     spans = preset.spans_datacenters()
     pools = preset.pools().values()
@@ -76,7 +89,7 @@ def cluster_warnings(
             f"{policy} is a cross-datacenter design, but preset {preset.name} is one "
             "datacenter: nothing crosses a WAN, so the run says nothing about the line"
         )
-    longest = max((r.input_length + r.output_length for r in requests), default=0)
+    longest = shape.longest
     for name, pool in preset.pools().items():
         probed = pool.fitted.probed_prompt_tokens if pool.fitted is not None else None
         if probed is not None and longest > EXTRAPOLATION * probed:
@@ -85,7 +98,7 @@ def cluster_warnings(
                 f"the trace's requests reach {longest:,}: its costs per context token are "
                 "extrapolated (calibrate again with a larger --max-prompt)"
             )
-    if requests and not any(r.hash_ids for r in requests):
+    if shape.requests and not shape.has_blocks:
         out.append(
             "the trace has no prefix information (no hash_ids, as in Azure traces): every "
             "request is a cache miss, so hit rates, WAN deltas and the policies' choices "
@@ -108,14 +121,16 @@ arrival (a short trace overwhelmed at once)."""
 
 def backlog_warning(summary: Summary, records: Sequence[RequestRecord]) -> str | None:
     """A line when the cluster fell behind the trace, else None."""
-    ordered = sorted(records, key=lambda r: r.arrival_s)
-    fifth = len(ordered) // 5
+    served = np.array([r is None for r in string_values(records, "rejected")], dtype=bool)
+    arrival = float_values(records, "arrival_s")[served]  # refused requests queued nowhere
+    fifth = len(arrival) // 5
     if fifth == 0:
         return None
+    ttft = float_values(records, "ttft_s")[served]
+    ordered = np.where(np.isnan(ttft), np.inf, ttft)[np.argsort(arrival, kind="stable")]
 
-    def median_ttft(part: Sequence[RequestRecord]) -> float:
-        ttft = np.array([np.inf if r.ttft_s is None else r.ttft_s for r in part])
-        return float(np.median(ttft))
+    def median_ttft(part: npt.NDArray[np.float64]) -> float:
+        return float(np.median(part))
 
     advice = "; lower --rate-scale or add instances"
     first, last = median_ttft(ordered[:fifth]), median_ttft(ordered[-fifth:])
@@ -140,17 +155,23 @@ def backlog_warning(summary: Summary, records: Sequence[RequestRecord]) -> str |
 
 @dataclass(frozen=True, slots=True)
 class ReplayResult:
-    """What a replay produced: the summary and one record per request (arrival order)."""
+    """What a replay produced: the summary and one record per request (arrival order;
+    ``RecordColumns`` for a replay's own records)."""
 
     summary: Summary
-    records: list[RequestRecord]
+    records: Sequence[RequestRecord]
 
     def write(self, out_dir: Path) -> None:
         write_run(out_dir, self.summary, self.records)
 
 
-def check_cluster(preset: ClusterPreset, policy: str, requests: Sequence[TraceRequest]) -> None:
-    """Refuse, before the run, a cluster that cannot serve the trace with the policy."""
+def check_cluster(
+    preset: ClusterPreset, policy: str, requests: Sequence[TraceRequest] | TraceShape | None
+) -> None:
+    """Refuse, before the run, a cluster that cannot serve the trace with the policy.
+
+    ``requests`` None checks the cluster alone (a streamed trace's requests are checked
+    as they are read, by ``CheckedTrace``)."""
     pools = preset.pools()
     have = preset.tiers()
     listing = ", ".join(f"{n} ({p.tier.value} in {p.datacenter})" for n, p in pools.items())
@@ -179,40 +200,116 @@ def check_cluster(preset: ClusterPreset, policy: str, requests: Sequence[TraceRe
             raise UserError(f"preset {preset.name}: the WAN bandwidth must be positive")
     if not requests:
         return
-    worst_prompt = max(_prompt_tokens(r) for r in requests)
-    worst = max(_prompt_tokens(r) + max(r.output_length, 1) for r in requests)
-    for name, pool in pools.items():
-        need = worst_prompt if pool.tier == Tier.P else worst
-        capacity = preset.kv_capacity_tokens(pool)
-        if capacity < need:
-            raise UserError(
-                f"preset {preset.name}: pool {name} holds {capacity} KV tokens per instance, "
-                f"less than the largest request of the trace needs ({need} tokens); "
-                "add GPUs per instance or set kv_capacity_tokens"
-            )
+    shape = requests if isinstance(requests, TraceShape) else TraceShape.of(requests)
+    error = capacity_error(preset, shape, "the largest request of the trace")
+    if error is not None:
+        raise error
 
 
-def _prompt_tokens(request: TraceRequest) -> int:
-    blocks = len(request.hash_ids) * request.block_size
-    return blocks + max(request.input_length - blocks, 0)
+@dataclass(slots=True)
+class _Trace:
+    """A replay's requests: streamed from a file (checked as they are read), or in memory."""
+
+    name: str
+    first: TraceRequest
+    rest: Iterator[TraceRequest]
+    total: int | None  # how many, when known without reading them all
+    held: list[TraceRequest] | None = None  # the requests, when given in memory
+    checked: CheckedTrace | None = None  # a file's stream, once it is replayed
+
+    def requests(self, preset: ClusterPreset) -> Iterator[TraceRequest]:
+        stream = itertools.chain((self.first,), self.rest)
+        if self.held is not None:
+            return stream
+        self.checked = CheckedTrace(stream, preset)
+        return self.checked
+
+    def shape(self) -> TraceShape:
+        if self.held is not None:
+            return TraceShape.of(self.held)
+        assert self.checked is not None
+        return self.checked.shape
 
 
 def _load_trace(
     trace: str | Path | Sequence[TraceRequest],
     trace_format: str | None = None,
     block_size: int | None = None,
-) -> tuple[str, list[TraceRequest]]:
+    *,
+    count: bool = False,
+    name: str = "<memory>",
+) -> _Trace:
+    """A file's first request and a stream of the rest (``count``: the requests counted
+    first, for a progress bar), or requests given in memory, sorted by arrival."""
     if isinstance(trace, str | Path):
         fmt = resolve_format(trace_format) if trace_format is not None else None
-        requests = list(read_trace(trace, fmt, block_size))
-        name = str(trace)
-    else:
-        requests = list(trace)
-        name = "<memory>"
+        stream = read_trace(trace, fmt, block_size)
+        first = next(stream, None)
+        if first is None:
+            raise UserError(f"{trace}: the trace has no requests")
+        total = count_requests(trace, fmt) if count else None
+        return _Trace(str(trace), first, stream, total)
+    requests = sorted(trace, key=lambda r: r.arrival_s)  # stable: file order among equals
     if not requests:
         raise UserError(f"{name}: the trace has no requests")
-    requests.sort(key=lambda r: r.arrival_s)  # stable: file order among equal times
-    return name, requests
+    return _Trace(name, requests[0], iter(requests[1:]), len(requests), requests)
+
+
+@dataclass(frozen=True, slots=True)
+class _RunOptions:
+    policy: str
+    policy_params: Mapping[str, Any] | None
+    rate_scale: float
+    seed: int
+    kv_event_delay_s: float
+    kv_event_wan_delay_s: float
+    progress: ProgressObserver | None
+    decision_log: TextIO | None
+    index_mode: IndexMode
+    predictor: HitPredictor | None
+    index_capacity: IndexCapacity
+
+
+def _simulate(
+    cluster: ClusterPreset, source: _Trace, o: _RunOptions
+) -> tuple[RecordColumns, Simulator]:
+    """One run of the simulator over ``source``: each request's record as it ends."""
+    loop = EventLoop()
+    schedulers = SchedulerFactory.create(
+        MemoryPrefixIndex(clock=loop.clock),
+        predictor=o.predictor,
+        record_routes=o.index_mode == "approximate",
+        decision_log=o.decision_log,
+        clock=loop.clock,
+    )
+    scheduler = schedulers.build(build_policy(parse_policy(o.policy, o.policy_params)))
+    records = RecordColumns()
+
+    def finished(request: SimRequest) -> None:
+        scheduler.record_outcome(outcome_of(request))
+
+    def keep(request: SimRequest) -> None:
+        records.put(request.key, record_of(request))
+
+    sim = Simulator(
+        cluster,
+        scheduler,
+        schedulers.index,
+        block_size=source.first.block_size,
+        seed=o.seed,
+        kv_event_delay_s=o.kv_event_delay_s,
+        kv_event_wan_delay_s=o.kv_event_wan_delay_s,
+        progress=o.progress,
+        loop=loop,
+        kv_events=o.index_mode == "events",
+        on_finished=finished if o.decision_log is not None else None,
+        index_knows_capacity=o.index_capacity == "exact",
+        sink=keep,
+    )
+    if o.progress is not None and source.total is not None:
+        o.progress.start(source.total)
+    sim.run(source.requests(cluster), o.rate_scale)
+    return records, sim
 
 
 def _load_predictor(predictor: str | Path | HitPredictor | None) -> HitPredictor | None:
@@ -275,52 +372,42 @@ def run_replay(
     cluster = load_preset(preset, overrides)
     policy_name = policy or cluster.spec.default_policy
     try:
-        policy_obj = build_policy(parse_policy(policy_name, policy_params))
+        build_policy(parse_policy(policy_name, policy_params))  # a bad name: before the run
     except UnknownPolicyError as exc:
         raise UserError(str(exc)) from None
-    trace_name, requests = _load_trace(trace, trace_format, block_size)
-    check_cluster(cluster, policy_name, requests)
-    warnings = cluster_warnings(cluster, policy_name, requests)
+    source = _load_trace(trace, trace_format, block_size, count=progress is not None)
+    # a streamed trace's requests are checked as they are read; its first one now, so a
+    # cluster that cannot hold even that is refused before anything is built
+    check_cluster(cluster, policy_name, source.held or [source.first])
+    options = _RunOptions(
+        policy_name, policy_params, rate_scale, seed, kv_event_delay_s, kv_event_wan_delay_s,
+        progress, decision_log, index_mode, model, index_capacity,
+    )  # fmt: skip
 
     started = time.perf_counter()
-    loop = EventLoop()
-    schedulers = SchedulerFactory.create(
-        MemoryPrefixIndex(clock=loop.clock),
-        predictor=model,
-        record_routes=index_mode == "approximate",
-        decision_log=decision_log,
-        clock=loop.clock,
-    )
-    index = schedulers.index
-    scheduler = schedulers.build(policy_obj)
-
-    def finished(request: SimRequest) -> None:
-        scheduler.record_outcome(outcome_of(request))
-
-    sim = Simulator(
-        cluster,
-        scheduler,
-        index,
-        block_size=requests[0].block_size,
-        seed=seed,
-        kv_event_delay_s=kv_event_delay_s,
-        kv_event_wan_delay_s=kv_event_wan_delay_s,
-        progress=progress,
-        loop=loop,
-        kv_events=index_mode == "events",
-        on_finished=finished if decision_log is not None else None,
-        index_knows_capacity=index_capacity == "exact",
-    )
-    if progress is not None:
-        progress.start(len(requests))
-    simulated = sim.run(requests, rate_scale)
-    records = [record_of(r) for r in simulated]
+    try:
+        records, sim = _simulate(cluster, source, options)
+    except UnsortedTrace:  # a file not in arrival order: sort it in memory, start again
+        if decision_log is not None:
+            if not decision_log.seekable():
+                raise UserError(
+                    f"{source.name}: the trace is not sorted by arrival time and the decision "
+                    "log cannot be rewritten; sort the trace first"
+                ) from None
+            decision_log.seek(0)
+            decision_log.truncate()
+        fmt = resolve_format(trace_format) if trace_format is not None else None
+        held = list(read_trace(source.name, fmt, block_size))
+        source = _load_trace(held, name=source.name)
+        check_cluster(cluster, policy_name, source.held)
+        records, sim = _simulate(cluster, source, options)
+    warnings = cluster_warnings(cluster, policy_name, source.shape())
     wan = sim.cluster.wan
     summary = summarize(
         records,
         policy=policy_name,
         preset=preset,
-        trace=trace_name,
+        trace=source.name,
         seed=seed,
         rate_scale=rate_scale,
         kv_event_delay_s=kv_event_delay_s,

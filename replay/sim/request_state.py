@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Protocol
 
-from policies.types import Decision, HandoffMode, Pipeline
+from policies.admission import Overloaded
+from policies.types import Decision, HandoffMode, InstanceLoad, Pipeline
 from replay.sim.link import Link, Transfer
 from replay.sim.roofline import Roofline
 from replay.trace.record import TraceRequest
@@ -46,6 +47,11 @@ class DecodeServer(Protocol):
 
     @property
     def roofline(self) -> Roofline: ...
+
+    @property
+    def load(self) -> InstanceLoad:
+        """What the router sees of the instance."""
+        ...
 
     def reserve(self, leg: Leg) -> None:
         """Ask for memory for the copy (the simulator is told when it is granted)."""
@@ -127,6 +133,7 @@ class SimRequest:
         "prefill_start_s",
         "private_tokens",
         "reactive",
+        "rejected",
         "rld",
         "rld_end_s",
         "rld_leg",
@@ -180,6 +187,7 @@ class SimRequest:
         self.finished_s: float | None = None
         self.finished_on: str | None = None
         self.reactive = False
+        self.rejected: Overloaded | None = None  # refused at arrival (admission control)
         self.wan_bytes = 0.0
         self.transfer_s: float | None = None
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import Protocol
 
+from policies.admission import Overloaded
 from policies.tiers import Tier
 from policies.types import ClusterView, Decision, Pipeline, RequestView
 from replay.presets.cluster_preset import ClusterPreset
@@ -61,6 +62,7 @@ class Simulator:
         kv_events: bool = True,
         on_finished: Callable[[SimRequest], None] | None = None,
         index_knows_capacity: bool = True,
+        sink: Callable[[SimRequest], None] | None = None,
     ) -> None:
         """``kv_events`` False: engines publish nothing (the router's index is what it records
         itself); ``on_finished(request)`` runs when a request ends (the outcome join);
@@ -68,7 +70,11 @@ class Simulator:
         the index bounds nothing (a router not told the engines' cache sizes);
         ``kv_event_wan_delay_s``: how much later still the events of instances outside the
         prefill pool's datacenter (where the router decides) reach its index, e.g. the
-        line's one-way delay when each datacenter keeps its own index."""
+        line's one-way delay when each datacenter keeps its own index.
+
+        ``sink(request)``: each request is handed over once it has ended (the unfinished
+        ones when the run ends, in arrival order) and then forgotten, so memory holds only
+        the requests in flight; without a sink ``requests`` keeps every one."""
         self.loop = loop or EventLoop()
         self.preset = preset
         self.decider = decider
@@ -100,7 +106,10 @@ class Simulator:
         self.handoff = HandoffDriver(
             self.loop, self.cluster, preset.spec.handoff, self._abort, self._finish
         )
-        self.requests: list[SimRequest] = []
+        self.requests: list[SimRequest] = []  # every request, when there is no sink
+        self.arrived = 0
+        self._open: dict[int, SimRequest] = {}  # requests in flight, when there is a sink
+        self._sink = sink
         self.finished = 0
         self._progress = progress
         self._arrivals: Iterator[TraceRequest] = iter(())
@@ -121,9 +130,14 @@ class Simulator:
         self._schedule_next()
 
     def run(self, trace: Iterable[TraceRequest], rate_scale: float = 1.0) -> list[SimRequest]:
-        """Replay ``trace`` to the end; the simulated requests in arrival order."""
+        """Replay ``trace`` to the end; the simulated requests in arrival order (none when
+        they went to the sink)."""
         self.start(trace, rate_scale)
         self.loop.run()
+        if self._sink is not None:
+            unfinished, self._open = self._open, {}
+            for key in sorted(unfinished):
+                self._sink(unfinished[key])
         if self._progress is not None:
             self._progress.advance(self.finished)
         return self.requests
@@ -132,8 +146,12 @@ class Simulator:
         record = next(self._arrivals, None)
         if record is None:
             return
-        request = SimRequest(len(self.requests), record, record.arrival_s / self._rate_scale)
-        self.requests.append(request)
+        request = SimRequest(self.arrived, record, record.arrival_s / self._rate_scale)
+        self.arrived += 1
+        if self._sink is None:
+            self.requests.append(request)
+        else:
+            self._open[request.key] = request
         self.loop.at(request.arrival_s, Priority.ARRIVAL, self._arrive, request)
 
     def _arrive(self, request: SimRequest) -> None:
@@ -151,11 +169,25 @@ class Simulator:
             arrival_s=request.arrival_s,
             request_id=str(request.key),
         )
-        decision = self.decider.decide(view, cluster.view)
+        try:
+            decision = self.decider.decide(view, cluster.view)
+        except Overloaded as refused:
+            self._reject(request, refused)
+            return
         self._assign(request, decision)
         p = request.p
         assert p is not None
         p.submit(request)
+
+    def _reject(self, request: SimRequest, refused: Overloaded) -> None:
+        """Admission control refused the request: it ends at arrival, counted as rejected."""
+        request.rejected = refused
+        request.finished_s = self.loop.now
+        self.finished += 1
+        if self._progress is not None and self.finished & 63 == 0:
+            self._progress.advance(self.finished)
+        if self._sink is not None and self._open.pop(request.key, None) is not None:
+            self._sink(request)
 
     def _assign(self, request: SimRequest, decision: Decision) -> None:
         cluster = self.cluster
@@ -169,6 +201,10 @@ class Simulator:
             request.rld = self._decode_instance(decision, decision.rld_instance, Tier.RLD)
         if decision.pipeline in (Pipeline.P_MD, Pipeline.P_RLD_MD):
             request.md = self._decode_instance(decision, decision.md_instance, Tier.MD)
+        for dest in (request.rld, request.md):
+            if dest is not None:  # on its way: counted in the instance's load until it lands
+                dest.load.pending += 1
+                dest.load.pending_tokens += request.input_length + request.output_length
 
     def _decode_instance(
         self, decision: Decision, instance_id: str | None, role: Tier
@@ -190,6 +226,10 @@ class Simulator:
         self.feed.stored(p.id, request.chain)
         decision = request.decision
         assert decision is not None
+        for dest in (request.rld, request.md):
+            if dest is not None:  # it reaches the instance now: its own queue counts it
+                dest.load.pending -= 1
+                dest.load.pending_tokens -= request.input_length + request.output_length
         if request.rld is not None:
             request.rld_leg = self._leg(request, request.rld, reuse=True)
         if request.md is not None:
@@ -275,3 +315,5 @@ class Simulator:
             self._on_finished(request)
         if self._progress is not None and (self.finished & 63 == 0 or not self.loop.pending()):
             self._progress.advance(self.finished)
+        if self._sink is not None and self._open.pop(request.key, None) is not None:
+            self._sink(request)

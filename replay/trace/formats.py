@@ -30,6 +30,7 @@ __all__ = [
     "SUPPORTED_FORMATS",
     "StreamWrapper",
     "detect_format",
+    "open_binary",
     "read_trace",
     "resolve_format",
 ]
@@ -60,7 +61,7 @@ def resolve_format(name: str) -> str:
 
 
 @contextmanager
-def _open_binary(path: Path, wrap: StreamWrapper | None = None) -> Iterator[BinaryIO]:
+def open_binary(path: Path, wrap: StreamWrapper | None = None) -> Iterator[BinaryIO]:
     """The file's bytes (decompressed when it ends in .gz), closing everything after."""
     try:
         raw: BinaryIO = path.open("rb")
@@ -82,7 +83,7 @@ def _open_binary(path: Path, wrap: StreamWrapper | None = None) -> Iterator[Bina
 
 
 def _first_line(path: Path) -> bytes:
-    with _open_binary(path) as stream:
+    with open_binary(path) as stream:
         try:
             for raw in stream:
                 if raw.strip():
@@ -117,7 +118,7 @@ def detect_format(path: str | Path) -> str:
 
 
 def _parse(fmt: str, path: Path, wrap: StreamWrapper | None, size: int) -> Iterator[TraceRequest]:
-    with _open_binary(path, wrap) as stream:
+    with open_binary(path, wrap) as stream:
         try:
             if fmt == "mooncake":
                 yield from parse_mooncake(stream, str(path))

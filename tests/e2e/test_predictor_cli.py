@@ -28,7 +28,7 @@ def replay_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("predictor")
     trace, log = folder / "agentic.jsonl", folder / "decisions.jsonl"
     synth_agentic(trace, seed=5, requests=1500)
-    run = ["replay", "run", str(trace), "--preset", "pdd-small", *SMALL_CACHES]
+    run = ["replay", "run", str(trace), "--preset", "pdd-small", "--policy", "pdd", *SMALL_CACHES]
     run += ["--index-mode", "approximate", "--index-capacity", "unbounded", "--no-progress"]
     assert main([*run, "--decision-log", str(log), "--out", str(folder / "run")]) == 0
     return log

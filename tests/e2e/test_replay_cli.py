@@ -48,7 +48,7 @@ def _summary(out_dir: Path) -> dict[str, Any]:
 
 @pytest.mark.parametrize(
     ("preset", "policy"),
-    [("pdd-small", "pdd"), ("xdc-pd-small", "xdc-pd"), ("idc-pd-small", "idc-pd")],
+    [("pdd-small", "pdd-adaptive"), ("xdc-pd-small", "xdc-pd"), ("idc-pd-small", "idc-pd")],
 )
 def test_run_writes_the_summary_and_one_line_per_request(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, trace: Path, preset: str, policy: str

@@ -21,7 +21,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     folder = tmp_path_factory.mktemp("validate")
     trace = synth_agentic(folder / "agentic.jsonl", seed=5, requests=REQUESTS)
     for name, scale in (("a", "1"), ("b", "2")):
-        argv = ["replay", "run", str(trace), "--preset", "pdd-small", "--rate-scale", scale,
+        argv = ["replay", "run", str(trace), "--preset", "pdd-small", "--policy", "pdd",
+                "--rate-scale", scale,
                 "--out", str(folder / name), "--no-progress"]  # fmt: skip
         assert main(argv) == 0
     return folder / "a", folder / "b"

@@ -47,7 +47,7 @@ def test_unknown_preset_and_policy_list_the_valid_names(agentic: list[TraceReque
 @pytest.mark.parametrize(
     ("preset", "policy", "overrides", "message"),
     [
-        ("pdd-small", None, {"pools.md.instances": 0}, r"policy pdd needs a md pool"),
+        ("pdd-small", None, {"pools.md.instances": 0}, r"policy pdd-adaptive needs a md pool"),
         ("idc-pd-small", "pdd", {}, r"policy pdd needs a rld pool"),
         ("pdd-small", None, {"links.wan.bandwidth_gbps": 0}, r"WAN bandwidth must be positive"),
         ("pdd-small", None, {"links.wan": None}, r"no WAN link"),
@@ -90,8 +90,13 @@ def test_summary_is_consistent_with_the_records(agentic: list[TraceRequest]) -> 
     result = run_replay(agentic, "pdd-small", rate_scale=2.0)
     s, records = result.summary, result.records
     assert s.requests == len(records) == 400
-    assert s.completed == 400
-    assert sum(s.pipelines.values()) == 400
+    # twice the trace's rate is past pdd-small's capacity: the default policy refuses some
+    refused = [r for r in records if r.rejected is not None]
+    assert 0 < s.rejected == len(refused) < 400
+    assert sum(s.rejected_by.values()) == s.rejected
+    assert all(r.pipeline == "rejected" and r.ttft_s is None for r in refused)
+    assert s.completed == 400 - s.rejected
+    assert sum(s.pipelines.values()) == s.completed
     assert s.wan_bytes == pytest.approx(sum(r.wan_bytes for r in records))
     assert 0 < s.wan_gbps_mean <= s.wan_gbps_peak <= 20.0 + 1e-6
     assert s.ttft_s.p50 is not None
@@ -99,7 +104,7 @@ def test_summary_is_consistent_with_the_records(agentic: list[TraceRequest]) -> 
     assert s.ttft_s.p50 <= s.ttft_s.p99
     assert s.bcr == pytest.approx(s.goodput_rps / s.cost_per_hour, rel=1e-6)
     assert s.goodput_rps <= s.throughput_rps
-    tokens = sum(r.output_length for r in records)
+    tokens = sum(r.output_length for r in records if r.rejected is None)
     assert sum(r.tokens_rld + r.tokens_md for r in records) == tokens
     assert s.rld_token_share == pytest.approx(sum(r.tokens_rld for r in records) / tokens, abs=1e-6)
     slower = run_replay(agentic, "pdd-small", rate_scale=1.0).summary
