@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 import typer
 from rich.console import Console
 
-from cli.progress import ReplayBar, progress_bars
+from cli.executor_options import EXECUTOR, RAY_ADDRESS, WORKERS, open_executor
+from cli.progress import ReplayBar, ReplayCount, progress_bars
 from replay.sim.kv_events import KV_EVENT_DELAY_S
 from router.sla import SLA_TPOT_S, SLA_TTFT_S
 
@@ -81,12 +82,16 @@ def compare(
     kv_event_delay: float = _DELAY,
     sla_ttft: float = _TTFT,
     sla_tpot: float = _TPOT,
+    executor_kind: str = EXECUTOR,
+    workers: int | None = WORKERS,
+    ray_address: str | None = RAY_ADDRESS,
 ) -> None:
     """Replay TRACE under each --policy (same seed) and compare them with 95% intervals.
 
     A policy written NAME@PRESET runs on that cluster, so deployments compare too (e.g.
     --policy idc-pd@idc-pd --policy xdc-pd-drc@xdc-pd --policy pdd@pdd). Writes
     compare.json, report.html and each policy's summary.json and requests.jsonl.
+    With --executor process or ray the policies replay at once.
     """
     from replay.experiments.compare import run_compare
     from replay.metrics.summary import SlaThresholds
@@ -99,16 +104,20 @@ def compare(
     if sla_ttft <= 0 or sla_tpot <= 0:
         raise UserError("--sla-ttft and --sla-tpot must be positive")
     cluster_overrides = parse_overrides(overrides)
-    with progress_bars(not no_progress) as bars:
+    with (
+        open_executor(executor_kind, workers, ray_address) as executor,
+        progress_bars(not no_progress) as bars,
+    ):
 
         def observer(label: str) -> ProgressObserver | None:
             return ReplayBar(bars, f"replaying {label}") if bars is not None else None
 
+        count = ReplayCount(bars) if bars is not None and executor_kind != "serial" else None
         result = run_compare(
             trace, preset, policy, seed=seed, rate_scale=rate_scale,
             overrides=cluster_overrides, kv_event_delay_s=kv_event_delay,
             sla=SlaThresholds(ttft_s=sla_ttft, tpot_s=sla_tpot), resamples=resamples,
-            window_s=window, progress=observer,
+            window_s=window, progress=observer, executor=executor, on_replays=count,
         )  # fmt: skip
     result.write_json(out / "compare.json")
     slugs = [_slug(spec.label) for spec in result.specs]
@@ -163,11 +172,16 @@ def sweep(
     kv_event_delay: float = _DELAY,
     sla_ttft: float = _TTFT,
     sla_tpot: float = _TPOT,
+    executor_kind: str = EXECUTOR,
+    workers: int | None = WORKERS,
+    ray_address: str | None = RAY_ADDRESS,
 ) -> None:
     """Find the highest arrival rate meeting the SLA (SLA goodput) and its BCR.
 
     Bisects --rate-scale for the highest rate at which --target of requests meet the SLA;
-    writes sweep.json and report.html.
+    writes sweep.json and report.html. With --executor process or ray and W workers, each
+    round replays the next probe and the ones that may follow it, so the same probes take
+    about 1/log2(W+1) of the rounds.
     """
     from replay.experiments.sweep import run_sweep
     from replay.metrics.summary import SlaThresholds
@@ -180,8 +194,13 @@ def sweep(
     if sla_ttft <= 0 or sla_tpot <= 0:
         raise UserError("--sla-ttft and --sla-tpot must be positive")
     cluster_overrides = parse_overrides(overrides)
-    with progress_bars(not no_progress) as bars:
-        overall = bars.add_task("probes", total=max_probes) if bars is not None else None
+    with (
+        open_executor(executor_kind, workers, ray_address) as executor,
+        progress_bars(not no_progress) as bars,
+    ):
+        serial = executor_kind == "serial"
+        overall = bars.add_task("probes", total=max_probes) if bars and serial else None
+        count = ReplayCount(bars) if bars is not None and not serial else None
 
         def observer(number: int, scale: float) -> ProgressObserver | None:
             if bars is None or overall is None:
@@ -194,6 +213,7 @@ def sweep(
             max_probes=max_probes, start_scale=start_scale, overrides=cluster_overrides,
             kv_event_delay_s=kv_event_delay,
             sla=SlaThresholds(ttft_s=sla_ttft, tpot_s=sla_tpot), progress=observer,
+            executor=executor, on_replays=count,
         )  # fmt: skip
     result.write_json(out / "sweep.json")
     console = Console()

@@ -2,7 +2,8 @@
 
 ``progress_bars`` opens one rich Progress (or yields None when output is not a
 terminal or progress is off); ``ReplayBar`` is one replay's bar in it, fed by the
-simulator's progress observer calls.
+simulator's progress observer calls; ``ReplayCount`` counts the replays done when they
+run on other workers.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from contextlib import contextmanager
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TimeElapsedColumn
 
-__all__ = ["ReplayBar", "progress_bars"]
+__all__ = ["ReplayBar", "ReplayCount", "progress_bars"]
 
 
 class ReplayBar:
@@ -30,6 +31,21 @@ class ReplayBar:
     def advance(self, finished: int) -> None:
         if self._task is not None:
             self._progress.update(self._task, completed=finished)
+
+
+class ReplayCount:
+    """Replays finished out of those started ("replays done N/M"), for replays run on other
+    workers: a replay's own progress cannot cross processes."""
+
+    def __init__(self, progress: Progress, total: int | None = None) -> None:
+        self._progress = progress
+        self._task = progress.add_task("replays done", total=total)
+
+    def __call__(self, finished: int, started: int | None = None) -> None:
+        if started is None:
+            self._progress.update(self._task, completed=finished)
+        else:
+            self._progress.update(self._task, completed=finished, total=started)
 
 
 @contextmanager

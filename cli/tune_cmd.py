@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
 
-from cli.progress import progress_bars
+from cli.executor_options import EXECUTOR, RAY_ADDRESS, WORKERS, open_executor
+from cli.progress import ReplayCount, progress_bars
 from router.sla import SLA_TPOT_S, SLA_TTFT_S
 
 if TYPE_CHECKING:
@@ -137,7 +137,12 @@ def tune(
         0.001, "--min-gain", help="Coordinate search: relative gain needed to move a threshold"
     ),
     search_seed: int = typer.Option(0, "--search-seed", help="Seed of the random search"),
-    jobs: int = typer.Option(2, "--jobs", help="Configurations replayed in parallel"),
+    executor_kind: str = EXECUTOR,
+    workers: int | None = WORKERS,
+    ray_address: str | None = RAY_ADDRESS,
+    jobs: int | None = typer.Option(
+        None, "--jobs", hidden=True, help="Older spelling of --executor process --workers N"
+    ),
     overrides: list[str] = typer.Option(
         [], "--set", metavar="KEY=VALUE", help="Cluster override (repeatable)"
     ),
@@ -164,7 +169,11 @@ def tune(
     out: Path | None = typer.Option(None, "--out", help="Write every trial as JSON here"),
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar"),
 ) -> None:
-    """Search the policy's thresholds on TRACES for the best SLA goodput (or BCR)."""
+    """Search the policy's thresholds on TRACES for the best SLA goodput (or BCR).
+
+    The configurations of a round (and each one's scenarios) are independent replays: with
+    --executor process or ray they run --workers at a time, and the search is the same.
+    """
     from replay.metrics.summary import SlaThresholds
     from replay.presets.loader import load_preset, parse_overrides
     from replay.tuning.trial import TuneSetup
@@ -222,14 +231,16 @@ def tune(
             TuneSetup(trace=str(check), preset=check_preset or first, rate_scale=r, **common)
             for r in check_rate_scale
         ]
-    with progress_bars(not no_progress) as bars:
-        advance: Callable[[int], None] | None = None
-        if bars is not None:
-            task = bars.add_task("tuning (configurations)", total=trials + (2 if check else 0))
-
-            def advance(done: int) -> None:
-                bars.update(task, completed=done)
-
+    if jobs is not None:  # the older spelling: N configurations at once in processes
+        if executor_kind != "serial" or workers is not None:
+            raise UserError("--jobs is the older spelling of --executor process --workers N")
+        executor_kind, workers = ("process", jobs) if jobs > 1 else ("serial", None)
+    with (
+        open_executor(executor_kind, workers, ray_address) as executor,
+        progress_bars(not no_progress) as bars,
+    ):
+        most = trials * len(setups) + 2 * len(check_setups)
+        advance = ReplayCount(bars, total=most) if bars is not None else None
         result = run_tune(
             setups,
             objective=objective,  # type: ignore[arg-type]  # checked above
@@ -237,7 +248,7 @@ def tune(
             trials=trials,
             min_gain=min_gain,
             search_seed=search_seed,
-            jobs=jobs,
+            executor=executor,
             check=check_setups,
             advance=advance,
         )

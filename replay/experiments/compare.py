@@ -6,7 +6,8 @@ deployments) and, for every metric of ``summary.json``, gives each policy's valu
 difference from the first policy (the baseline) with a 95% bootstrap interval:
 per-request paired differences for latencies and per-request figures, fixed time
 windows for rates (see ``replay.experiments.compare_stats``). An interval that excludes zero
-marks the difference as significant.
+marks the difference as significant. The arms are independent replays: with an
+``executor`` of W workers they run W at a time, with the same results.
 
 Policies are given as ``NAME`` or ``NAME:KEY=VALUE[,KEY=VALUE...]`` (values are YAML
 scalars), e.g. ``pdd:wan_budget_s=0.5,chunk_tokens=32``; the text is the policy's
@@ -61,10 +62,12 @@ from replay.experiments.compare_stats import (
     policy_data,
     window_of,
 )
+from replay.experiments.executor import Executor
 from replay.experiments.policy_spec import PolicySpec, parse_policy_specs
+from replay.experiments.replay_job import ReplayJob, run_jobs
 from replay.metrics.hit_buckets import load_hit_rates, rates_of
 from replay.metrics.summary import SlaThresholds
-from replay.runner.run import ReplayResult, run_replay
+from replay.runner.run import ReplayResult
 from replay.sim.kv_events import KV_EVENT_DELAY_S
 from replay.sim.simulator import ProgressObserver
 from router.errors import UserError
@@ -289,24 +292,39 @@ def run_compare(
     resamples: int = 1000,
     window_s: float | None = None,
     progress: Callable[[str], ProgressObserver | None] | None = None,
+    executor: Executor | None = None,
+    on_replays: Callable[[int, int], None] | None = None,
 ) -> CompareResult:
     """Replay ``trace`` under each policy (texts as on the command line) and compare them.
     A policy written ``NAME@PRESET`` runs on its own cluster, the others on ``preset``:
-    deployments compare as policies do, request by request."""
+    deployments compare as policies do, request by request.
+
+    Serial (``executor`` None or serial): the arms one after the other, ``progress(label)``
+    giving each its observer; else the arms at once on the executor's workers,
+    ``on_replays(finished, arms)`` as each finishes. The result is the same either way."""
     specs = parse_policy_specs(policies, minimum=2)
     presets = [spec.preset_or(preset) for spec in specs]
     if resamples < 100:
         raise UserError(f"--resamples must be at least 100, got {resamples}")
     if window_s is not None and window_s <= 0:
         raise UserError(f"--window must be positive, got {window_s}")
-    results = [
-        run_replay(
-            trace, arm_preset, spec.name, rate_scale, seed,
+    jobs = [
+        ReplayJob.of(
+            trace, arm_preset, spec.name, rate_scale=rate_scale, seed=seed,
             policy_params=spec.params, overrides=overrides, kv_event_delay_s=kv_event_delay_s,
-            sla=sla, progress=progress(spec.label) if progress is not None else None,
+            sla=sla,
         )
         for spec, arm_preset in zip(specs, presets, strict=True)
     ]  # fmt: skip
+
+    def observer(i: int) -> ProgressObserver | None:
+        return progress(specs[i].label) if progress is not None else None
+
+    def finished(n: int) -> None:
+        if on_replays is not None:
+            on_replays(n, len(jobs))
+
+    results = run_jobs(executor, jobs, observer=observer, on_done=finished)
     return compare_results(
         specs,
         results,

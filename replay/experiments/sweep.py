@@ -13,6 +13,12 @@ and the BCR it implies is that rate over the cluster's cost per hour. The probe'
 reported beside it. Attainment need not fall monotonically with the rate, so the
 answer is a crossing point found by bisection, not a proof that no higher rate passes.
 
+On W workers (``executor``: processes or Ray) each round replays the next probe together
+with the probes that may follow it (``replay.experiments.sweep_search.speculate``) and
+keeps those on the path the serial search takes: the same probes, the same sweep.json,
+in about 1/log2(W + 1) of the rounds (W = 3: half; W = 7: a third; W = 2: two thirds on
+average), each round as long as its slowest replay when there are W cores.
+
 ``sweep.json`` (``SweepResult.to_json``)::
 
     {"schema": "pdd-router/sweep/1", "trace", "preset", "policy", "params", "seed",
@@ -28,14 +34,17 @@ answer is a crossing point found by bisection, not a proof that no higher rate p
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from replay.experiments.executor import Executor, SerialExecutor
 from replay.experiments.policy_spec import PolicySpec, parse_policy_spec
+from replay.experiments.replay_job import ReplayJob, run_jobs
+from replay.experiments.sweep_search import Bisection, SearchState, speculate
 from replay.metrics.summary import SlaThresholds, Summary
-from replay.runner.run import ReplayResult, run_replay
+from replay.runner.run import ReplayResult
 from replay.sim.kv_events import KV_EVENT_DELAY_S
 from replay.sim.simulator import ProgressObserver
 from router.errors import UserError
@@ -43,7 +52,6 @@ from router.errors import UserError
 __all__ = ["Probe", "SweepResult", "run_sweep"]
 
 SCHEMA = "pdd-router/sweep/1"
-MAX_DOUBLINGS = 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +139,17 @@ def _probe_json(probe: Probe) -> dict[str, Any]:
     }
 
 
+def _observers(
+    progress: Callable[[int, float], ProgressObserver | None] | None,
+    number: int,
+    scales: Sequence[float],
+) -> Callable[[int], ProgressObserver | None] | None:
+    """The i-th replay of a round is probe ``number + i`` at ``scales[i]``."""
+    if progress is None:
+        return None
+    return lambda i: progress(number + i, scales[i])
+
+
 def run_sweep(
     trace: str | Path,
     preset: str | None,
@@ -145,8 +164,14 @@ def run_sweep(
     kv_event_delay_s: float = KV_EVENT_DELAY_S,
     sla: SlaThresholds | None = None,
     progress: Callable[[int, float], ProgressObserver | None] | None = None,
+    executor: Executor | None = None,
+    on_replays: Callable[[int, int], None] | None = None,
 ) -> SweepResult:
-    """Bisect ``--rate-scale`` for the highest rate meeting ``target`` SLA attainment."""
+    """Bisect ``--rate-scale`` for the highest rate meeting ``target`` SLA attainment.
+
+    Serial (``executor`` None or serial): one probe at a time, ``progress(number, scale)``
+    giving each its observer. On W workers: the probes the serial search would run, found
+    ``speculate``-ing W at a time; ``on_replays(finished, started)`` counts the replays."""
     if not 0.0 < target <= 1.0:
         raise UserError(f"--target must be within (0, 1], got {target}")
     if tolerance <= 0.0:
@@ -156,53 +181,52 @@ def run_sweep(
     if start_scale <= 0.0:
         raise UserError(f"--start-scale must be positive, got {start_scale}")
     spec = parse_policy_spec(policy)
-    preset = spec.preset_or(preset)  # NAME@PRESET: the deployment's own cluster
+    arm_preset = spec.preset_or(preset)  # NAME@PRESET: the deployment's own cluster
+    executor = executor if executor is not None else SerialExecutor()
+    width = executor.workers
+    rules = Bisection(start_scale, tolerance, max_probes)
+    state = SearchState()
     probes: list[Probe] = []
-    kept: dict[str, ReplayResult] = {}  # the first replay and the best passing one
+    first: ReplayResult | None = None
+    best: tuple[Probe, ReplayResult] | None = None
+    ahead: dict[float, ReplayResult] = {}  # this round's replays not yet walked
+    counts = [0, 0]  # replays finished, started
 
-    def probe(scale: float) -> Probe:
-        observer = progress(len(probes) + 1, scale) if progress is not None else None
-        result = run_replay(
-            trace, preset, spec.name, scale, seed,
+    def job(scale: float) -> ReplayJob:
+        return ReplayJob.of(
+            trace, arm_preset, spec.name, rate_scale=scale, seed=seed,
             policy_params=spec.params, overrides=overrides,
-            kv_event_delay_s=kv_event_delay_s, sla=sla, progress=observer,
+            kv_event_delay_s=kv_event_delay_s, sla=sla,
         )  # fmt: skip
-        found = Probe.of(result.summary, target)
-        probes.append(found)
-        kept.setdefault("first", result)
-        best = kept.get("best")
-        if found.passed and (best is None or scale > best.summary.rate_scale):
-            kept["best"] = result
-        return found
 
-    first = probe(start_scale)
-    low: Probe | None = first if first.passed else None
-    high: Probe | None = None if first.passed else first
-    step = 2.0 if first.passed else 0.5
-    scale = start_scale
-    for _ in range(MAX_DOUBLINGS):
-        if (low is not None and high is not None) or len(probes) >= max_probes:
-            break
-        scale *= step
-        got = probe(scale)
-        if got.passed:
-            low = got
-        else:
-            high = got
-    while (
-        low is not None
-        and high is not None
-        and (high.rate_scale - low.rate_scale) / low.rate_scale > tolerance
-        and len(probes) < max_probes
-    ):
-        got = probe((low.rate_scale + high.rate_scale) / 2.0)
-        if got.passed:
-            low = got
-        else:
-            high = got
-    summary = kept["first"].summary
+    def finished(n: int) -> None:
+        if on_replays is not None:
+            on_replays(counts[0] + n, counts[1])
+
+    while (scale := rules.next_scale(state)) is not None:
+        if scale not in ahead:
+            ahead.clear()  # what is left was off the path
+            scales = speculate(rules, state, width)
+            counts[1] += len(scales)
+            observer = _observers(progress, len(probes) + 1, scales)
+            results = run_jobs(
+                executor, [job(s) for s in scales], observer=observer, on_done=finished
+            )
+            counts[0] += len(scales)
+            ahead.update(zip(scales, results, strict=True))
+        result = ahead.pop(scale)
+        found = Probe.of(result.summary, target)
+        state = rules.advance(state, scale, found.rate_scale, found.passed)
+        probes.append(found)
+        if first is None:
+            first = result
+        if found.passed and (best is None or found.rate_scale > best[0].rate_scale):
+            best = (found, result)
+    assert first is not None  # the first probe always runs
+    summary = first.summary
     return SweepResult(
-        spec=spec, target=target, tolerance=tolerance, probes=probes, best=low,
-        best_result=kept.get("best"),
-        cost_per_hour=summary.cost_per_hour, bracketed=high is not None, first=summary,
+        spec=spec, target=target, tolerance=tolerance, probes=probes,
+        best=best[0] if best is not None else None,
+        best_result=best[1] if best is not None else None,
+        cost_per_hour=summary.cost_per_hour, bracketed=state.high is not None, first=summary,
     )  # fmt: skip

@@ -1,20 +1,21 @@
 """One `replay tune` trial: a configuration replayed on every tuning scenario.
 
 A scenario is a trace on a preset at a rate scale (``TuneSetup``). A trial replays
-one set of policy parameters on each scenario and keeps each one's figures; trials run
-in worker processes, each worker replaying its configuration's scenarios in turn.
+one set of policy parameters on each scenario and keeps each one's figures. The replays of
+a batch of trials (every configuration on every scenario) are independent: they run on
+an ``Executor`` (this process, worker processes or Ray), with the same figures wherever.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from replay.experiments.executor import Executor, SerialExecutor
 from replay.metrics.summary import SlaThresholds, Summary
 from replay.runner.run import IndexMode, run_replay
 from replay.sim.kv_events import KV_EVENT_DELAY_S
@@ -112,48 +113,40 @@ class Trial(BaseModel):
         )
 
 
-Job = tuple[tuple[TuneSetup, ...], int, dict[str, Any]]
+Job = tuple[TuneSetup, dict[str, Any]]
 
 
-def _trial(job: Job) -> Trial:
-    setups, number, params = job
-    figures = []
-    for setup in setups:
-        summary = run_replay(
-            setup.trace,
-            setup.preset,
-            setup.policy,
-            rate_scale=setup.rate_scale,
-            seed=setup.seed,
-            policy_params=params,
-            overrides=setup.overrides,
-            kv_event_delay_s=setup.kv_event_delay_s,
-            sla=setup.sla,
-            index_mode=setup.index_mode,
-            predictor=setup.predictor,
-        ).summary
-        figures.append(Figures.of(setup.label, summary))
-    return Trial.of(number, params, figures)
+def _figures(job: Job) -> Figures:
+    """One scenario of one trial (a module-level function: workers receive it pickled)."""
+    setup, params = job
+    summary = run_replay(
+        setup.trace,
+        setup.preset,
+        setup.policy,
+        rate_scale=setup.rate_scale,
+        seed=setup.seed,
+        policy_params=params,
+        overrides=setup.overrides,
+        kv_event_delay_s=setup.kv_event_delay_s,
+        sla=setup.sla,
+        index_mode=setup.index_mode,
+        predictor=setup.predictor,
+    ).summary
+    return Figures.of(setup.label, summary)
 
 
 def run_trials(
     setups: Sequence[TuneSetup],
     configs: Sequence[tuple[int, dict[str, Any]]],
-    workers: int,
+    executor: Executor | None = None,
     advance: Callable[[int], None] | None = None,
 ) -> list[Trial]:
-    """Replay each (number, parameters) on every scenario; ``advance(n)`` after each trial."""
-    jobs: list[Job] = [(tuple(setups), n, p) for n, p in configs]
-    done: list[Trial] = []
-    if workers <= 1 or len(jobs) <= 1:
-        for job in jobs:
-            done.append(_trial(job))
-            if advance is not None:
-                advance(len(done))
-        return done
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        for trial in pool.map(_trial, jobs):
-            done.append(trial)
-            if advance is not None:
-                advance(len(done))
-    return done
+    """Replay each (number, parameters) on every scenario, every replay of the batch on the
+    executor's workers at once (serial by default); ``advance(n)`` as the n-th replay ends."""
+    jobs: list[Job] = [(setup, params) for _, params in configs for setup in setups]
+    figures = (executor or SerialExecutor()).map(_figures, jobs, on_done=advance)
+    width = len(setups)
+    return [
+        Trial.of(number, params, figures[i * width : (i + 1) * width])
+        for i, (number, params) in enumerate(configs)
+    ]

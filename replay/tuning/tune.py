@@ -14,7 +14,9 @@ on every scenario. (A random search over all thresholds at once, also offered, f
 configurations that won 1.5% on the trace and load they were tuned on and lost on
 another; so did coordinate ascent on a single load.) Optionally the defaults and the
 best are then replayed on check scenarios, a trace the search never saw (at one or
-more loads).
+more loads). The configurations of a round (one threshold's values; the random search's
+draws) are independent: their replays run at once on the ``executor``'s workers, and the
+search takes the same steps as one run serially.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from policies.registry import parse_policy
+from replay.experiments.executor import Executor
 from replay.tuning.space import draw_trials, space_of
 from replay.tuning.trial import Objective, Trial, TuneSetup, run_trials
 from router.errors import UserError
@@ -59,25 +62,38 @@ class TuneResult(BaseModel):
 
 
 class _Runner:
-    """Numbers and replays configurations in batches; keeps every trial."""
+    """Numbers and replays configurations in batches (a batch's replays at once on the
+    executor); keeps every trial and counts the replays done."""
 
     def __init__(
-        self, setups: Sequence[TuneSetup], jobs: int, advance: Callable[[int], None] | None
+        self,
+        setups: Sequence[TuneSetup],
+        executor: Executor | None,
+        advance: Callable[[int], None] | None,
     ) -> None:
         self.setups = setups
-        self.jobs = jobs
+        self.executor = executor
         self.advance = advance
         self.trials: list[Trial] = []
+        self.replays = 0
 
-    def run(self, configs: list[dict[str, Any]]) -> list[Trial]:
-        first = len(self.trials)
+    def run(
+        self, configs: list[tuple[int, dict[str, Any]]], setups: Sequence[TuneSetup] = ()
+    ) -> list[Trial]:
+        """Trials numbered as given, on ``setups`` (default: the tuning scenarios)."""
+        before = self.replays
 
         def moved(n: int) -> None:
+            self.replays = before + n
             if self.advance is not None:
-                self.advance(first + n)
+                self.advance(self.replays)
 
-        numbered = [(first + i, c) for i, c in enumerate(configs)]
-        done = run_trials(self.setups, numbered, self.jobs, moved)
+        return run_trials(setups or self.setups, configs, self.executor, moved)
+
+    def search(self, configs: list[dict[str, Any]]) -> list[Trial]:
+        """The next trials of the search (numbered on from the last)."""
+        first = len(self.trials)
+        done = self.run([(first + i, c) for i, c in enumerate(configs)])
         self.trials.extend(done)
         return done
 
@@ -92,7 +108,7 @@ def _coordinate(
     """One threshold at a time from the defaults; see the module docstring."""
     space = space_of(policy)
     defaults = parse_policy(policy).model_dump(exclude={"kind"})
-    best = runner.run([{}])[0]
+    best = runner.search([{}])[0]
     seen = {json.dumps({}, sort_keys=True)}
     changed = True
     while changed and len(runner.trials) < trials:
@@ -109,7 +125,7 @@ def _coordinate(
             configs = configs[: trials - len(runner.trials)]
             if not configs:
                 continue
-            fair = [t for t in runner.run(configs) if t.not_worse_anywhere(best, objective)]
+            fair = [t for t in runner.search(configs) if t.not_worse_anywhere(best, objective)]
             if not fair:
                 continue
             top = _best(fair, objective)
@@ -127,13 +143,15 @@ def run_tune(
     trials: int = 32,
     min_gain: float = 0.001,
     search_seed: int = 0,
-    jobs: int = 1,
+    executor: Executor | None = None,
     check: Sequence[TuneSetup] = (),
     advance: Callable[[int], None] | None = None,
 ) -> TuneResult:
     """Search the policy's thresholds with at most ``trials`` configurations, each replayed
     on every scenario of ``setups``; with ``check`` replay the defaults and the best on
-    those scenarios too (``advance(n)`` after each configuration)."""
+    those scenarios too. A round's replays (its configurations on every scenario) run at
+    once on ``executor`` (default: one after the other, here); ``advance(n)`` as the n-th
+    replay of the whole run ends."""
     if not setups:
         raise UserError("give at least one trace to tune on")
     if trials < 1:
@@ -142,20 +160,14 @@ def run_tune(
         raise UserError(f"--min-gain must be 0 or more, got {min_gain}")
     policy = setups[0].policy
     space_of(policy)  # a policy without thresholds is refused before any replay
-    runner = _Runner(setups, jobs, advance)
+    runner = _Runner(setups, executor, advance)
     if search == "random":
-        best = _best(runner.run(draw_trials(policy, trials, search_seed)), objective)
+        best = _best(runner.search(draw_trials(policy, trials, search_seed)), objective)
     else:
         best = _coordinate(runner, policy, objective, trials, min_gain)
     checked: CheckResult | None = None
     if check:
-        offset = len(runner.trials)
-
-        def later(n: int) -> None:
-            if advance is not None:
-                advance(offset + n)
-
-        pair = run_trials(check, [(0, {}), (best.number, best.params)], jobs, later)
+        pair = runner.run([(0, {}), (best.number, best.params)], check)
         labels = [c.label for c in check]
         checked = CheckResult(scenarios=labels, default=pair[0], tuned=pair[1])
     return TuneResult(
