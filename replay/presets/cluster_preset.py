@@ -59,7 +59,7 @@ class ClusterPreset:
         """GPUs times their price plus the WAN line (when there is one)."""
         gpus = sum(n * self.hardware[hw].price_per_hour for hw, n in self.gpu_counts().items())
         wan = self.spec.links.wan
-        line = wan.price_per_hour if wan is not None and self.spans_datacenters() else 0.0
+        line = wan.hourly_price() if wan is not None and self.spans_datacenters() else 0.0
         return gpus + line
 
     def datacenters(self) -> list[str]:

@@ -7,6 +7,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from policies.tiers import Tier
 
 __all__ = [
+    "HOURS_PER_MONTH",
+    "WAN_PRICE_PER_GBPS_MONTH",
     "ClusterSpec",
     "FittedTiming",
     "FluctuationSpec",
@@ -173,13 +175,42 @@ class FluctuationSpec(_Spec):
     high: float = Field(gt=0, le=1)
 
 
+HOURS_PER_MONTH = 730.0
+"""Hours in the month a line is priced by (8,760 h / 12)."""
+
+WAN_PRICE_PER_GBPS_MONTH = 72.4
+"""Default line price, USD per Gbps per month: TeleGeography's weighted median lease of a
+10 Gbps wavelength on Frankfurt-London, 724 USD a month (blog.telegeography.com,
+"Global Bandwidth Prices Are Converging (Somewhat)"): a short terrestrial route between
+two hubs, like a line between two datacenters of one region."""
+
+
 class LinkSpec(_Spec):
-    """A network link: bandwidth shared by its transfers, round-trip time, line price."""
+    """A network link: bandwidth shared by its transfers, round-trip time, line price.
+
+    The line is priced per Gbps of its bandwidth per month (``price_per_gbps_month``,
+    converted at 730 h a month) or as a whole per hour (``price_per_hour``, as older
+    presets do); when both are given, ``price_per_hour`` wins.
+    """
 
     bandwidth_gbps: float = Field(ge=0)
     rtt_s: float = Field(ge=0)
-    price_per_hour: float = Field(0.0, ge=0)
+    price_per_gbps_month: float | None = Field(
+        None, ge=0, description="USD per Gbps of bandwidth per month (730 h)"
+    )
+    price_per_hour: float | None = Field(
+        None, ge=0, description="USD per hour for the whole line; wins over price_per_gbps_month"
+    )
     fluctuation: FluctuationSpec | None = None
+
+    def hourly_price(self) -> float:
+        """USD per hour of the line: ``price_per_hour`` when given, else bandwidth times
+        ``price_per_gbps_month`` over 730 h, else free."""
+        if self.price_per_hour is not None:
+            return self.price_per_hour
+        if self.price_per_gbps_month is not None:
+            return self.bandwidth_gbps * self.price_per_gbps_month / HOURS_PER_MONTH
+        return 0.0
 
 
 class LinksSpec(_Spec):

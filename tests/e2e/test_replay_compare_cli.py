@@ -128,8 +128,8 @@ def test_compare_deployments_each_policy_on_its_own_cluster(
     # each arm priced as its own cluster: 48 H100; 48 H100 and the line; 27 H100 + 16 H200
     assert cost["values"] == {
         "idc-pd@idc-pd-small": pytest.approx(120.0),
-        "xdc-pd-drc@xdc-pd-small": pytest.approx(121.0),
-        "pdd@pdd-small": pytest.approx(118.5),
+        "xdc-pd-drc@xdc-pd-small": pytest.approx(120.0 + 20 * 72.4 / 730),
+        "pdd@pdd-small": pytest.approx(117.5 + 20 * 72.4 / 730),
     }
     wan = next(m for m in data["metrics"] if m["key"] == "wan_bytes")
     assert wan["values"]["idc-pd@idc-pd-small"] == 0  # one datacenter: nothing crosses
@@ -165,4 +165,4 @@ def test_sweep_a_deployment_named_with_its_cluster(
     assert code == 0, err
     data = _json(out / "sweep.json")
     assert (data["preset"], data["policy"]) == ("xdc-pd-small", "xdc-pd-drc@xdc-pd-small")
-    assert data["cost_per_hour"] == pytest.approx(121.0)  # that cluster's price
+    assert data["cost_per_hour"] == pytest.approx(120.0 + 20 * 72.4 / 730)  # GPUs and line

@@ -145,7 +145,7 @@ def test_the_listing_shows_models_lines_and_prices(capsys: pytest.CaptureFixture
     assert code == 0
     pdd = next(line for line in out.splitlines() if line.startswith("pdd "))
     assert "model kimi-k2-like" in pdd
-    assert "WAN 20 Gbps, 30 ms RTT, 1.00 USD/h" in pdd
+    assert "WAN 20 Gbps, 30 ms RTT, 1.98 USD/h" in pdd  # 20 x 72.4 / 730
     assert "h100 2.5, h200 3.125" in pdd
     idc = next(line for line in out.splitlines() if line.startswith("idc-pd "))
     assert "one datacenter" in idc

@@ -1,0 +1,133 @@
+"""`replay plan`'s bounds, line price and pruning, on hand-made loads with hand-computed values."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from replay.experiments import plan as plan_module
+from replay.experiments.executor import SerialExecutor
+from replay.experiments.plan import PlanSettings, SweepJob, SweepOutcome, run_plan
+from replay.experiments.plan_bounds import TraceLoad, bounds_of
+from replay.experiments.plan_space import PlanSpace, line_price_of, parse_counts
+from replay.metrics.summary import SlaThresholds
+from replay.presets.loader import load_preset
+from replay.presets.schema import LinkSpec
+from router.errors import UserError
+
+SLA = SlaThresholds(ttft_s=1.0, tpot_s=0.01)
+KV = 70272.0  # kimi-k2-like bytes per token
+ACTIVE, ATTN = 32.6e9, 2.49856e6  # kimi-k2-like active parameters, attention FLOPs per pair
+H100_PREFILL = 8 * 989.0e12 * 0.4  # FLOP/s of an 8-GPU H100 instance at 40% MFU
+
+
+def cold_load(n: int = 10, prompt: int = 10_000, output: int = 101) -> TraceLoad:
+    """``n`` cold prompts (no prefix reuse) arriving over 100 s."""
+    return TraceLoad(
+        duration_s=100.0,
+        input_tokens=np.full(n, float(prompt)),
+        output_tokens=np.full(n, float(output)),
+        hit_tokens=np.zeros(n),
+    )
+
+
+def test_prefill_bound_is_the_rate_at_which_p_finishes_the_served_prompts_in_time() -> None:
+    preset = load_preset("pdd-small")  # 3 prefill instances of 8 H100
+    one = (2 * ACTIVE * 10_000 + ATTN * 10_000**2 / 2) / H100_PREFILL  # 0.2455 s a prompt
+    bounds = bounds_of(preset, cold_load(40), target=1.0, sla=SLA)
+    # all 40 prompts on 3 instances must end within the trace's span plus the 1 s TTFT
+    assert bounds.prefill_rps == pytest.approx(40 / (40 * one / 3 - 1.0), rel=1e-9)
+    assert bounds.prefill_rps == pytest.approx(17.60, rel=1e-3)
+    # the target share: 90% of 40 requests is the first 36
+    ninety = bounds_of(preset, cold_load(40), target=0.9, sla=SLA)
+    assert ninety.prefill_rps == pytest.approx(40 / (36 * one / 3 - 1.0), rel=1e-9)
+    # prompts that 3 instances finish within the TTFT slack bound nothing
+    assert bounds_of(preset, cold_load(10), target=1.0, sla=SLA).prefill_rps == float("inf")
+
+
+def test_line_bound_counts_uncached_kv_and_what_rld_can_absorb() -> None:
+    no_rld = load_preset("pdd-small", {"pools.rld.instances": 0})
+    bounds = bounds_of(no_rld, cold_load(), target=1.0, sla=SLA)
+    carry_s = 10 * 10_000 * KV / (20e9 / 8)  # 2.81 s on 20 Gbps
+    assert bounds.line_rps == pytest.approx(10 / (carry_s - 1.0), rel=1e-6)
+    assert bounds.line_rps == pytest.approx(5.522, rel=1e-3)
+    # half the prompt cached on MD's side: half the bytes
+    half = cold_load()
+    half = TraceLoad(half.duration_s, half.input_tokens, half.output_tokens, half.input_tokens / 2)
+    assert bounds_of(no_rld, half, target=1.0, sla=SLA).line_rps == pytest.approx(
+        10 / (carry_s / 2 - 1.0), rel=1e-6
+    )
+    # RLD finishes some requests itself, so with it the line takes more
+    with_rld = bounds_of(load_preset("pdd-small"), cold_load(), target=1.0, sla=SLA)
+    assert with_rld.line_rps > bounds.line_rps
+    # one-token outputs: RLD absorbs all of them at once and the line bounds nothing
+    tiny = bounds_of(load_preset("pdd-small"), cold_load(output=1), target=1.0, sla=SLA)
+    assert tiny.line_rps == float("inf")
+
+
+def test_memory_bound_and_the_tightest_limit() -> None:
+    # 8 A100 40GB hold 320 GB: not the model's 520 GB of weights
+    small = load_preset("pdd-small", {"pools.p.hardware": "a100-40gb"})
+    bounds = bounds_of(small, cold_load(), target=1.0, sla=SLA)
+    assert (bounds.memory_ok, bounds.limit, bounds.rps) == (False, "memory", 0.0)
+    ok = bounds_of(load_preset("pdd-small"), cold_load(40), target=1.0, sla=SLA)
+    assert ok.limit == "line"  # 40 cold prompts: 11.2 s on the line, 3.3 s on P
+    assert ok.rps == ok.line_rps < ok.prefill_rps
+
+
+def test_line_price_per_gbps_month_and_which_price_wins() -> None:
+    line = LinkSpec(bandwidth_gbps=20, rtt_s=0.03, price_per_gbps_month=73.0)
+    assert line.hourly_price() == pytest.approx(2.0)  # 20 x 73 / 730 h
+    both = LinkSpec(bandwidth_gbps=20, rtt_s=0.03, price_per_gbps_month=73.0, price_per_hour=5)
+    assert both.hourly_price() == 5.0  # an explicit hourly price wins
+    packaged = load_preset("pdd-small")
+    assert packaged.cost_per_hour() == pytest.approx(117.5 + 20 * 72.4 / 730)
+    old = load_preset("pdd-small", {"links.wan.price_per_hour": 1.0})  # an older preset
+    assert old.cost_per_hour() == pytest.approx(118.5)
+    assert line_price_of(old) == pytest.approx(1.0 * 730 / 20)  # spread over its 20 Gbps
+
+
+def test_counts_parse_ranges_and_name_the_option() -> None:
+    assert parse_counts("2..4,7", "--p") == (2, 3, 4, 7)
+    with pytest.raises(UserError, match="--md"):
+        parse_counts("3..1", "--md")
+
+
+def test_pruning_by_bounds_and_by_cost(monkeypatch: pytest.MonkeyPatch) -> None:
+    """1 prefill instance cannot serve the trace's rate (pruned by its bound); 2 are swept;
+    3 cost more and can at best serve what 2 already do: dominated, never swept."""
+    swept: list[dict[str, Any]] = []
+
+    def fake_sweep(job: SweepJob) -> SweepOutcome:
+        swept.append(job.overrides)
+        return SweepOutcome(
+            sla_goodput_rps=50.0, cost_per_hour=1.0, bcr=50.0, bracketed=True, probes=3,
+            rate_scale=1.0, sla_attainment=0.95, ttft_p99_s=1.0, wan_gbps_mean=1.0,
+            rld_token_share=0.05,
+        )  # fmt: skip
+
+    monkeypatch.setattr(plan_module, "run_job", fake_sweep)
+    load = cold_load(n=100, prompt=10_000, output=101)  # 1 req/s of cold 10K prompts
+    space = PlanSpace(
+        p=(1, 2, 3), rld=(1,), md=(1,), gpu_p=("h100",), gpu_rld=("h100",), gpu_md=("h200",),
+        wan_gbps=(400.0,), wan_price_per_gbps_month=72.4,
+    )  # fmt: skip
+    # 100 prompts of 0.2455 s: 1 instance bounds 100 / (24.5 - 1) = 4.25 req/s, 2 give 8.87,
+    # 3 give 13.9; the target is 5 req/s (the trace's 1 req/s x 5)
+    settings = PlanSettings(
+        trace="t", preset="pdd-small", policy="pdd", min_rate_scale=5.0, target=1.0, sla=SLA
+    )
+    plan = run_plan(settings, space, load, SerialExecutor(), baseline=False)
+    by_p = {r.candidate.p: r for r in plan.results}
+    assert by_p[1].pruned_by == "prefill"
+    assert by_p[1].bounds.rps == pytest.approx(4.25, rel=1e-2)
+    assert by_p[2].bounds.rps == pytest.approx(8.87, rel=1e-2)
+    assert by_p[2].status == "evaluated"
+    assert by_p[3].bounds.rps <= 50.0
+    assert by_p[3].pruned_by == "dominated"
+    assert [job["pools.p.instances"] for job in swept] == [2]
+    assert plan.pruned_by() == {"prefill": 1, "dominated": 1}
+    assert plan.front == [plan.results.index(by_p[2])]
+    assert plan.best == plan.front[0]
