@@ -14,6 +14,8 @@ from rich.console import Console
 
 from cli.experiment_cmd import command_line, compare, sweep
 from cli.live_cmd import live
+from cli.overload_cmd import overload
+from cli.plan_cmd import plan
 from cli.progress import ReplayBar, progress_bars
 from cli.run_output import print_run
 from cli.tune_cmd import tune
@@ -179,7 +181,7 @@ def _preset_line(preset: ClusterPreset, name: str) -> str:
     wan = preset.spec.links.wan
     line = (
         f"WAN {wan.bandwidth_gbps:g} Gbps, {wan.rtt_s * 1e3:g} ms RTT, "
-        f"{wan.price_per_hour:.2f} USD/h"
+        f"{wan.hourly_price():.2f} USD/h"
         if wan is not None and preset.spans_datacenters()
         else "one datacenter"
     )
@@ -192,5 +194,7 @@ def _preset_line(preset: ClusterPreset, name: str) -> str:
 replay_app.command("compare")(compare)
 replay_app.command("validate")(validate)
 replay_app.command("sweep")(sweep)
+replay_app.command("overload")(overload)
 replay_app.command("tune")(tune)
 replay_app.command("live")(live)
+replay_app.command("plan")(plan)

@@ -139,11 +139,22 @@ def synth_command(
     rate: float | None = typer.Option(
         None, "--rate", help="Long-run arrival rate in requests/s (profile default: 10)"
     ),
+    param: list[str] = typer.Option(
+        [],
+        "--param",
+        help="Profile parameter KEY=VALUE (repeatable), e.g. output_median=400 or "
+        "tool_result_median=3000: every field of replay.trace.synth_agentic.AgenticProfile",
+        metavar="KEY=VALUE",
+    ),
 ) -> None:
     """Write a synthetic trace (Mooncake JSONL); the same seed gives the same file."""
+    from replay.presets.loader import parse_overrides
     from replay.trace.synth import make_profile, write_synthetic_trace
 
-    chosen = make_profile(profile, {} if rate is None else {"rate": rate})
+    overrides = parse_overrides(param)
+    if rate is not None:
+        overrides["rate"] = rate
+    chosen = make_profile(profile, overrides)
     written = write_synthetic_trace(out, chosen, requests, seed)
     typer.echo(
         f"wrote {written} requests to {out} "
