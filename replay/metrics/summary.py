@@ -11,11 +11,65 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from replay.metrics.columns import float_values, string_values
 from replay.metrics.record import RequestRecord
+from replay.sim.timeline import TimelineSamples
 from router.sla import SLA_TPOT_S, SLA_TTFT_S
 
-__all__ = ["Percentiles", "SlaThresholds", "Summary", "TransferStats", "summarize", "wan_gbps"]
+__all__ = [
+    "MAX_WINDOWS",
+    "Percentiles",
+    "SlaThresholds",
+    "Summary",
+    "TimelineSummary",
+    "TransferStats",
+    "summarize",
+    "timeline_summary",
+    "wan_gbps",
+]
+
+MAX_WINDOWS = 120
+"""The timeline in summary.json has at most this many windows (samples are merged)."""
 
 FloatArray = npt.NDArray[np.float64]
+
+
+class TimelineSummary(BaseModel):
+    """Load over the run in windows of ``window_s`` (at most ``MAX_WINDOWS``): the line's
+    mean rate and largest backlog, each tier's mean utilization and KV occupancy."""
+
+    window_s: float
+    t_s: list[float] = Field(description="Each window's start, seconds after the first arrival")
+    wan_gbps: list[float] = Field(default_factory=list, description="Mean line rate, Gbps")
+    wan_backlog_gb: list[float] = Field(
+        default_factory=list, description="Largest backlog on the line, GB"
+    )
+    utilization: dict[str, list[float]] = Field(default_factory=dict)
+    kv_used: dict[str, list[float]] = Field(default_factory=dict)
+
+
+def _windows(values: Sequence[float], k: int, how: str) -> list[float]:
+    if not values:
+        return []
+    a = np.asarray(values, dtype=np.float64)
+    pad = (-len(a)) % k
+    grid = np.concatenate((a, np.full(pad, np.nan))).reshape(-1, k)
+    out = np.nanmax(grid, axis=1) if how == "max" else np.nanmean(grid, axis=1)
+    return [round(float(x), 6) for x in out]
+
+
+def timeline_summary(samples: TimelineSamples) -> TimelineSummary | None:
+    """The samples merged into at most ``MAX_WINDOWS`` windows."""
+    if not samples.t_s:
+        return None
+    k = max(-(-len(samples.t_s) // MAX_WINDOWS), 1)
+    origin = samples.t_s[0]
+    return TimelineSummary(
+        window_s=samples.period_s * k,
+        t_s=[round(t - origin, 6) for t in samples.t_s[::k]],
+        wan_gbps=_windows(samples.wan_gbps, k, "mean"),
+        wan_backlog_gb=_windows(samples.wan_backlog_gb, k, "max"),
+        utilization={t: _windows(v, k, "mean") for t, v in samples.utilization.items()},
+        kv_used={t: _windows(v, k, "mean") for t, v in samples.kv_used.items()},
+    )
 
 
 class SlaThresholds(BaseModel):
@@ -102,6 +156,26 @@ class Summary(BaseModel):
         default_factory=list, description="Why the run's figures may mislead (a baseline on "
         "a cluster it was not made for, a trace without prefixes, a cluster that fell behind)",
     )  # fmt: skip
+    wan_utilization: float = Field(
+        0.0, description="The line's mean rate over its bandwidth (fraction; 0 without a line)"
+    )
+    wan_backlog_gb_peak: float = Field(
+        0.0, description="Most bytes waiting on the line at once (GB, sampled)"
+    )
+    utilization: dict[str, float] = Field(
+        default_factory=dict, description="Per tier, over the run: P the share of instances "
+        "prefilling, RLD and MD running requests over the batch cap (fractions, sampled)",
+    )  # fmt: skip
+    kv_used: dict[str, float] = Field(
+        default_factory=dict, description="Per tier, KV memory in use over capacity (fraction)"
+    )
+    cost_split: dict[str, float] = Field(
+        default_factory=dict, description="cost_per_hour by part: each tier's GPUs and the "
+        "line (USD/h)",
+    )  # fmt: skip
+    timeline: TimelineSummary | None = Field(
+        None, description="The line's and the tiers' load over the run, in windows"
+    )
 
 
 def _pct(values: FloatArray, qs: tuple[int, ...]) -> list[float | None]:
@@ -151,6 +225,9 @@ def summarize(
     version: str = "",
     warnings: Sequence[str] = (),
     kv_event_wan_delay_s: float = 0.0,
+    timeline: TimelineSamples | None = None,
+    wan_bandwidth_gbps: float | None = None,
+    cost_split: Mapping[str, float] | None = None,
 ) -> Summary:
     """Aggregate per-request records into the run's summary."""
     n = len(records)
@@ -175,6 +252,8 @@ def summarize(
     tokens_all = tokens_rld + float(sum(float_values(records, "tokens_md").tolist()))
     rld_busy = sum(np.nan_to_num(float_values(records, "rld_busy_s"), nan=0.0).tolist())
     goodput = met / duration
+    wan_mean = wan_bytes * 8 / simulated / 1e9 if simulated > 0 else 0.0
+    backlog = timeline.wan_backlog_gb if timeline is not None else []
     rejected = string_values(records, "rejected")
     refused = [r for r in rejected if r is not None]
     p50, p99, mean = _pct(transfer, (50, 99))
@@ -196,7 +275,7 @@ def summarize(
         goodput_rps=round(goodput, 6),
         throughput_rps=round(int(done.sum()) / duration, 6),
         wan_bytes=wan_bytes,
-        wan_gbps_mean=round(wan_bytes * 8 / simulated / 1e9, 6) if simulated > 0 else 0.0,
+        wan_gbps_mean=round(wan_mean, 6),
         wan_gbps_peak=wan_gbps(wan_throughput, start, end) if wan_throughput else 0.0,
         transfer_s=TransferStats(p50=p50, p99=p99, mean=mean),
         rld_token_share=round(tokens_rld / tokens_all, 6) if tokens_all else 0.0,
@@ -224,7 +303,17 @@ def summarize(
         version=version,
         warnings=list(warnings),
         kv_event_wan_delay_s=kv_event_wan_delay_s,
+        wan_utilization=round(wan_mean / wan_bandwidth_gbps, 6) if wan_bandwidth_gbps else 0.0,
+        wan_backlog_gb_peak=round(max(backlog), 6) if backlog else 0.0,
+        utilization={t: _mean(v) for t, v in timeline.utilization.items()} if timeline else {},
+        kv_used={t: _mean(v) for t, v in timeline.kv_used.items()} if timeline else {},
+        cost_split={k: round(v, 6) for k, v in (cost_split or {}).items()},
+        timeline=timeline_summary(timeline) if timeline is not None else None,
     )
+
+
+def _mean(values: Sequence[float]) -> float:
+    return round(float(np.mean(values)), 6) if values else 0.0
 
 
 def _counts(values: Sequence[str | None]) -> dict[str, int]:

@@ -15,6 +15,15 @@ def _p(p: Percentiles, scale: float = 1.0, unit: str = "s") -> str:
     return f"{p.p50 * scale:.3g} / {p.p90 * scale:.3g} / {p.p99 * scale:.3g} {unit}"
 
 
+def _by_tier(values: dict[str, float]) -> str:
+    return ", ".join(f"{k} {v:.0%}" for k, v in values.items()) or "-"
+
+
+def _cost(summary: Summary) -> str:
+    split = ", ".join(f"{k} {v:.2f}" for k, v in summary.cost_split.items())
+    return f"{summary.cost_per_hour:.2f} USD/h" + (f" ({split})" if split else "")
+
+
 def _rejected(summary: Summary) -> str:
     if not summary.rejected:
         return "none"
@@ -39,12 +48,15 @@ def summary_table(summary: Summary) -> Table:
             f"SLA (TTFT {summary.sla.ttft_s:g} s, TPOT {summary.sla.tpot_s * 1000:g} ms)",
             f"{summary.sla_attainment:.1%}",
         ),
-        ("goodput", f"{summary.goodput_rps:.3f} req/s"),
+        ("goodput at the trace's rate", f"{summary.goodput_rps:.3f} req/s (SLA met)"),
         (
             "WAN",
-            f"{summary.wan_bytes / 1e9:.1f} GB, mean {summary.wan_gbps_mean:.2f} Gbps, "
-            f"peak {summary.wan_gbps_peak:.2f} Gbps",
+            f"{summary.wan_bytes / 1e9:.1f} GB, mean {summary.wan_gbps_mean:.2f} Gbps "
+            f"({summary.wan_utilization:.0%} of the line), peak {summary.wan_gbps_peak:.2f} Gbps",
         ),
+        ("WAN backlog, largest", f"{summary.wan_backlog_gb_peak:.2f} GB"),
+        ("utilization (mean)", _by_tier(summary.utilization)),
+        ("KV memory used (mean)", _by_tier(summary.kv_used)),
         (
             "KV transfer P50 / P99",
             "-" if t.p50 is None or t.p99 is None else f"{t.p50:.3g} / {t.p99:.3g} s",
@@ -54,8 +66,8 @@ def summary_table(summary: Summary) -> Table:
         ("RLD token share", f"{summary.rld_token_share:.2%}"),
         ("RLD busy (mean requests)", f"{summary.rld_busy_mean:.2f}"),
         ("hit rate", ", ".join(f"{k} {v:.1%}" for k, v in summary.hit_rate.items())),
-        ("cost", f"{summary.cost_per_hour:.2f} USD/h"),
-        ("BCR", f"{summary.bcr * 1000:.3f} req/s per 1000 USD/h"),
+        ("cost", _cost(summary)),
+        ("BCR at the trace's rate", f"{summary.bcr * 1000:.3f} req/s per 1000 USD/h"),
         ("simulated / wall", f"{summary.simulated_s:.0f} s / {summary.wall_s:.2f} s"),
     ]
     for name, value in rows:

@@ -1,16 +1,17 @@
-"""Write a run's data: summary.json (authoritative) and requests.jsonl. Rendering is in
-``replay.report``."""
+"""Write a run's data: summary.json (authoritative), requests.jsonl and timeline.csv (the
+summary's timeline, for a spreadsheet). Rendering is in ``replay.report``."""
 
 from __future__ import annotations
 
+import csv
 import json
 from collections.abc import Sequence
 from pathlib import Path
 
 from replay.metrics.record import RequestRecord
-from replay.metrics.summary import Summary
+from replay.metrics.summary import Summary, TimelineSummary
 
-__all__ = ["write_requests", "write_run", "write_summary"]
+__all__ = ["write_requests", "write_run", "write_summary", "write_timeline"]
 
 
 def write_summary(path: Path, summary: Summary) -> None:
@@ -24,8 +25,28 @@ def write_requests(path: Path, records: Sequence[RequestRecord]) -> None:
             out.write("\n")
 
 
+def write_timeline(path: Path, timeline: TimelineSummary) -> None:
+    """One row per window: its start, the line's rate and backlog, each tier's load."""
+    tiers = list(timeline.utilization)
+    header = ["t_s", "wan_gbps", "wan_backlog_gb"]
+    header += [f"utilization_{t}" for t in tiers] + [f"kv_used_{t}" for t in tiers]
+    with path.open("w", encoding="utf-8", newline="") as out:
+        writer = csv.writer(out)
+        writer.writerow(header)
+        for i, t in enumerate(timeline.t_s):
+            row: list[float | str] = [t]
+            for series in (timeline.wan_gbps, timeline.wan_backlog_gb):
+                row.append(series[i] if series else "")
+            row += [timeline.utilization[tier][i] for tier in tiers]
+            row += [timeline.kv_used[tier][i] for tier in tiers]
+            writer.writerow(row)
+
+
 def write_run(out_dir: Path, summary: Summary, records: Sequence[RequestRecord]) -> None:
-    """``out_dir/summary.json`` and ``out_dir/requests.jsonl`` (the folder is created)."""
+    """``out_dir/summary.json``, ``out_dir/requests.jsonl`` and, when the run sampled its
+    load, ``out_dir/timeline.csv`` (the folder is created)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     write_summary(out_dir / "summary.json", summary)
     write_requests(out_dir / "requests.jsonl", records)
+    if summary.timeline is not None:
+        write_timeline(out_dir / "timeline.csv", summary.timeline)

@@ -62,6 +62,18 @@ class ClusterPreset:
         line = wan.hourly_price() if wan is not None and self.spans_datacenters() else 0.0
         return gpus + line
 
+    def cost_split(self) -> dict[str, float]:
+        """``cost_per_hour`` by part: the GPUs of each tier, and ``wan`` for the line."""
+        out: dict[str, float] = {}
+        for pool in self.pools().values():
+            gpus = pool.instances * pool.gpus_per_instance
+            tier = pool.tier.value
+            out[tier] = out.get(tier, 0.0) + gpus * self.hardware[pool.hardware].price_per_hour
+        wan = self.spec.links.wan
+        if wan is not None and self.spans_datacenters():
+            out["wan"] = wan.hourly_price()
+        return out
+
     def datacenters(self) -> list[str]:
         return sorted({pool.datacenter for pool in self.pools().values()})
 

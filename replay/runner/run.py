@@ -66,6 +66,10 @@ _ONE_DATACENTER = {"idc-pd"}
 _CROSS_DATACENTER = {"xdc-pd", "xdc-pd-drc", "pdd", "pdd-adaptive"}
 
 
+TIMELINE_PERIOD_S = 1.0
+"""How often (simulated seconds) the run samples the tiers' and the line's load."""
+
+
 def cluster_warnings(
     preset: ClusterPreset, policy: str, requests: Sequence[TraceRequest] | TraceShape
 ) -> list[str]:
@@ -305,6 +309,7 @@ def _simulate(
         on_finished=finished if o.decision_log is not None else None,
         index_knows_capacity=o.index_capacity == "exact",
         sink=keep,
+        timeline_period_s=TIMELINE_PERIOD_S,
     )
     if o.progress is not None and source.total is not None:
         o.progress.start(source.total)
@@ -403,6 +408,7 @@ def run_replay(
         records, sim = _simulate(cluster, source, options)
     warnings = cluster_warnings(cluster, policy_name, source.shape())
     wan = sim.cluster.wan
+    wan_spec = cluster.spec.links.wan if wan is not None else None
     summary = summarize(
         records,
         policy=policy_name,
@@ -421,6 +427,9 @@ def run_replay(
         overrides=overrides,
         version=__version__,
         warnings=warnings,
+        timeline=sim.timeline.samples if sim.timeline is not None else None,
+        wan_bandwidth_gbps=wan_spec.bandwidth_gbps if wan_spec is not None else None,
+        cost_split=cluster.cost_split(),
     )
     backlog = backlog_warning(summary, records)
     if backlog is not None:

@@ -21,3 +21,4 @@ class Priority(IntEnum):
     HANDOFF = 3  # an extend-decode chunk was digested on MD
     PREFILL = 4  # a prefill batch finished
     ARRIVAL = 5  # a request arrives at the router
+    SAMPLE = 6  # the timeline samples the cluster (after everything else at that instant)

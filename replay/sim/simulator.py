@@ -24,6 +24,7 @@ from replay.sim.handoff import HandoffDriver
 from replay.sim.kv_events import KV_EVENT_DELAY_S, KvEventFeed
 from replay.sim.link import Transfer
 from replay.sim.request_state import DecodeServer, Leg, LegState, SimRequest
+from replay.sim.timeline import Timeline
 from replay.trace.record import TraceRequest
 from router.index.base import IndexedInstance, PrefixIndex
 
@@ -63,6 +64,7 @@ class Simulator:
         on_finished: Callable[[SimRequest], None] | None = None,
         index_knows_capacity: bool = True,
         sink: Callable[[SimRequest], None] | None = None,
+        timeline_period_s: float | None = None,
     ) -> None:
         """``kv_events`` False: engines publish nothing (the router's index is what it records
         itself); ``on_finished(request)`` runs when a request ends (the outcome join);
@@ -74,7 +76,9 @@ class Simulator:
 
         ``sink(request)``: each request is handed over once it has ended (the unfinished
         ones when the run ends, in arrival order) and then forgotten, so memory holds only
-        the requests in flight; without a sink ``requests`` keeps every one."""
+        the requests in flight; without a sink ``requests`` keeps every one.
+        ``timeline_period_s``: sample the tiers' and the line's load that often
+        (``timeline``)."""
         self.loop = loop or EventLoop()
         self.preset = preset
         self.decider = decider
@@ -110,6 +114,12 @@ class Simulator:
         self.arrived = 0
         self._open: dict[int, SimRequest] = {}  # requests in flight, when there is a sink
         self._sink = sink
+        self._first_arrival_s: float | None = None
+        self.timeline = (
+            Timeline(self.loop, self.cluster, timeline_period_s)
+            if timeline_period_s is not None
+            else None
+        )
         self.finished = 0
         self._progress = progress
         self._arrivals: Iterator[TraceRequest] = iter(())
@@ -128,6 +138,8 @@ class Simulator:
         self._arrivals = iter(trace)
         self._rate_scale = rate_scale
         self._schedule_next()
+        if self.timeline is not None and self._first_arrival_s is not None:
+            self.timeline.start(self._first_arrival_s)
 
     def run(self, trace: Iterable[TraceRequest], rate_scale: float = 1.0) -> list[SimRequest]:
         """Replay ``trace`` to the end; the simulated requests in arrival order (none when
@@ -147,6 +159,8 @@ class Simulator:
         if record is None:
             return
         request = SimRequest(self.arrived, record, record.arrival_s / self._rate_scale)
+        if self._first_arrival_s is None:
+            self._first_arrival_s = request.arrival_s
         self.arrived += 1
         if self._sink is None:
             self.requests.append(request)

@@ -145,3 +145,39 @@ def test_a_first_token_from_the_decode_side_arrives_one_step_later(
     assert 0.5 < added[len(added) // 2] < 2.0  # the median request: about one step more
     assert stepped.summary.requests == forwarded.summary.requests
     assert stepped.summary.completed == forwarded.summary.completed
+
+
+def test_summary_shows_the_load_of_each_tier_and_the_line_and_the_cost_split(
+    agentic: list[TraceRequest], tmp_path: Path
+) -> None:
+    result = run_replay(agentic, "pdd-small", rate_scale=2.0)
+    s = result.summary
+    assert sum(s.cost_split.values()) == pytest.approx(s.cost_per_hour, rel=1e-6)
+    assert set(s.cost_split) == {"p", "rld", "md", "wan"}
+    assert s.cost_split["wan"] == pytest.approx(20 * 72.4 / 730, rel=1e-6)  # 20 Gbps line
+    assert s.wan_utilization == pytest.approx(s.wan_gbps_mean / 20.0, rel=1e-4)
+    timeline = s.timeline
+    assert timeline is not None
+    assert 10 <= len(timeline.t_s) <= 120
+    assert timeline.t_s[0] == 0.0
+    assert all(b > a for a, b in zip(timeline.t_s, timeline.t_s[1:], strict=False))
+    assert timeline.window_s * (len(timeline.t_s) - 1) <= s.simulated_s + timeline.window_s
+    assert s.wan_backlog_gb_peak == pytest.approx(max(timeline.wan_backlog_gb))
+    assert s.wan_backlog_gb_peak > 0  # twice the rate backs the line up
+    assert max(timeline.wan_gbps) <= 20.0 + 1e-6
+    for tier in ("p", "rld", "md"):
+        series = timeline.utilization[tier]
+        assert len(series) == len(timeline.t_s)
+        assert all(0.0 <= u <= 1.0 for u in series)
+        assert 0.0 <= s.kv_used[tier] <= 1.0
+    assert s.utilization["p"] > 0.3  # P is the bottleneck of this trace at twice its rate
+    write_run(tmp_path, s, result.records)
+    rows = (tmp_path / "timeline.csv").read_text().splitlines()
+    assert rows[0].startswith("t_s,wan_gbps,wan_backlog_gb,utilization_p")
+    assert len(rows) == len(timeline.t_s) + 1
+    # one datacenter: no line to pay for or to fill
+    idc = run_replay(agentic, "idc-pd-small").summary
+    assert "wan" not in idc.cost_split
+    assert idc.wan_utilization == 0.0
+    assert idc.timeline is not None
+    assert idc.timeline.wan_gbps == []
