@@ -222,3 +222,52 @@ def load(
         if run.soak is not None:
             for table in render_soak(run):
                 console.print(table)
+
+
+@bench_app.command("replay")
+def replay(
+    requests: str = typer.Option(
+        "5000,20000,80000", "--requests", metavar="N[,N...]", help="Trace sizes, in requests"
+    ),
+    preset: str = typer.Option("pdd-small", "--preset", help="Cluster preset to replay on"),
+    policy: str | None = typer.Option(None, "--policy", help="Policy (default: the preset's)"),
+    seed: int = typer.Option(0, "--seed", help="Seed of the synthetic traces"),
+    json_output: bool = typer.Option(False, "--json", help="Print JSON instead of a table"),
+) -> None:
+    """Replay speed and peak memory against the trace's length.
+
+    For each size a synthetic agentic trace is written to a scratch folder and replayed in
+    a process of its own (the summary only): wall time, requests per wall second, times
+    real time, and that process's peak RSS.
+    """
+    import json
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from replay.experiments.replay_bench import run_replay_bench
+    from router.errors import UserError
+
+    try:
+        sizes = [int(n.replace("_", "")) for n in requests.split(",") if n.strip()]
+    except ValueError:
+        raise UserError(
+            f"--requests must be numbers separated by commas, got {requests!r}"
+        ) from None
+    console = Console(stderr=True)
+    rows = run_replay_bench(
+        sizes, preset=preset, policy=policy, seed=seed,
+        progress=lambda what: console.print(f"[dim]{what}[/dim]"),
+    )  # fmt: skip
+    if json_output:
+        typer.echo(json.dumps([row.model_dump() for row in rows], indent=2))
+        return
+    table = Table(title=f"replay on {preset}: synthetic agentic traces")
+    for name in ("requests", "trace MB", "wall s", "req/s", "x real time", "peak RSS MB"):
+        table.add_column(name, justify="right")
+    for r in rows:
+        table.add_row(
+            f"{r.requests:,}", f"{r.trace_mb:g}", f"{r.wall_s:.1f}", f"{r.requests_per_s:,.0f}",
+            f"{r.realtime_x:,.0f}", f"{r.peak_rss_mb:,.0f}",
+        )  # fmt: skip
+    Console().print(table)
