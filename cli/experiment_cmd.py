@@ -22,6 +22,9 @@ from replay.sim.kv_events import KV_EVENT_DELAY_S
 from router.sla import SLA_TPOT_S, SLA_TTFT_S
 
 if TYPE_CHECKING:
+    from rich.table import Table
+
+    from replay.experiments.sweep import SweepResult
     from replay.sim.simulator import ProgressObserver
 
 __all__ = ["command_line", "compare", "sweep"]
@@ -179,16 +182,15 @@ def sweep(
     """Find the highest arrival rate meeting the SLA (SLA goodput) and its BCR.
 
     Bisects --rate-scale for the highest rate at which --target of requests meet the SLA;
-    writes sweep.json and report.html. With --executor process or ray and W workers, each
-    round replays the next probe and the ones that may follow it, so the same probes take
-    about 1/log2(W+1) of the rounds.
+    writes sweep.json, probes.csv (one row per probe) and report.html. With --executor
+    process or ray and W workers, each round replays the next probe and the ones that may
+    follow it, so the same probes take about 1/log2(W+1) of the rounds.
     """
     from replay.experiments.sweep import run_sweep
     from replay.metrics.summary import SlaThresholds
     from replay.metrics.writers import write_requests, write_summary
     from replay.presets.loader import parse_overrides
     from replay.report import ClusterFacts, Report, ReportRun, write_report
-    from replay.report.compare_table import sweep_table
     from router.errors import UserError
 
     if sla_ttft <= 0 or sla_tpot <= 0:
@@ -216,13 +218,16 @@ def sweep(
             executor=executor, on_replays=count,
         )  # fmt: skip
     result.write_json(out / "sweep.json")
+    result.write_probes_csv(out / "probes.csv")
     console = Console()
-    console.print(sweep_table(result))
+    console.print(_sweep_table(result))
     best = result.best_result
-    if best is None or result.sla_goodput_rps is None or result.bcr is None:
+    rate, bcr = result.sla_goodput_rps, result.bcr_per_1000_usd_h
+    if best is None or result.best is None or rate is None or bcr is None:
         raise UserError(
             f"no probe met {target:.0%} SLA attainment (lowest rate scale tried: "
-            f"{min(p.rate_scale for p in result.probes):.4g}); wrote {out / 'sweep.json'}"
+            f"{min(p.rate_scale for p in result.probes):.4g}); wrote {out / 'sweep.json'} "
+            f"and {out / 'probes.csv'}"
         )
     for warning in best.summary.warnings:
         console.print(f"[yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)
@@ -241,14 +246,56 @@ def sweep(
         ),
     )
     bound = "" if result.bracketed else " (no probe missed the target: a lower bound)"
+    there = result.best
     console.print(
-        f"SLA goodput of {result.spec.label}: {result.sla_goodput_rps:.3f} req/s at rate scale "
-        f"{best.summary.rate_scale:.4g}{bound}; BCR {result.bcr * 1000:.3f} req/s per 1000 USD/h "
-        f"at {result.cost_per_hour:.2f} USD/h",
+        f"SLA goodput of {result.spec.label}: {rate:.3f} req/s{bound}, the highest arrival "
+        f"rate at which {target:.0%} of requests met the SLA (probe {result.best_number}, "
+        f"rate scale {there.rate_scale:.4g}: {there.sla_attainment:.1%} met it, a goodput "
+        f"of {there.goodput_rps:.3f} req/s)",
         highlight=False,
         soft_wrap=True,
     )
-    console.print(f"wrote {out / 'sweep.json'} and {out / 'report.html'}", highlight=False)
+    console.print(
+        f"BCR: {bcr:.3f} req/s per 1000 USD/h (the SLA goodput over "
+        f"{result.cost_per_hour:.2f} USD/h)",
+        highlight=False,
+        soft_wrap=True,
+    )
+    console.print(
+        f"wrote {out / 'sweep.json'}, {out / 'probes.csv'} and {out / 'report.html'}",
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
+def _sweep_table(result: SweepResult) -> Table:
+    """One row per probe, in the order they ran; the last column says whether the probe
+    met the target and marks the one whose arrival rate is the SLA goodput."""
+    from rich.table import Table
+
+    table = Table(
+        title=f"replay sweep of {result.spec.label}: target {result.target:.0%} SLA met",
+        caption="goodput: requests meeting the SLA per second, at the probe's rate. "
+        "SLA goodput: the highest arrival rate that met the target.",
+    )
+    headers = (
+        "#", "rate scale", "arrival rate (req/s)", "SLA met", "goodput (req/s)",
+        "TTFT P99 (s)",
+    )  # fmt: skip
+    for name in headers:  # narrower than 80 columns a figure folds, never ends in "..."
+        table.add_column(name, justify="right", overflow="fold")
+    table.add_column("target", no_wrap=True)  # "met: SLA goodput" stays on one line
+    best = result.best_number
+    for i, p in enumerate(result.probes, start=1):
+        ttft = "-" if p.ttft_p99_s is None else f"{p.ttft_p99_s:.3g}"
+        verdict = "met" if p.passed else "missed"
+        if i == best:
+            verdict = "met: SLA goodput"
+        table.add_row(
+            str(i), f"{p.rate_scale:.4g}", f"{p.rate_rps:.4g}", f"{p.sla_attainment:.1%}",
+            f"{p.goodput_rps:.4g}", ttft, verdict, style="green" if p.passed else "red",
+        )  # fmt: skip
+    return table
 
 
 def _hit_rates(trace: Path) -> dict[int, float] | None:

@@ -22,75 +22,144 @@ from router.sla import SLA_TPOT_S, SLA_TTFT_S
 if TYPE_CHECKING:
     from rich.table import Table
 
-    from replay.tuning.trial import Trial
-    from replay.tuning.tune import TuneResult
+    from replay.tuning.trial import Figures, Trial
+    from replay.tuning.tune import CheckResult, TuneResult
 
-__all__ = ["tune"]
+__all__ = ["trials_csv", "tune"]
 
 
 def _params(params: dict[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in sorted(params.items())) or "(defaults)"
 
 
-def _joined(values: list[str]) -> str:
-    return " / ".join(values)
+_HEADERS = (
+    "goodput (req/s)", "BCR (req/s per 1000 USD/h)", "SLA met", "TTFT P99 (s)", "WAN (GB)",
+)  # fmt: skip
+_CAPTION = "goodput: requests meeting the SLA per second, at the scenario's load"
 
 
-def _row(trial: Trial) -> tuple[str, ...]:
-    figs = trial.figures
+def _figures(f: Figures) -> tuple[str, ...]:
+    ttft = "-" if f.ttft_p99_s is None else f"{f.ttft_p99_s:.2f}"
     return (
-        str(trial.number),
-        _joined([f"{f.goodput_rps:.3f}" for f in figs]),
-        _joined([f"{f.bcr * 1000:.2f}" for f in figs]),
-        _joined([f"{f.sla_attainment:.2%}" for f in figs]),
-        _joined(["-" if f.ttft_p99_s is None else f"{f.ttft_p99_s:.2f}" for f in figs]),
-        _joined([f"{f.wan_bytes / 1e9:.0f}" for f in figs]),
-    )
+        f"{f.goodput_rps:.3f}", f"{f.bcr * 1000:.2f}", f"{f.sla_attainment:.2%}", ttft,
+        f"{f.wan_bytes / 1e9:.0f}",
+    )  # fmt: skip
 
 
-def _table(title: str, trials: list[Trial]) -> Table:
-    """Figures per trial (one value per scenario); the parameters are listed below."""
+def _sum(trial: Trial) -> tuple[str, ...]:
+    return (f"{trial.goodput_rps:.3f}", f"{trial.bcr * 1000:.2f}", "", "", "")
+
+
+def _new_table(title: str, first: tuple[str, ...]) -> Table:
     from rich.table import Table
 
-    table = Table(title=title, caption="BCR: goodput per 1000 USD/h")
-    for name in ("#", "goodput req/s", "BCR", "SLA", "TTFT P99 s", "WAN GB"):
-        table.add_column(name, justify="right")
-    for trial in trials:
-        table.add_row(*_row(trial))
+    table = Table(title=title, caption=_CAPTION)
+    for name in first:
+        table.add_column(name, no_wrap=True)
+    for name in _HEADERS:  # narrower than 80 columns a figure folds, never ends in "..."
+        table.add_column(name, justify="right", overflow="fold")
     return table
+
+
+def _legend(console: Console, what: str, prefix: str, labels: list[str]) -> None:
+    """The scenarios' short names (S1, S2, ...: the tables' scenario column)."""
+    console.print(f"{what} ({len(labels)}):", highlight=False)
+    for i, label in enumerate(labels, start=1):
+        console.print(f"  {prefix}{i} = {label}", highlight=False, soft_wrap=True)
+
+
+def _trial_name(trial: Trial, best: Trial) -> str:
+    name = str(trial.number)
+    if trial.number == best.number:
+        return f"{name} best"
+    return f"{name} defaults" if trial.number == 0 else name
+
+
+def _trials_table(result: TuneResult, shown: list[Trial]) -> Table:
+    """One row per trial and scenario (and the trial's sum first, with several)."""
+    title = (
+        f"{result.policy}: best {len(shown)} of {len(result.trials)} trials by "
+        f"{_objective(result.objective)} summed over the scenarios ({result.search} search)"
+    )
+    table = _new_table(title, ("trial", "scenario"))
+    several = len(result.scenarios) > 1
+    for trial in shown:
+        name = _trial_name(trial, result.best)
+        if several:
+            table.add_row(name, "sum", *_sum(trial))
+        for i, fig in enumerate(trial.figures):
+            first = name if i == 0 and not several else ""
+            table.add_row(first, f"S{i + 1}", *_figures(fig))
+        if several:
+            table.add_section()
+    return table
+
+
+def _check_table(check: CheckResult, best: Trial) -> Table:
+    """Each configuration (the defaults, the best) once per check scenario."""
+    title = f"check: the defaults and the best on {len(check.scenarios)} other scenario(s)"
+    table = _new_table(title, ("scenario", "trial"))
+    runs = [(_trial_name(check.default, best), check.default)]
+    if check.tuned.number != check.default.number:
+        runs.append((_trial_name(check.tuned, best), check.tuned))
+    for i in range(len(check.scenarios)):
+        for j, (name, trial) in enumerate(runs):
+            first = f"C{i + 1}" if j == 0 else ""
+            table.add_row(first, name, *_figures(trial.figures[i]))
+    if len(check.scenarios) > 1:
+        table.add_section()
+        for name, trial in runs:
+            table.add_row("sum", name, *_sum(trial))
+    return table
+
+
+def _objective(objective: str) -> str:
+    return "BCR" if objective == "bcr" else "goodput"
 
 
 def _print(result: TuneResult, top: int) -> None:
     console = Console()
-    ranked = sorted(result.trials, key=lambda t: (t.score(result.objective), -t.number))[::-1]
-    shown = ranked[:top]
-    title = (
-        f"{result.policy} on {', '.join(result.scenarios)}: best {len(shown)} of "
-        f"{len(result.trials)} by {result.objective} ({result.search} search)"
-    )
-    console.print(_table(title, shown))
+    shown = result.ranked()[:top]
+    _legend(console, "tuning scenarios", "S", result.scenarios)
+    console.print(_trials_table(result, shown))
     for trial in shown:
         line = f"  #{trial.number}: {_params(trial.params)}"
         console.print(line, highlight=False, soft_wrap=True)
     default = next(t for t in result.trials if t.number == 0)
-    console.print(
-        f"best: trial {result.best.number}: {_params(result.best.params)}; goodput "
-        f"{result.best.goodput_rps:.3f} req/s against {default.goodput_rps:.3f} for the "
-        "defaults (summed over the scenarios)",
-        highlight=False,
-        soft_wrap=True,
-    )
+    best = result.best
+    ours, theirs = best.value(result.objective), default.value(result.objective)
+    change = f" ({ours / theirs - 1:+.2%})" if theirs > 0 else ""
+    unit = "req/s" if result.objective == "goodput" else "req/s per 1000 USD/h"
+    scale = 1.0 if result.objective == "goodput" else 1000.0
+    summed = "summed over the scenarios"
+    if best.number == 0:
+        line = (
+            f"best: trial 0, the defaults: {_objective(result.objective)} {ours * scale:.3f} "
+            f"{unit}, {summed}; no trial was kept over them"
+        )
+    else:
+        line = (
+            f"best: trial {best.number}: {_params(best.params)}; {_objective(result.objective)} "
+            f"{ours * scale:.3f} against {theirs * scale:.3f} {unit} for the defaults{change}, "
+            f"{summed}"
+        )
+    console.print(line, highlight=False, soft_wrap=True)
+    why = result.why_not_first()
+    if why is not None:
+        console.print(why, highlight=False, soft_wrap=True)
     check = result.check
     if check is not None:
-        title = f"check on {', '.join(check.scenarios)}"
-        console.print(_table(title, [check.default, check.tuned]))
-        console.print(
-            f"tuned vs defaults on the check: goodput {check.tuned.goodput_rps:.3f} vs "
-            f"{check.default.goodput_rps:.3f} req/s, summed over the check's scenarios "
-            f"({'not worse' if check.not_worse else 'WORSE'})",
-            highlight=False,
-            soft_wrap=True,
-        )
+        _legend(console, "check scenarios", "C", check.scenarios)
+        console.print(_check_table(check, best))
+        if check.tuned.number == check.default.number:
+            verdict = "the best is the defaults (trial 0): the check replays them once"
+        else:
+            verdict = (
+                f"best vs defaults on the check: goodput {check.tuned.goodput_rps:.3f} vs "
+                f"{check.default.goodput_rps:.3f} req/s, summed over the check's scenarios "
+                f"({'not worse' if check.not_worse else 'WORSE'})"
+            )
+        console.print(verdict, highlight=False, soft_wrap=True)
 
 
 def _scenario(text: str) -> tuple[Path, str, list[float]]:
@@ -134,7 +203,10 @@ def tune(
     ),
     trials: int = typer.Option(32, "--trials", help="Most configurations (the defaults first)"),
     min_gain: float = typer.Option(
-        0.001, "--min-gain", help="Coordinate search: relative gain needed to move a threshold"
+        0.001,
+        "--min-gain",
+        help="Coordinate search: a trial must beat the incumbent by this relative gain "
+        "(0.001 = 0.1%) to replace it",
     ),
     search_seed: int = typer.Option(0, "--search-seed", help="Seed of the random search"),
     executor_kind: str = EXECUTOR,
@@ -166,7 +238,12 @@ def tune(
         [1.0], "--check-rate-scale", help="Load(s) of the check (repeatable)"
     ),
     top: int = typer.Option(8, "--top", help="Trials shown"),
-    out: Path | None = typer.Option(None, "--out", help="Write every trial as JSON here"),
+    out: Path | None = typer.Option(
+        None,
+        "--out",
+        help="Write every trial as JSON here, and the trial table as CSV beside it "
+        "(tune.json: tune.trials.csv, one row per trial and scenario)",
+    ),
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar"),
 ) -> None:
     """Search the policy's thresholds on TRACES for the best SLA goodput (or BCR).
@@ -255,3 +332,12 @@ def tune(
     _print(result, top)
     if out is not None:
         out.write_text(json.dumps(result.model_dump(mode="json"), indent=2) + "\n", "utf-8")
+        table = trials_csv(out)
+        result.write_trials_csv(table)
+        Console().print(f"wrote {out} and {table}", highlight=False, soft_wrap=True)
+
+
+def trials_csv(out: Path) -> Path:
+    """Where the trial table goes: beside --out, named after it (tune.json: tune.trials.csv),
+    so several tunes can write into one folder."""
+    return out.with_name(f"{out.stem}.trials.csv")

@@ -19,20 +19,35 @@ keeps those on the path the serial search takes: the same probes, the same sweep
 in about 1/log2(W + 1) of the rounds (W = 3: half; W = 7: a third; W = 2: two thirds on
 average), each round as long as its slowest replay when there are W cores.
 
+Two words, two figures: *SLA goodput* is the sweep's answer, an arrival rate (req/s);
+a probe's *goodput* (``goodput_rps``, as in ``replay run``) is the requests per second
+that met the SLA at that probe's rate. ``sla_attainment`` is a fraction (0-1) in the
+JSON and a percentage in the printed table. ``bcr`` is req/s per USD/h (kept for
+compatibility); ``bcr_per_1000_usd_h`` is the same figure as printed, per 1000 USD/h.
+
 ``sweep.json`` (``SweepResult.to_json``)::
 
     {"schema": "pdd-router/sweep/1", "trace", "preset", "policy", "params", "seed",
-     "sla": {...}, "target": 0.9, "tolerance": 0.02,
-     "sla_goodput_rps": float | null,       # highest passing arrival rate
+     "sla": {...}, "target": 0.9, "tolerance": 0.02,   # target: a fraction
+     "sla_goodput_rps": float | null,       # SLA goodput: highest passing arrival rate
      "bcr": float | null,                   # sla_goodput_rps / cost_per_hour
-     "cost_per_hour": float,
+     "bcr_per_1000_usd_h": float | null,    # bcr * 1000, the figure printed
+     "cost_per_hour": float,                # USD/h
      "best": probe | null, "bracketed": bool,  # false: no failing probe was found
-     "probes": [{"rate_scale", "rate_rps", "sla_attainment", "goodput_rps",
-                 "ttft_p99_s", "passed"}, ...]}   # in the order they ran
+     "probes": [{"rate_scale", "rate_rps",  # rate_rps: the probe's arrival rate
+                 "sla_attainment",          # fraction of requests meeting the SLA
+                 "goodput_rps",             # req/s meeting the SLA at that rate
+                 "ttft_p99_s", "passed"}, ...],   # in the order they ran
+     "units": {key: meaning}}               # the units above, in the file itself
+
+``probes.csv`` (``SweepResult.write_probes_csv``): one row per probe, in the order they
+ran, with the probe's columns above and ``probe`` (its number) and ``best`` (the probe
+whose arrival rate is the SLA goodput).
 """
 
 from __future__ import annotations
 
+import csv
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -52,6 +67,22 @@ from router.errors import UserError
 __all__ = ["Probe", "SweepResult", "run_sweep"]
 
 SCHEMA = "pdd-router/sweep/1"
+
+UNITS: dict[str, str] = {
+    "sla_goodput_rps": "req/s: the highest probe arrival rate (rate_rps) meeting the target",
+    "bcr": "req/s per USD/h: sla_goodput_rps / cost_per_hour",
+    "bcr_per_1000_usd_h": "req/s per 1000 USD/h: bcr * 1000 (the figure printed as BCR)",
+    "cost_per_hour": "USD/h",
+    "target": "fraction (0-1) of requests that must meet the SLA",
+    "rate_rps": "req/s: the probe's arrival rate (requests over the trace's duration)",
+    "sla_attainment": "fraction (0-1) of the probe's requests meeting the SLA",
+    "goodput_rps": "req/s: the probe's requests meeting the SLA, per second",
+    "ttft_p99_s": "seconds",
+}
+PROBE_COLUMNS = (
+    "probe", "rate_scale", "rate_rps", "sla_attainment", "goodput_rps", "ttft_p99_s",
+    "passed", "best",
+)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +134,19 @@ class SweepResult:
             return None
         return round(rate / self.cost_per_hour, 9)
 
+    @property
+    def bcr_per_1000_usd_h(self) -> float | None:
+        """BCR as printed: SLA goodput (req/s) per 1000 USD/h."""
+        bcr = self.bcr
+        return None if bcr is None else round(bcr * 1000, 6)
+
+    @property
+    def best_number(self) -> int | None:
+        """The best probe's number (1-based, in the order the probes ran)."""
+        if self.best is None:
+            return None
+        return next(i for i, p in enumerate(self.probes, start=1) if p is self.best)
+
     def to_json(self) -> dict[str, Any]:
         s = self.first
         return {
@@ -117,15 +161,31 @@ class SweepResult:
             "tolerance": self.tolerance,
             "sla_goodput_rps": self.sla_goodput_rps,
             "bcr": self.bcr,
+            "bcr_per_1000_usd_h": self.bcr_per_1000_usd_h,
             "cost_per_hour": self.cost_per_hour,
             "best": None if self.best is None else _probe_json(self.best),
             "bracketed": self.bracketed,
             "probes": [_probe_json(p) for p in self.probes],
+            "units": UNITS,
         }
 
     def write_json(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(self.to_json(), indent=2) + "\n", encoding="utf-8")
+
+    def write_probes_csv(self, path: Path) -> None:
+        """One row per probe (``PROBE_COLUMNS``), the units of sweep.json."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        best = self.best_number
+        with path.open("w", newline="", encoding="utf-8") as f:
+            writer = csv.writer(f)
+            writer.writerow(PROBE_COLUMNS)
+            for i, p in enumerate(self.probes, start=1):
+                ttft = "" if p.ttft_p99_s is None else p.ttft_p99_s
+                writer.writerow([
+                    i, p.rate_scale, p.rate_rps, p.sla_attainment, p.goodput_rps, ttft,
+                    p.passed, i == best,
+                ])  # fmt: skip
 
 
 def _probe_json(probe: Probe) -> dict[str, Any]:

@@ -6,11 +6,10 @@ from rich.table import Table
 from rich.text import Text
 
 from replay.experiments.compare import CompareResult, MetricRow
-from replay.experiments.sweep import SweepResult
 from replay.report.format import fmt_ci, fmt_diff, fmt_number, fmt_relative, scale_for
 from replay.report.page import HEADLINE, metric_group
 
-__all__ = ["compare_table", "sweep_table"]
+__all__ = ["compare_table"]
 
 _STYLE = {"good": "bold green", "bad": "bold red", "sig": "bold blue", "ns": "dim", "na": "dim"}
 
@@ -63,17 +62,3 @@ def compare_table(result: CompareResult, *, all_metrics: bool = False) -> Table:
         table.add_row(*cells)
     return table
 
-
-def sweep_table(result: SweepResult) -> Table:
-    """One row per probe, in the order they ran."""
-    table = Table(title=f"replay sweep of {result.spec.label} (target {result.target:.0%} SLA)")
-    for name in ("#", "rate scale", "rate (req/s)", "SLA met", "goodput (req/s)", "TTFT P99 (s)"):
-        table.add_column(name, justify="right")
-    for i, p in enumerate(result.probes, start=1):
-        style = "green" if p.passed else "red"
-        ttft = "-" if p.ttft_p99_s is None else f"{p.ttft_p99_s:.3g}"
-        table.add_row(
-            str(i), f"{p.rate_scale:.4g}", f"{p.rate_rps:.3g}", f"{p.sla_attainment:.1%}",
-            f"{p.goodput_rps:.3g}", ttft, style=style,
-        )  # fmt: skip
-    return table

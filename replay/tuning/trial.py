@@ -84,6 +84,8 @@ class Trial(BaseModel):
     figures: list[Figures]
     goodput_rps: float  # summed over scenarios
     bcr: float  # summed over scenarios
+    # coordinate search: "best", "replaced by trial N" or why it was not kept (else None)
+    verdict: str | None = None
 
     @classmethod
     def of(cls, number: int, params: Mapping[str, Any], figures: list[Figures]) -> Trial:

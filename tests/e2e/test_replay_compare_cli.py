@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import re
 from pathlib import Path
@@ -63,8 +64,12 @@ def test_compare_refuses_an_unknown_policy_in_one_line(
 
 
 def test_sweep_finds_the_rate_that_keeps_the_sla(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path, trace: Path
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    trace: Path,
 ) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
     out = tmp_path / "sweep"
     code, stdout, err = run_cli(
         capsys, "replay", "sweep", str(trace), "--preset", "pdd-small", "--policy", "pdd",
@@ -86,7 +91,41 @@ def test_sweep_finds_the_rate_that_keeps_the_sla(
         assert lowest_fail > best["rate_scale"]
     assert (out / "report.html").exists()
     assert (out / "best" / "summary.json").exists()
-    assert re.search(r"SLA goodput of pdd: [0-9.]+ req/s", stdout)
+    # one word per figure: SLA goodput is the best probe's arrival rate, its goodput the
+    # requests that met the SLA there; BCR with its unit, in the JSON too
+    number = probes.index(best) + 1
+    assert (
+        f"SLA goodput of pdd: {data['sla_goodput_rps']:.3f} req/s"
+        f"{'' if data['bracketed'] else ' (no probe missed the target: a lower bound)'}, "
+        f"the highest arrival rate at which 90% of requests met the SLA (probe {number}, "
+        f"rate scale {best['rate_scale']:.4g}: {best['sla_attainment']:.1%} met it, a "
+        f"goodput of {best['goodput_rps']:.3f} req/s)"
+    ) in stdout
+    assert data["bcr_per_1000_usd_h"] == pytest.approx(data["bcr"] * 1000)
+    assert f"BCR: {data['bcr_per_1000_usd_h']:.3f} req/s per 1000 USD/h" in stdout
+    assert "fraction" in data["units"]["sla_attainment"]
+    # the table at 80 columns: one row per probe, every figure whole, the best marked
+    rows = [line for line in stdout.splitlines() if re.match(r"│ +\d+ │", line)]
+    assert len(rows) == len(probes)
+    assert all(len(line) <= 80 for line in stdout.splitlines() if line[:1] in "┏┃│└")
+    for i, (row, probe) in enumerate(zip(rows, probes, strict=True), start=1):
+        cells = [c.strip() for c in row.strip("│").split("│")]
+        assert cells[:6] == [
+            str(i), f"{probe['rate_scale']:.4g}", f"{probe['rate_rps']:.4g}",
+            f"{probe['sla_attainment']:.1%}", f"{probe['goodput_rps']:.4g}",
+            f"{probe['ttft_p99_s']:.3g}",
+        ]  # fmt: skip
+        verdict = "met: SLA goodput" if i == number else "met" if probe["passed"] else "missed"
+        assert cells[6] == verdict
+    # probes.csv next to sweep.json: the same probes, the same units
+    with (out / "probes.csv").open(newline="") as f:
+        table = list(csv.DictReader(f))
+    assert [int(r["probe"]) for r in table] == list(range(1, len(probes) + 1))
+    for row, probe in zip(table, probes, strict=True):
+        for key in ("rate_scale", "rate_rps", "sla_attainment", "goodput_rps", "ttft_p99_s"):
+            assert float(row[key]) == probe[key]
+        assert row["passed"] == str(probe["passed"])
+    assert [r["best"] for r in table].index("True") == number - 1
 
 
 def test_run_writes_a_report_next_to_its_summary(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 from typing import Any
@@ -32,9 +33,22 @@ def test_trials_start_from_the_defaults_and_are_distinct() -> None:
     assert draw_trials("pdd-adaptive", 12, seed=4) == draws
 
 
+def _rows(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="", encoding="utf-8") as f:
+        return list(csv.DictReader(f))
+
+
+def _table_lines(printed: str) -> list[str]:
+    return [line for line in printed.splitlines() if line.startswith(("│", "┃", "┏", "└"))]
+
+
 def test_tune_reports_the_best_configuration_and_checks_it_elsewhere(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path, traces: tuple[Path, Path]
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    traces: tuple[Path, Path],
 ) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
     out = tmp_path / "tune.json"
     code = main([
         "replay", "tune", str(traces[0]), "--preset", "pdd-small", "--policy", "pdd-adaptive",
@@ -44,9 +58,12 @@ def test_tune_reports_the_best_configuration_and_checks_it_elsewhere(
     ])  # fmt: skip
     printed, err = capsys.readouterr()
     assert code == 0, err
-    assert "best 4 of 4" in printed  # the title wraps at the table's width
-    assert "(random search)" in printed
-    assert "check on agentic-2.jsonl (pdd-small, x1)" in printed
+    assert "best 4 of 4 trials by BCR" in printed  # the title wraps at the table's width
+    assert "search)" in printed
+    assert "C1 = agentic-2.jsonl (pdd-small, x1)" in printed
+    assert "BCR (req/s" in printed  # BCR's unit in the header (wrapped in its column)
+    assert "per 1000" in printed
+    assert all(len(line) <= 80 for line in _table_lines(printed))
     result: dict[str, Any] = json.loads(out.read_text())
     trials = result["trials"]
     assert [t["number"] for t in trials] == [0, 1, 2, 3]
@@ -59,6 +76,76 @@ def test_tune_reports_the_best_configuration_and_checks_it_elsewhere(
     check = result["check"]
     assert check["default"]["params"] == {}
     assert check["tuned"]["params"] == best["params"]
+    # the random search's best is the ranking's first: no line explains a difference
+    assert "ranks first but is not the best" not in printed
+    for trial in trials:  # every trial's figures, once each, in the table as printed
+        fig = trial["figures"][0]
+        assert f"{fig['goodput_rps']:.3f}" in printed
+        assert f"{fig['bcr'] * 1000:.2f}" in printed
+        assert f"{fig['sla_attainment']:.2%}" in printed
+    # trials.csv beside --out: one row per trial and scenario, in the JSON's figures
+    rows = _rows(tmp_path / "tune.trials.csv")
+    assert [int(r["trial"]) for r in rows] == [0, 1, 2, 3]
+    assert [r["best"] for r in rows].count("True") == 1
+    for row, trial in zip(rows, trials, strict=True):
+        fig = trial["figures"][0]
+        assert row["scenario"] == fig["scenario"]
+        assert float(row["goodput_rps"]) == fig["goodput_rps"]
+        assert float(row["bcr_per_1000_usd_h"]) == pytest.approx(fig["bcr"] * 1000)
+        assert float(row["sla_attainment"]) == fig["sla_attainment"]  # a fraction
+        assert 0 <= float(row["sla_attainment"]) <= 1
+    assert f"wrote {out} and {tmp_path / 'tune.trials.csv'}" in printed
+
+
+def test_the_best_differs_from_the_first_ranked_only_with_a_reason_and_checks_once(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    traces: tuple[Path, Path],
+) -> None:
+    """--min-gain 0.05: the trial that ranks first gains about 1.3% on the defaults, too
+    little to replace them; the output says so, and the check replays the defaults once."""
+    monkeypatch.setenv("COLUMNS", "80")
+    out = tmp_path / "tune.json"
+    code = main([
+        "replay", "tune", str(traces[0]), "--preset", "pdd-small", "--policy", "pdd",
+        "--trials", "6", "--rate-scale", "1.5", "--min-gain", "0.05", "--jobs", "1",
+        "--check", str(traces[1]), "--check-rate-scale", "1", "--check-rate-scale", "1.5",
+        "--out", str(out), "--no-progress",
+    ])  # fmt: skip
+    printed, err = capsys.readouterr()
+    assert code == 0, err
+    result: dict[str, Any] = json.loads(out.read_text())
+    trials = result["trials"]
+    assert result["best"]["number"] == 0
+    assert result["min_gain"] == 0.05
+    first = max(trials, key=lambda t: t["goodput_rps"])
+    assert first["number"] != 0
+    gain = first["goodput_rps"] / trials[0]["goodput_rps"] - 1
+    assert 0 < gain < 0.05
+    why = next(line for line in printed.splitlines() if "ranks first" in line)
+    assert why.startswith(f"trial {first['number']} ranks first but is not the best: its ")
+    assert f"is {gain:.3%} above trial 0's, under --min-gain 0.05" in why
+    assert first["verdict"] == why.split(": ", 1)[1].split("; ")[0]
+    assert result["best"]["verdict"] == "best"
+    assert "best: trial 0, the defaults" in printed
+    lines = _table_lines(printed)
+    # the check: the defaults once per check scenario (no repeated row), then their sum
+    check = result["check"]
+    assert check["default"] == check["tuned"]
+    check_rows = [x for x in lines if x.startswith("│ C") or x.startswith("│ sum")]
+    assert len(check_rows) == 3
+    for row, fig in zip(check_rows[:2], check["default"]["figures"], strict=True):
+        assert f"{fig['goodput_rps']:.3f}" in row
+        assert f"{fig['sla_attainment']:.2%}" in row
+    assert f"{check['default']['goodput_rps']:.3f}" in check_rows[2]
+    assert "the best is the defaults (trial 0): the check replays them once" in printed
+    assert all(len(line) <= 80 for line in lines)
+    rows = _rows(tmp_path / "tune.trials.csv")
+    assert len(rows) == 6  # six trials, one scenario
+    ranked = sorted(rows, key=lambda r: int(r["rank"]))
+    assert int(ranked[0]["trial"]) == first["number"]
+    assert ranked[0]["verdict"] == first["verdict"]
 
 
 def test_coordinate_search_moves_one_threshold_at_a_time_from_the_defaults(
@@ -84,6 +171,13 @@ def test_coordinate_search_moves_one_threshold_at_a_time_from_the_defaults(
     best = result["best"]
     for tuned, default in zip(best["figures"], trials[0]["figures"], strict=True):
         assert tuned["goodput_rps"] >= default["goodput_rps"]  # it loses on no scenario
+    rows = _rows(tmp_path / "tune.trials.csv")  # one row per trial and scenario
+    assert len(rows) == 24
+    assert [(int(r["trial"]), r["scenario"]) for r in rows] == [
+        (t["number"], f["scenario"]) for t in trials for f in t["figures"]
+    ]
+    assert {r["verdict"] for r in rows if r["best"] == "True"} == {"best"}
+    assert all(r["verdict"] for r in rows)  # the search says what it made of each trial
 
 
 @pytest.mark.parametrize(
@@ -137,8 +231,12 @@ def test_scenarios_mix_traces_on_their_own_presets_and_loads_and_the_check_cover
     ]
     default, tuned = check["default"], check["tuned"]
     assert len(default["figures"]) == len(tuned["figures"]) == 2
-    verdict = "not worse" if tuned["goodput_rps"] >= default["goodput_rps"] else "WORSE"
-    assert f"summed over the check's scenarios ({verdict})" in printed
+    if tuned["number"] == 0:  # the best is the defaults: replayed once, shown once
+        assert default == tuned
+        assert "the best is the defaults (trial 0): the check replays them once" in printed
+    else:
+        verdict = "not worse" if tuned["goodput_rps"] >= default["goodput_rps"] else "WORSE"
+        assert f"summed over the check's scenarios ({verdict})" in printed
 
 
 @pytest.mark.parametrize(
