@@ -75,9 +75,9 @@ def _child(trace: Path, preset: str, policy: str | None) -> ReplayBenchRow:
     return ReplayBenchRow(
         requests=requests,
         trace_mb=round(trace.stat().st_size / 1e6, 1),
-        wall_s=round(wall, 2),
+        wall_s=round(wall, 3),
         requests_per_s=round(requests / wall, 0),
-        simulated_s=round(float(figures["simulated_s"]), 1),
+        simulated_s=round(float(figures["simulated_s"]), 3),
         realtime_x=round(float(figures["simulated_s"]) / wall, 0),
         peak_rss_mb=round(float(figures["peak_rss_mb"]), 0),
     )

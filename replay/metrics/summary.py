@@ -192,16 +192,17 @@ def _percentiles(values: FloatArray) -> Percentiles:
     return Percentiles(p50=p50, p90=p90, p99=p99, mean=mean)
 
 
-def wan_gbps(throughput: Sequence[tuple[float, float]], start: float, end: float) -> float:
-    """Peak Gbps over 1 s windows from ``start``, given the link's (time, bytes/s) steps."""
-    if len(throughput) < 2 or end <= start:
+def wan_gbps(times: Sequence[float], rates: Sequence[float], start: float, end: float) -> float:
+    """Peak Gbps over 1 s windows from ``start``, given the link's rate steps (from
+    ``times[i]``, ``rates[i]`` bytes/s)."""
+    if len(times) < 2 or end <= start:
         return 0.0
-    times = np.array([t for t, _ in throughput], dtype=np.float64)
-    rates = np.array([r for _, r in throughput], dtype=np.float64)
-    cumulative = np.concatenate(([0.0], np.cumsum(rates[:-1] * np.diff(times))))
+    t = np.asarray(times, dtype=np.float64)
+    r = np.asarray(rates, dtype=np.float64)
+    cumulative = np.concatenate(([0.0], np.cumsum(r[:-1] * np.diff(t))))
     edges = np.arange(start, end + 1.0, 1.0)
-    k = np.clip(np.searchsorted(times, edges, side="right") - 1, 0, len(times) - 1)
-    at_edges = cumulative[k] + rates[k] * np.maximum(edges - times[k], 0.0)
+    k = np.clip(np.searchsorted(t, edges, side="right") - 1, 0, len(t) - 1)
+    at_edges = cumulative[k] + r[k] * np.maximum(edges - t[k], 0.0)
     per_window = np.diff(at_edges)
     return round(float(per_window.max()) * 8 / 1e9, 6) if per_window.size else 0.0
 
@@ -217,7 +218,7 @@ def summarize(
     kv_event_delay_s: float,
     sla: SlaThresholds,
     cost_per_hour: float,
-    wan_throughput: Sequence[tuple[float, float]] | None,
+    wan_throughput: tuple[Sequence[float], Sequence[float]] | None,
     wall_s: float,
     index_mode: str = "events",
     cluster: Mapping[str, Any] | None = None,
@@ -276,7 +277,7 @@ def summarize(
         throughput_rps=round(int(done.sum()) / duration, 6),
         wan_bytes=wan_bytes,
         wan_gbps_mean=round(wan_mean, 6),
-        wan_gbps_peak=wan_gbps(wan_throughput, start, end) if wan_throughput else 0.0,
+        wan_gbps_peak=wan_gbps(*wan_throughput, start, end) if wan_throughput else 0.0,
         transfer_s=TransferStats(p50=p50, p99=p99, mean=mean),
         rld_token_share=round(tokens_rld / tokens_all, 6) if tokens_all else 0.0,
         rld_busy_mean=round(rld_busy / simulated, 6) if simulated > 0 else 0.0,

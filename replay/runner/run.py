@@ -420,7 +420,7 @@ def run_replay(
         kv_event_wan_delay_s=kv_event_wan_delay_s,
         sla=sla,
         cost_per_hour=cluster.cost_per_hour(),
-        wan_throughput=wan.throughput if wan is not None else None,
+        wan_throughput=(wan.throughput_times, wan.throughput_rates) if wan is not None else None,
         wall_s=time.perf_counter() - started,
         index_mode=index_mode,
         cluster=cluster.resolved(),

@@ -8,6 +8,7 @@ A transfer can be cancelled while draining or in flight.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -54,7 +55,8 @@ class Link(SharedProgress):
         "name",
         "rtt_s",
         "state",
-        "throughput",
+        "throughput_rates",
+        "throughput_times",
     )
 
     def __init__(
@@ -71,7 +73,10 @@ class Link(SharedProgress):
         self.rtt_s = rtt_s
         self.state = LinkState(bandwidth_bps=bandwidth_bps, rtt_s=rtt_s)
         self.bytes_sent = 0.0
-        self.throughput: list[tuple[float, float]] = [(loop.now, 0.0)]  # (time, bytes/s) steps
+        # the aggregate rate as steps: from throughput_times[i], throughput_rates[i] bytes/s
+        # (compact arrays: a long run changes rate hundreds of thousands of times)
+        self.throughput_times = array("d", [loop.now])
+        self.throughput_rates = array("d", [0.0])
         self._fluct = fluctuation
         self._mult = 1.0
         self._boundary_pending = False
@@ -85,8 +90,9 @@ class Link(SharedProgress):
 
     def _rate_changed(self, rate: float) -> None:
         aggregate = self.bandwidth_bps * self._mult if self._members else 0.0
-        if aggregate != self.throughput[-1][1]:
-            self.throughput.append((self._loop.now, aggregate))
+        if aggregate != self.throughput_rates[-1]:
+            self.throughput_times.append(self._loop.now)
+            self.throughput_rates.append(aggregate)
 
     def _completed(self, key: int) -> None:
         transfer = self._transfers[key]

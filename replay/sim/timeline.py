@@ -59,7 +59,7 @@ class Timeline:
         s.t_s.append(self._loop.now)
         wan = cluster.wan
         if wan is not None:
-            s.wan_gbps.append(wan.throughput[-1][1] * 8 / 1e9)
+            s.wan_gbps.append(wan.throughput_rates[-1] * 8 / 1e9)
             s.wan_backlog_gb.append(wan.backlog() / 1e9)
         for tier in self._tiers:
             busy = kv = 0.0
