@@ -9,6 +9,7 @@ stops once nothing else is left to simulate, so it never keeps a run alive.
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass, field
 
 from policies.tiers import Tier
@@ -23,14 +24,15 @@ TIERS = (Tier.P, Tier.RLD, Tier.MD)
 
 @dataclass(slots=True)
 class TimelineSamples:
-    """The samples, one entry per tick (tiers the cluster lacks stay empty)."""
+    """The samples, one entry per tick (tiers the cluster lacks stay empty), in compact
+    float arrays: a day of traffic is 86,400 ticks."""
 
     period_s: float
-    t_s: list[float] = field(default_factory=list)
-    wan_gbps: list[float] = field(default_factory=list)
-    wan_backlog_gb: list[float] = field(default_factory=list)
-    utilization: dict[str, list[float]] = field(default_factory=dict)
-    kv_used: dict[str, list[float]] = field(default_factory=dict)
+    t_s: array[float] = field(default_factory=lambda: array("d"))
+    wan_gbps: array[float] = field(default_factory=lambda: array("d"))
+    wan_backlog_gb: array[float] = field(default_factory=lambda: array("d"))
+    utilization: dict[str, array[float]] = field(default_factory=dict)
+    kv_used: dict[str, array[float]] = field(default_factory=dict)
 
 
 class Timeline:
@@ -48,8 +50,8 @@ class Timeline:
         self._tiers = [t for t in TIERS if t in present]
         self.samples = TimelineSamples(period_s)
         for tier in self._tiers:
-            self.samples.utilization[tier.value] = []
-            self.samples.kv_used[tier.value] = []
+            self.samples.utilization[tier.value] = array("d")
+            self.samples.kv_used[tier.value] = array("d")
 
     def start(self, at_s: float) -> None:
         self._loop.at(at_s, Priority.SAMPLE, self._tick)
