@@ -1,7 +1,8 @@
 """`pdd-router predictor ...`: train and evaluate the hit-rate model on decision logs.
 
 Decision logs come from `pdd-router replay run --decision-log FILE` (or the live
-service): one line per decision, one per outcome. scikit-learn is imported only when
+service): one line per decision, one per outcome; `predictor cross-eval` can also replay
+kinds of traces into logs itself (``cli.predictor_suite``). scikit-learn is imported only when
 a command runs, so ``--help`` stays instant.
 """
 
@@ -17,6 +18,9 @@ import typer
 from rich.console import Console
 
 if TYPE_CHECKING:
+    from rich.table import Table
+
+    from router.predictor.cross_eval import CrossRow
     from router.predictor.dataset import Dataset
 
 __all__ = ["predictor_app"]
@@ -152,3 +156,164 @@ def odd_traffic(
         highlight=False,
         soft_wrap=True,
     )
+
+
+_CROSS_HELP = (
+    "Leave one kind of trace out: for each kind, fit the model on the other kinds and score "
+    "it on this one.\n\n"
+    "A kind is one or more decision logs of one kind of traffic: give them as --log NAME=PATH "
+    "(repeat a NAME to pool several logs), or let --suite replay them into --work: a YAML "
+    "list of kinds (fields of cli.predictor_suite.TraceKind: name, trace or profile, "
+    "requests, seed, preset, policy, overrides, index_mode, index_capacity, train), or "
+    '"default": four synthetic agentic shapes (seeds, context lengths, session shapes, '
+    "cache pressure) replayed with policy pdd in approximate mode, plus --conversation's "
+    "trace, kept for testing only. A suite's logs are replayed once and reused.\n\n"
+    "Every kind is held out in turn: the model is fitted on all rows of the other kinds "
+    "(never on --test-only kinds) with predictor train's parameters (--param) and scored on "
+    "every row of the held-out kind, per tier, against the raw index match and against "
+    "lru_frac alone (an LRU of each instance's KV size run over the index's record). "
+    "Writes OUT/cross_eval.json and OUT/cross_eval.csv."
+)
+
+
+@predictor_app.command("cross-eval", help=_CROSS_HELP)
+def cross_eval(
+    log: list[str] = typer.Option(
+        [], "--log", metavar="NAME=PATH", help="A decision log of kind NAME (repeatable)"
+    ),
+    suite: str | None = typer.Option(
+        None,
+        "--suite",
+        metavar="FILE|default",
+        help="Replay these kinds into decision logs first (cached in --work)",
+    ),
+    conversation: Path | None = typer.Option(
+        None, "--conversation", help="With --suite default: a conversation trace, test only"
+    ),
+    requests: int = typer.Option(
+        2000, "--requests", min=1, help="With --suite default: requests per agentic kind"
+    ),
+    conversation_requests: int | None = typer.Option(
+        None,
+        "--conversation-requests",
+        min=1,
+        help="With --suite default: only the conversation trace's first N requests",
+    ),
+    index_mode: str = typer.Option(
+        "approximate", "--index-mode", help="With --suite default: approximate or events"
+    ),
+    kv_event_delay: float = typer.Option(
+        0.05, "--kv-event-delay", help="With --suite default and events: seconds late"
+    ),
+    work: Path | None = typer.Option(
+        None, "--work", help="Folder of the suite's decision logs (default OUT/logs)"
+    ),
+    test_only: list[str] = typer.Option(
+        [], "--test-only", metavar="NAME", help="A kind held out only, never trained on"
+    ),
+    param: list[str] = typer.Option(
+        [], "--param", metavar="KEY=VALUE", help="Training parameter, as for predictor train"
+    ),
+    out: Path = typer.Option(Path("cross-eval-out"), "--out", help="Folder of the results"),
+    no_progress: bool = typer.Option(False, "--no-progress", help="No progress display"),
+) -> None:
+    from pydantic import ValidationError
+
+    from cli.predictor_suite import default_suite, load_suite, replay_kinds
+    from cli.progress import ReplayBar, progress_bars
+    from replay.presets.loader import parse_overrides
+    from router.errors import UserError
+    from router.predictor.cross_eval import leave_one_kind_out, write_csv
+    from router.predictor.dataset import read_logs
+    from router.predictor.train import TrainParams, one_line
+
+    try:
+        params = TrainParams.model_validate(parse_overrides(param))
+    except ValidationError as exc:
+        raise UserError(f"bad training parameter: {one_line(exc)}") from None
+    paths: dict[str, list[Path]] = {}
+    for item in log:
+        name, sep, path = item.partition("=")
+        if not sep or not name.strip() or not path.strip():
+            raise UserError(f"--log {item!r} is not NAME=PATH")
+        paths.setdefault(name.strip(), []).append(Path(path.strip()))
+    test = set(test_only)
+    if suite != "default":
+        given = [name for name, value, default in (
+            ("--conversation", conversation, None), ("--requests", requests, 2000),
+            ("--conversation-requests", conversation_requests, None),
+            ("--index-mode", index_mode, "approximate"), ("--kv-event-delay", kv_event_delay, 0.05),
+        ) if value != default]  # fmt: skip
+        if given:
+            raise UserError(f"{', '.join(given)} go(es) with --suite default")
+    if suite is None and not paths:
+        raise UserError("give decision logs (--log NAME=PATH) or a suite to replay (--suite)")
+    with progress_bars(not no_progress) as bars:
+        if suite is not None:
+            if suite == "default":
+                if conversation is not None and not conversation.is_file():
+                    raise UserError(f"{conversation}: no such trace")
+                if index_mode not in ("approximate", "events"):
+                    raise UserError(f"--index-mode must be approximate or events, got {index_mode}")
+                if kv_event_delay < 0:
+                    raise UserError(f"--kv-event-delay must be 0 or more, got {kv_event_delay}")
+                kinds = default_suite(
+                    requests,
+                    conversation,
+                    conversation_requests,
+                    index_mode="events" if index_mode == "events" else "approximate",
+                    kv_event_delay_s=kv_event_delay,
+                )
+            else:
+                kinds = load_suite(Path(suite))
+            clash = sorted(set(paths) & {k.name for k in kinds})
+            if clash:
+                raise UserError(f"kind {', '.join(clash)} given both by --log and by the suite")
+            replayed = replay_kinds(
+                kinds,
+                work or out / "logs",
+                (lambda name: ReplayBar(bars, f"replaying {name}")) if bars is not None else None,
+            )
+            for name, replayed_log in replayed.items():
+                paths[name] = [replayed_log]
+            test |= {k.name for k in kinds if not k.train}
+        data = {}
+        reading = bars.add_task("reading logs", total=len(paths)) if bars is not None else None
+        for name, logs in paths.items():
+            data[name] = read_logs(logs)
+            if bars is not None and reading is not None:
+                bars.advance(reading)
+        fitting = bars.add_task("fitting", total=len(data)) if bars is not None else None
+
+        def advance(name: str) -> None:
+            if bars is not None and fitting is not None:
+                bars.update(fitting, description=f"fitting, {name} held out")
+                done = list(data).index(name)
+                bars.update(fitting, completed=done)
+
+        report = leave_one_kind_out(data, params, test_only=sorted(test), advance=advance)
+    out.mkdir(parents=True, exist_ok=True)
+    body = {"logs": {k: [str(p) for p in v] for k, v in paths.items()},
+            **report.model_dump(mode="json")}  # fmt: skip
+    (out / "cross_eval.json").write_text(json.dumps(body, indent=2) + "\n", encoding="utf-8")
+    write_csv(report.rows, out / "cross_eval.csv")
+    console = Console()
+    if not console.is_terminal:  # a file or a pipe: wide enough for every column
+        console.width = max(console.width, 110)
+    console.print(_cross_table(report.rows))
+    console.print(f"wrote {out / 'cross_eval.json'} and {out / 'cross_eval.csv'}", highlight=False)
+
+
+def _cross_table(rows: list[CrossRow]) -> Table:
+    from rich.table import Table
+
+    table = Table(title="MAE on each held-out kind (model fitted on the other kinds)")
+    for column in ("held out", "tier", "rows", "index match", "lru_frac", "model", "vs index",
+                   "predicts"):  # fmt: skip
+        left = column in ("held out", "tier")
+        table.add_column(column, justify="left" if left else "right", no_wrap=left)
+    for r in rows:
+        lru = "-" if r.lru_mae is None else f"{r.lru_mae:.4f}"
+        table.add_row(r.held_out, r.tier, str(r.rows), f"{r.index_mae:.4f}", lru,
+                      f"{r.model_mae:.4f}", f"{-r.reduction:+.1%}", r.predicts)  # fmt: skip
+    return table

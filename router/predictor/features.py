@@ -9,7 +9,7 @@ in the arrays and null in the log.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,9 +18,9 @@ import numpy.typing as npt
 from policies.estimates import hit_tokens
 from policies.tiers import Tier
 from policies.types import ClusterView, InstanceLoad, RequestView
-from router.predictor.tracking import TrackedIndex
+from router.predictor.tracking import InstanceActivity, TrackedIndex
 
-__all__ = ["FEATURES", "CandidateRows", "FeatureBuilder", "FloatArray"]
+__all__ = ["FEATURES", "TRANSFERABLE", "CandidateRows", "FeatureBuilder", "FloatArray"]
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -50,7 +50,28 @@ FEATURES: tuple[str, ...] = (
     "wan_active",  # transfers on the WAN
     "session_turn",  # earlier requests of the session
     "since_last_turn_s",  # seconds since the session's previous request (NaN: none)
+    "touched_since",  # distinct blocks touched since the deepest match, over its KV blocks
+    "lru_frac",  # leading prompt tokens an LRU of the instance's KV size would still hold
 )
+TRANSFERABLE: tuple[str, ...] = (
+    "tier_p",
+    "tier_rld",
+    "tier_md",
+    "approximate",
+    "match_frac",
+    "route_frac",
+    "known_frac",
+    "tier_best_frac",
+    "inserted_since",
+    "index_fill",
+    "kv_used_frac",
+    "occupancy",
+    "touched_since",
+    "lru_frac",
+)
+"""The features that mean the same on any trace: fractions of the prompt, of the KV memory,
+of the batch. Absolute sizes, times and rates (prompt tokens, seconds, requests queued)
+describe one trace and one cluster; trees that split on them do not carry over."""
 _COL = {name: i for i, name in enumerate(FEATURES)}
 _TIER_COL = {Tier.P: _COL["tier_p"], Tier.RLD: _COL["tier_rld"], Tier.MD: _COL["tier_md"]}
 
@@ -172,7 +193,10 @@ class FeatureBuilder:
         row[_COL["index_fill"]] = len(activity.touch) / capacity
         row[_COL["store_rate"]] = stores / capacity
         row[_COL["evict_rate"]] = evictions / capacity
-        if blocks <= 0 or blocks > len(request.chain):
+        blocks = min(blocks, len(request.chain))
+        held = lru_blocks(activity, request.chain, blocks, capacity)
+        row[_COL["lru_frac"]] = _frac(request, held)
+        if blocks <= 0:
             return
         touched = activity.touch.get(request.chain[blocks - 1])
         if touched is None:
@@ -181,3 +205,48 @@ class FeatureBuilder:
         row[_COL["match_age_s"]] = max(now - touched[0], 0.0)
         row[_COL["inserted_since"]] = since
         row[_COL["turnover_before_use"]] = since + stores / capacity * wait
+        row[_COL["touched_since"]] = activity.order.newer_than(touched[2]) / capacity
+
+
+def lru_blocks(
+    activity: InstanceActivity, chain: Sequence[int], blocks: int, capacity: float
+) -> int:
+    """Leading blocks of ``chain`` (of its first ``blocks``) that an LRU cache of
+    ``capacity`` blocks fed with what the instance stored would still hold.
+
+    A block survives while fewer than ``capacity`` blocks were touched after it. Along a
+    chain, stamps never grow with depth (touching a block touches its prefix), so the
+    held blocks are a prefix, found by bisection. Within the stamp at the edge (one
+    stored chain), the LRU evicts the deepest blocks first: only the
+    ``capacity - newer`` shallowest of that stamp's blocks remain.
+    """
+    touch, order = activity.touch, activity.order
+
+    def stamp(k: int) -> int | None:
+        known = touch.get(chain[k])
+        return None if known is None else known[2]
+
+    def held(k: int) -> bool:
+        s = stamp(k)
+        return s is not None and order.newer_than(s) < capacity
+
+    lo, hi = 0, blocks  # held(k) for every k < lo; not held(hi) or hi == blocks
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if held(mid):
+            lo = mid + 1
+        else:
+            hi = mid
+    if lo == 0:
+        return 0
+    edge = stamp(lo - 1)
+    assert edge is not None
+    first, last = 0, lo - 1  # the first position of the edge stamp
+    while first < last:
+        mid = (first + last) // 2
+        if stamp(mid) == edge:
+            last = mid
+        else:
+            first = mid + 1
+    room = capacity - order.newer_than(edge)
+    return min(lo, first + max(math.ceil(room), 0))

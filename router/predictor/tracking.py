@@ -3,19 +3,21 @@
 ``TrackedIndex`` wraps any :class:`~router.index.base.PrefixIndex` and passes every call
 through; on the way it keeps, per instance, when each block was last stored and a
 counter of blocks inserted so far, plus decayed rates of stores and removals. From
-these the features read the age of a match and how many blocks an instance took in
-since (an LRU cache evicts a block once enough newer ones have arrived), whichever
-way the index is fed: engines' KV events, or the router's own record of its routes.
+these the features read the age of a match, how many blocks an instance took in
+since, and how many distinct blocks it touched since (``TouchOrder``: an LRU cache of C
+blocks evicts a block once C others were touched after it), whichever way the index is
+fed: engines' KV events, or the router's own record of its routes.
 """
 
 from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from policies.tiers import Tier
 from router.index.base import Clock, IndexedInstance, PrefixIndex, UnknownInstanceError
+from router.predictor.recency import TouchOrder
 
 __all__ = ["InstanceActivity", "TrackedIndex"]
 
@@ -31,13 +33,17 @@ class InstanceActivity:
         "_store_rate",
         "capacity",
         "inserted",
+        "order",
         "removed",
         "touch",
     )
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity  # blocks remembered (the instance's capacity when known)
-        self.touch: OrderedDict[int, tuple[float, int]] = OrderedDict()  # block -> (t, inserted)
+        # block -> (t, inserted, stamp): when it was last touched, blocks inserted by then,
+        # and its stamp in ``order``
+        self.touch: OrderedDict[int, tuple[float, int, int]] = OrderedDict()
+        self.order = TouchOrder()  # live blocks per stamp: distinct blocks touched since
         self.inserted = 0  # blocks newly stored so far
         self.removed = 0  # blocks removed so far (KV events only)
         self._store_rate = 0.0
@@ -56,31 +62,52 @@ class InstanceActivity:
         self._decay(now, tau)
         return self._store_rate, self._evict_rate
 
+    def _restamp(self, mapping: dict[int, int]) -> None:
+        touch = self.touch
+        for block, (t, inserted, stamp) in touch.items():
+            touch[block] = (t, inserted, mapping[stamp])
+
+    def _forget(self, stamps: Iterable[int]) -> None:
+        gone: dict[int, int] = {}
+        for stamp in stamps:
+            gone[stamp] = gone.get(stamp, 0) + 1
+        for stamp, n in gone.items():
+            self.order.add(stamp, -n)
+
     def stored(self, chain: Sequence[int], now: float, tau: float) -> None:
         touch = self.touch
+        stamp, mapping = self.order.new_stamp()
+        if mapping is not None:
+            self._restamp(mapping)
         before = self.inserted
         new = 0
+        again: list[int] = []  # the earlier stamps of blocks touched again
         # Last block first, as the index does: parents end up more recent than children.
         for block in reversed(chain):
-            if block in touch:
+            known = touch.get(block)
+            if known is not None:
                 touch.move_to_end(block)
+                again.append(known[2])
             else:
                 new += 1
-                touch[block] = (now, 0)
+                touch[block] = (now, 0, stamp)
+        self._forget(again)
+        self.order.add(stamp, new + len(again))
         self.inserted += new
-        stamp = (now, self.inserted)  # the chain's own new blocks do not count as newer
+        mark = (now, self.inserted, stamp)  # the chain's own new blocks do not count as newer
         for block in chain:
-            touch[block] = stamp
+            touch[block] = mark
+        evicted: list[int] = []
         while len(touch) > self.capacity:
-            touch.popitem(last=False)
+            evicted.append(touch.popitem(last=False)[1][2])
+        self._forget(evicted)
         self._decay(now, tau)
         self._store_rate += (self.inserted - before) / tau
 
     def removed_blocks(self, blocks: Sequence[int], now: float, tau: float) -> None:
-        gone = 0
-        for block in blocks:
-            if self.touch.pop(block, None) is not None:
-                gone += 1
+        stamps = [known[2] for b in blocks if (known := self.touch.pop(b, None)) is not None]
+        self._forget(stamps)
+        gone = len(stamps)
         self.removed += gone
         self._decay(now, tau)
         self._evict_rate += gone / tau

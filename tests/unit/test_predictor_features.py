@@ -18,7 +18,7 @@ from router.errors import UserError
 from router.index.base import IndexedInstance
 from router.index.memory_index import MemoryPrefixIndex
 from router.predictor.dataset import read_logs
-from router.predictor.features import FEATURES, CandidateRows, FloatArray
+from router.predictor.features import FEATURES, CandidateRows, FeatureBuilder, FloatArray
 from router.predictor.outcome import DecisionOutcome
 from router.predictor.sessions import SessionTracker
 from router.predictor.tracking import TrackedIndex
@@ -74,8 +74,10 @@ def test_the_tracked_index_remembers_when_blocks_came_and_how_many_followed() ->
     activity = index.activity("md0")
     assert activity is not None
     assert activity.inserted == 5
-    assert activity.touch[3] == (12.0, 5)  # touched at 12 s, after 5 insertions
-    assert activity.touch[1] == (12.0, 5)  # a chain is stamped as one
+    assert activity.touch[3][:2] == (12.0, 5)  # touched at 12 s, after 5 insertions
+    assert activity.touch[1] == activity.touch[3]  # a chain is stamped as one
+    assert activity.order.live == 5  # every live block counted once, at its newest stamp
+    assert activity.order.count(activity.touch[1][2]) == 5
     assert index.match((1, 2, 3, 4, 9)) == {"p0": 0, "rld0": 0, "md0": 4, "md1": 0}
     index.remove("md0", [5])
     assert activity.removed == 1
@@ -120,12 +122,45 @@ def test_feature_rows_describe_each_candidate() -> None:
     assert md1["match_frac"] == pytest.approx(0.5)
     assert md1["match_age_s"] == pytest.approx(4.0)
     assert md1["inserted_since"] == pytest.approx(50 / 100)
+    assert md1["touched_since"] == pytest.approx(50 / 100)
+    assert md1["lru_frac"] == pytest.approx(0.5)  # 60 blocks: an LRU of 100 holds them all
     assert md1["occupancy"] == pytest.approx(64 / 256)
     md0 = by_key[(Tier.MD, "md0")]
     assert md0["match_frac"] == 0.0
     assert md0["match_age_s"] is None  # nothing matched, so no age
     assert md0["tier_best_frac"] == pytest.approx(0.5)
     assert rows.values.shape == (len(INSTANCES), len(FEATURES))
+
+
+def test_lru_frac_ages_an_unbounded_record_as_an_lru_of_the_engine_size() -> None:
+    clock = Clock()
+    index = TrackedIndex(MemoryPrefixIndex(clock=clock), clock)
+    index.register(IndexedInstance("md0", Tier.MD, "B"))  # not told the capacity
+    view = ClusterView(
+        instances={Tier.P: [], Tier.RLD: [], Tier.MD: [InstanceLoad("md0", Tier.MD, "B",
+                                                                    CAPACITY_TOKENS)]},
+        wan=None, rdma=None, kv_bytes_per_token=70_000, prefill_tokens_per_s=20_000,
+        decode_step_s=0.03,
+    )  # fmt: skip
+    builder = FeatureBuilder(index, approximate=True)
+    chain = tuple(range(20))
+    request = RequestView(chain, 512, 20 * 512)
+
+    def row() -> dict[str, float | None]:
+        matches = {Tier.MD: index.match(chain, tier=Tier.MD)}
+        return builder.build(request, view, matches, matches, clock.now).as_dict(0)
+
+    index.store("md0", chain)
+    index.store("md0", tuple(range(1000, 1070)))  # 90 blocks, under the 100 of the engine
+    assert (row()["match_frac"], row()["lru_frac"]) == (1.0, 1.0)
+    assert row()["touched_since"] == pytest.approx(0.7)
+    index.store("md0", tuple(range(2000, 2015)))  # 105: an LRU drops the chain's last 5
+    assert (row()["match_frac"], row()["lru_frac"]) == (1.0, 0.75)
+    index.store("md0", chain[:4])  # a hit on the first 4 blocks makes them recent again
+    index.store("md0", tuple(range(3000, 3090)))  # 90 more: only those 4 are left
+    assert (row()["match_frac"], row()["lru_frac"]) == (1.0, 0.2)
+    # since the deepest match (block 19) was touched: 70 + 15 + 4 + 90 distinct blocks
+    assert row()["touched_since"] == pytest.approx(179 / 100)
 
 
 class QuarterOfIndex:
