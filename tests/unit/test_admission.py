@@ -6,50 +6,17 @@ import io
 import json
 
 import pytest
+from policy_views import BLOCK, cluster
 
 from policies.admission import Bottleneck, Overloaded
 from policies.pdd_adaptive import rld_load
 from policies.registry import build_policy, parse_policy
 from policies.tiers import Tier
-from policies.types import ClusterView, Decision, InstanceLoad, LinkState, Pipeline, RequestView
+from policies.types import ClusterView, Decision, LinkState, Pipeline, RequestView
 from router.index.base import IndexedInstance
 from router.index.memory_index import MemoryPrefixIndex
 from router.scheduler import Scheduler
 from router.service.wan_ledger import WanLedger
-
-KV = 70_000.0
-BLOCK = 512
-GBPS20 = 20e9 / 8
-
-
-def cluster(
-    *,
-    p_queue_tokens: int = 0,
-    backlog: float = 0.0,
-    wan_active: int = 0,
-    rld_running: int = 0,
-    rld_pending_tokens: int = 0,
-) -> ClusterView:
-    def inst(iid: str, tier: Tier, dc: str) -> InstanceLoad:
-        return InstanceLoad(iid, tier, dc, kv_capacity_tokens=2_000_000)
-
-    ps = [inst("p0", Tier.P, "A"), inst("p1", Tier.P, "A")]
-    for p in ps:
-        p.queued_prefill_tokens = p_queue_tokens
-    rld = inst("rld0", Tier.RLD, "A")
-    rld.running, rld.pending_tokens = rld_running, rld_pending_tokens
-    return ClusterView(
-        instances={
-            Tier.P: ps,
-            Tier.RLD: [rld],
-            Tier.MD: [inst("md0", Tier.MD, "B"), inst("md1", Tier.MD, "B")],
-        },
-        wan=LinkState(GBPS20, 0.03, active_transfers=wan_active, backlog_bytes=backlog),
-        rdma=LinkState(400e9 / 8, 1e-5),
-        kv_bytes_per_token=KV,
-        prefill_tokens_per_s=20_000.0,
-        decode_step_s=0.03,
-    )
 
 
 def request(blocks: int = 8, max_tokens: int | None = 2000) -> RequestView:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 
 import pytest
+from policy_views import BLOCK, GBPS20, KV, cluster
 
 from policies.config import PddAdaptiveParams
 from policies.pdd_adaptive import PddAdaptivePolicy, rld_load, wan_time_s
@@ -14,39 +15,12 @@ from policies.types import (
     ClusterView,
     Decision,
     HandoffMode,
-    InstanceLoad,
     LinkState,
     Matches,
     Pipeline,
     RequestView,
     SessionHistory,
 )
-
-KV = 70_000.0
-BLOCK = 512
-GBPS20 = 20e9 / 8
-
-
-def cluster(
-    *, rld_running: int = 0, wan_active: int = 0, backlog: float = 0.0, rld_kv_used: int = 0
-) -> ClusterView:
-    def inst(iid: str, tier: Tier, dc: str) -> InstanceLoad:
-        return InstanceLoad(iid, tier, dc, kv_capacity_tokens=2_000_000)
-
-    rld = inst("rld0", Tier.RLD, "A")
-    rld.running, rld.kv_used_tokens = rld_running, rld_kv_used
-    return ClusterView(
-        instances={
-            Tier.P: [inst("p0", Tier.P, "A"), inst("p1", Tier.P, "A")],
-            Tier.RLD: [rld],
-            Tier.MD: [inst("md0", Tier.MD, "B"), inst("md1", Tier.MD, "B")],
-        },
-        wan=LinkState(GBPS20, 0.03, active_transfers=wan_active, backlog_bytes=backlog),
-        rdma=LinkState(400e9 / 8, 1e-5),
-        kv_bytes_per_token=KV,
-        prefill_tokens_per_s=20_000.0,
-        decode_step_s=0.03,
-    )
 
 
 def request(
