@@ -49,13 +49,25 @@ def measure_replay(trace: str, preset: str, policy: str | None) -> dict[str, flo
     started = time.perf_counter()
     summary = run_replay(trace, preset, policy).summary
     wall = time.perf_counter() - started
-    rss_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    rss_kb = _peak_rss_kb() or resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return {
         "requests": summary.requests,
         "wall_s": wall,
         "simulated_s": summary.simulated_s,
         "peak_rss_mb": rss_kb / 1024,
     }
+
+
+def _peak_rss_kb() -> int | None:
+    """This process's own peak RSS (VmHWM, KiB). ``ru_maxrss`` is not: Linux carries the
+    parent's peak into a child across fork and exec, and the parent wrote the trace."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return None
 
 
 def _child(trace: Path, preset: str, policy: str | None) -> ReplayBenchRow:

@@ -21,7 +21,15 @@ import numpy.typing as npt
 
 from replay.metrics.record import RequestRecord
 
-__all__ = ["CHUNK_ROWS", "RecordColumns", "float_values", "ordered_by_id", "string_values"]
+__all__ = [
+    "CHUNK_ROWS",
+    "RecordColumns",
+    "float_values",
+    "is_none",
+    "ordered_by_id",
+    "sequential_sum",
+    "string_counts",
+]
 
 CHUNK_ROWS = 8192
 """Rows per chunk: the columns grow by one chunk at a time, never by copying."""
@@ -187,8 +195,39 @@ def ordered_by_id(records: Sequence[RequestRecord]) -> Sequence[RequestRecord]:
     return sorted(records, key=lambda r: r.request_id)
 
 
-def string_values(records: Sequence[RequestRecord], name: str) -> list[str | None]:
-    """A string field of every record."""
+def is_none(records: Sequence[RequestRecord], name: str) -> npt.NDArray[np.bool_]:
+    """Where a string field of the records is None (from the codes, for columns)."""
     if isinstance(records, RecordColumns):
-        return records.column(name).tolist()  # type: ignore[no-any-return]
-    return [getattr(r, name) for r in records]
+        if not len(records):
+            return np.zeros(0, dtype=bool)
+        none: npt.NDArray[np.bool_] = records.column_codes(name) == _NONE
+        return none
+    return np.array([getattr(r, name) is None for r in records], dtype=bool)
+
+
+def string_counts(
+    records: Sequence[RequestRecord], name: str, where: npt.NDArray[np.bool_] | None = None
+) -> dict[str, int]:
+    """How many records (of those ``where`` is true) have each non-None value of a string
+    field, sorted by value."""
+    if isinstance(records, RecordColumns):
+        if not len(records):
+            return {}
+        codes = records.column_codes(name)
+        if where is not None:
+            codes = codes[where]
+        found, counts = np.unique(codes[codes != _NONE], return_counts=True)
+        pairs = ((records.string(int(c)), int(n)) for c, n in zip(found, counts, strict=True))
+        return {str(k): n for k, n in sorted(pairs, key=lambda kv: str(kv[0]))}
+    out: dict[str, int] = {}
+    values = [getattr(r, name) for r in records]
+    chosen = values if where is None else [v for v, w in zip(values, where, strict=True) if w]
+    for value in sorted(str(v) for v in chosen if v is not None):
+        out[value] = out.get(value, 0) + 1
+    return out
+
+
+def sequential_sum(values: FloatArray) -> float:
+    """The values added one after the other, in order: the same float as Python's ``sum``
+    over them (numpy's own ``sum`` adds pairwise, which rounds differently)."""
+    return float(np.cumsum(values)[-1]) if values.size else 0.0

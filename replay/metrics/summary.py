@@ -9,7 +9,7 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field
 
-from replay.metrics.columns import float_values, string_values
+from replay.metrics.columns import float_values, is_none, sequential_sum, string_counts
 from replay.metrics.record import RequestRecord
 from replay.sim.timeline import TimelineSamples
 from router.sla import SLA_TPOT_S, SLA_TTFT_S
@@ -248,15 +248,15 @@ def summarize(
     meets = done & (ttft <= sla.ttft_s) & (~np.isfinite(tpot) | (tpot <= sla.tpot_s))
     met = int(meets.sum())
     # Python's sum, in record order: the same float as adding the records one by one
-    wan_bytes = float(sum(float_values(records, "wan_bytes").tolist()))
-    tokens_rld = float(sum(float_values(records, "tokens_rld").tolist()))
-    tokens_all = tokens_rld + float(sum(float_values(records, "tokens_md").tolist()))
-    rld_busy = sum(np.nan_to_num(float_values(records, "rld_busy_s"), nan=0.0).tolist())
+    wan_bytes = sequential_sum(float_values(records, "wan_bytes"))
+    tokens_rld = sequential_sum(float_values(records, "tokens_rld"))
+    tokens_all = tokens_rld + sequential_sum(float_values(records, "tokens_md"))
+    rld_busy = sequential_sum(np.nan_to_num(float_values(records, "rld_busy_s"), nan=0.0))
     goodput = met / duration
     wan_mean = wan_bytes * 8 / simulated / 1e9 if simulated > 0 else 0.0
     backlog = timeline.wan_backlog_gb if timeline is not None else []
-    rejected = string_values(records, "rejected")
-    refused = [r for r in rejected if r is not None]
+    served = is_none(records, "rejected")
+    rejected_by = string_counts(records, "rejected")
     p50, p99, mean = _pct(transfer, (50, 99))
     return Summary(
         policy=policy,
@@ -282,18 +282,12 @@ def summarize(
         rld_token_share=round(tokens_rld / tokens_all, 6) if tokens_all else 0.0,
         rld_busy_mean=round(rld_busy / simulated, 6) if simulated > 0 else 0.0,
         index_mode=index_mode,
-        rejected=len(refused),
-        rejected_by=_counts(refused),
-        pipelines=_counts(
-            [
-                p
-                for p, r in zip(string_values(records, "pipeline"), rejected, strict=True)
-                if r is None
-            ]
-        ),
-        handoffs=_counts([h for h in string_values(records, "handoff") if h is not None]),
+        rejected=sum(rejected_by.values()),
+        rejected_by=rejected_by,
+        pipelines=string_counts(records, "pipeline", where=served),
+        handoffs=string_counts(records, "handoff"),
         reactive_p_rld=int(float_values(records, "reactive").sum()),
-        hit_rate=_hit_rates(records),
+        hit_rate=_hit_rates(records, served),
         cost_per_hour=round(cost_per_hour, 6),
         bcr=round(goodput / cost_per_hour, 9) if cost_per_hour > 0 else 0.0,
         trace_duration_s=round(duration, 6),
@@ -317,18 +311,10 @@ def _mean(values: Sequence[float]) -> float:
     return round(float(np.mean(values)), 6) if values else 0.0
 
 
-def _counts(values: Sequence[str | None]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for value in sorted(str(v) for v in values):
-        out[value] = out.get(value, 0) + 1
-    return out
-
-
-def _hit_rates(records: Sequence[RequestRecord]) -> dict[str, float]:
+def _hit_rates(records: Sequence[RequestRecord], served: npt.NDArray[np.bool_]) -> dict[str, float]:
     """Token-weighted realized hit rate per tier (over the requests that used the tier)."""
     out: dict[str, float] = {}
     length = float_values(records, "input_length")
-    served = np.array([r is None for r in string_values(records, "rejected")], dtype=bool)
     for tier in ("p", "rld", "md"):
         rate = float_values(records, f"hit_{tier}")
         used = served & ~np.isnan(rate) if tier == "p" else ~np.isnan(rate)

@@ -22,7 +22,7 @@ import numpy.typing as npt
 
 from policies.registry import UnknownPolicyError, build_policy, parse_policy
 from policies.tiers import Tier
-from replay.metrics.columns import RecordColumns, float_values, string_values
+from replay.metrics.columns import RecordColumns, float_values, is_none
 from replay.metrics.record import RequestRecord, record_of
 from replay.metrics.summary import SlaThresholds, Summary, summarize
 from replay.metrics.writers import write_run
@@ -125,7 +125,7 @@ arrival (a short trace overwhelmed at once)."""
 
 def backlog_warning(summary: Summary, records: Sequence[RequestRecord]) -> str | None:
     """A line when the cluster fell behind the trace, else None."""
-    served = np.array([r is None for r in string_values(records, "rejected")], dtype=bool)
+    served = is_none(records, "rejected")
     arrival = float_values(records, "arrival_s")[served]  # refused requests queued nowhere
     fifth = len(arrival) // 5
     if fifth == 0:
