@@ -14,18 +14,19 @@ def _f(x: float | None, digits: int = 4) -> str:
 
 
 def summary_table(ev: Evaluation, title: str) -> Table:
-    """One row per predictor: MAE overall and per tier, calibration error, gain on the index
-    match (the bias is in the JSON output)."""
+    """One row per predictor: MAE overall and per tier, calibration error, and its MAE's
+    change against the index match (negative: a lower error; the bias is in the JSON
+    output)."""
     tiers = sorted(ev.by_tier_rows)
     rows = ", ".join(f"{t} {ev.by_tier_rows[t]}" for t in tiers)
     table = Table(title=title, caption=f"MAE per tier; rows: {rows}; cal.: calibration error")
     table.add_column("predictor", style="bold", min_width=11)
     for name in ("MAE", *tiers, "cal."):
         table.add_column(name, justify="right", no_wrap=True, min_width=6)
-    table.add_column("vs index", justify="right", no_wrap=True, min_width=8)
+    table.add_column("MAE vs index", justify="right", no_wrap=True, min_width=8)
     base = ev.scores[RAW].mae if RAW in ev.scores else None
     for name, s in ev.scores.items():
-        gain = "-" if not base else f"{(1 - s.mae / base) * 100:+.1f}%"
+        gain = "-" if not base else f"{(s.mae / base - 1) * 100:+.1f}%"
         table.add_row(
             name,
             _f(s.mae),

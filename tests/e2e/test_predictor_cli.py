@@ -58,6 +58,13 @@ def test_the_model_beats_the_raw_match_by_30_percent_in_approximate_mode(
     assert mae["approximate-mode match"] == mae["index match"]  # the index is the record
     assert set(body["versions"]) >= {"scikit-learn", "skops"}
     assert body["rows"] > 500
+    # a lower error reads as a negative change of the MAE, as in cross-eval
+    change = f"{(mae['model'] / mae['index match'] - 1) * 100:+.1f}%"
+    assert change.startswith("-")
+    rows = [line.split("│") for line in out.splitlines() if line.startswith("│")]
+    model_row = next("│".join(r) for r in rows if len(r) > 2 and r[1].strip() == "model")
+    assert change in model_row
+    assert "MAE vs index" in out
 
 
 def test_a_replay_routes_with_the_model(
