@@ -16,7 +16,14 @@ def test_demo_compares_the_three_deployments(
     monkeypatch.setenv("COLUMNS", "200")
     assert main(["demo", "-n", "400", "--no-progress", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    for label in ("intra-DC PD", "naive cross-DC PD", "PDD", "SLA goodput", "BCR"):
+    for label in (
+        "intra-DC PD",
+        "naive cross-DC PD",
+        "PDD",
+        "goodput at the trace's rate",
+        "BCR at the trace's rate",
+        "rejected",
+    ):
         assert label in out
     assert "fewer WAN bytes" in out
     summaries = {
