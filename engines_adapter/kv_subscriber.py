@@ -64,30 +64,47 @@ class KVEventSubscriber:
         sock = self._context.socket(zmq.SUB)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.RECONNECT_IVL, 100)
-        sock.setsockopt(zmq.RECONNECT_IVL_MAX, 2000)
+        sock.setsockopt(zmq.RECONNECT_IVL_MAX, 500)  # a restarted engine: back within 0.5 s
         sock.setsockopt(zmq.SUBSCRIBE, self.topic)
         sock.connect(self.endpoint)
         return sock
 
     async def batches(self) -> AsyncIterator[KVEventBatch]:
-        """Batches as they arrive, forever (until ``close``); reconnects on failure."""
+        """Batches as they arrive, forever (until ``close``); reconnects on failure.
+
+        A dropped connection to the publisher counts as a gap: whatever it sent before
+        the subscriber was connected again is lost, and a publisher that restarted may
+        by then have sent exactly as many batches as the last sequence number, so that
+        the sequence alone would look unbroken."""
         while not self._closed:
             sock = self._socket()
+            monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+            poller = zmq.asyncio.Poller()
+            poller.register(sock, zmq.POLLIN)
+            poller.register(monitor, zmq.POLLIN)
+            wait_ms = None if self.idle_reconnect_s is None else int(self.idle_reconnect_s * 1000)
             try:
                 while not self._closed:
-                    if self.idle_reconnect_s is not None:
-                        ready = await sock.poll(int(self.idle_reconnect_s * 1000))
-                        if not ready:
-                            break  # silent for too long: reconnect
-                    frames = await sock.recv_multipart()
-                    for batch in await self._accept(frames):
-                        yield batch
+                    ready = dict(await poller.poll(wait_ms))
+                    if not ready:
+                        break  # silent for too long: reconnect
+                    if monitor in ready:
+                        await monitor.recv_multipart()
+                        if self._last_sequence is not None:
+                            self._note_gap(0)
+                    if sock in ready:
+                        frames = await sock.recv_multipart()
+                        for batch in await self._accept(frames):
+                            yield batch
             except zmq.ZMQError as exc:
                 if self._closed:
                     return
                 log.warning("KV events of %s: %s; reconnecting", self.instance_id, exc)
                 await asyncio.sleep(self.retry_s)
             finally:
+                with contextlib.suppress(zmq.ZMQError):
+                    sock.disable_monitor()
+                monitor.close(linger=0)
                 sock.close(linger=0)
             self.reconnects += 1
 

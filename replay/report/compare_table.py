@@ -61,4 +61,3 @@ def compare_table(result: CompareResult, *, all_metrics: bool = False) -> Table:
                 cells.append(Text(body, style=_STYLE[mark]))
         table.add_row(*cells)
     return table
-

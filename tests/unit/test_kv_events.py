@@ -207,6 +207,42 @@ async def test_subscriber_treats_a_sequence_going_back_as_a_publisher_restart(
     assert restarted.events[0].type == "AllBlocksCleared"
 
 
+async def test_a_dropped_connection_counts_as_a_gap_though_the_sequence_looks_unbroken() -> None:
+    """A publisher restarted on the same port whose first batch the subscriber hears has
+    the next sequence number: its earlier batches were lost while the subscriber was away,
+    so the instance's cache is cleared rather than trusted."""
+    context = zmq.asyncio.Context()
+    first = context.socket(zmq.PUB)
+    first.setsockopt(zmq.LINGER, 0)
+    first.bind("tcp://127.0.0.1:*")
+    endpoint = first.getsockopt_string(zmq.LAST_ENDPOINT)
+    tap = Tap(KVEventSubscriber("i0", endpoint))
+    try:
+        await tap.connect(lambda: _send(first, 0))
+        await _send(first, 1)
+        assert (await tap.get()).gap is False
+        first.close(linger=0)  # the engine dies; a new one binds the same port
+        second = context.socket(zmq.PUB)
+        second.setsockopt(zmq.LINGER, 0)
+        second.bind(endpoint)
+        try:
+            async with asyncio.timeout(10):
+                while True:  # until the subscriber is back: it hears sequence 2 or later
+                    await _send(second, 2)
+                    with contextlib.suppress(TimeoutError):
+                        after = await tap.get(0.05)
+                        break
+            assert after.sequence == 2
+            assert after.gap is True
+            assert after.events[0].type == "AllBlocksCleared"
+            assert tap.subscriber.gaps == 1
+        finally:
+            second.close(linger=0)
+    finally:
+        await tap.aclose()
+        context.term()
+
+
 async def test_subscriber_skips_a_malformed_message_and_reports_the_loss(
     pub: tuple[zmq.asyncio.Socket, str], tap: Tap
 ) -> None:
