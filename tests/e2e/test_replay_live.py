@@ -143,13 +143,20 @@ def test_an_endpoint_that_does_not_answer_is_one_line(
     assert "Traceback" not in err
 
 
+def _interruptible() -> None:
+    """Ctrl-C as at a terminal: a test suite started in the background (``cmd &`` in a
+    script) ignores SIGINT, and a child inherits that unless it is reset."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])
+
+
 def test_ctrl_c_writes_what_was_sent(tmp_path: Path, stack: Stack) -> None:
     write_trace(tmp_path / "trace.jsonl", spacing_s=1.0)  # 12 requests over 11 s
     out = tmp_path / "stopped"
     proc = subprocess.Popen(
         [sys.executable, "-m", "cli.app", "replay", "live", str(tmp_path / "trace.jsonl"),
          "--url", stack.router, "--vocab-size", str(VOCAB), "--out", str(out), "--no-progress"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=_interruptible,
     )  # fmt: skip
     before = decisions(stack.router)
     deadline = time.monotonic() + 30
