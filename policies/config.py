@@ -131,7 +131,8 @@ class PddAdaptiveParams(_Params):
     max_wan_backlog_s: float = Field(
         4.0, gt=0, description="Largest WAN backlog (seconds to drain, the request's own "
         "bytes included) a request may join: past it the request is finished on RLD while "
-        "RLD has room, and refused otherwise (with admission on)",
+        "RLD has room; otherwise it takes the line, and admission control judges its "
+        "predicted first token",
     )  # fmt: skip
 
 
