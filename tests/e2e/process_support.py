@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import shutil
 import signal
@@ -18,12 +19,26 @@ from typing import Any
 
 import httpx
 
+_GIVEN: set[int] = set()  # ports handed out in this test session, not handed out again
+
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
+    """A port nothing listens on, below Linux's ephemeral range (32768-60999): a port from
+    that range, free when asked, can be taken by any outgoing connection before the
+    process it is meant for binds it."""
+    rng = random.Random()
+    for _ in range(500):
+        port = rng.randrange(20_000, 32_768)
+        if port in _GIVEN:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _GIVEN.add(port)
         return port
+    raise RuntimeError("no free port between 20000 and 32767")
 
 
 def spawn(args: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
