@@ -52,6 +52,7 @@ class RequestRecord:
     rld_busy_s: float | None
     reason: str
     rejected: str | None = None  # the bottleneck admission control refused it for, if it did
+    preemptions: int = 0  # times a decode instance ran out of memory and recomputed it later
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -121,6 +122,7 @@ def record_of(request: SimRequest) -> RequestRecord:
         tokens_md=request.tokens_md,
         rld_busy_s=_r(rld_busy),
         reason=decision.reason if decision is not None else "",
+        preemptions=request.preemptions,
     )
 
 

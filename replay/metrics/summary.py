@@ -131,6 +131,11 @@ class Summary(BaseModel):
         default_factory=dict, description="Rejected requests by the bottleneck that refused "
         "them: prefill, wan, rld",
     )  # fmt: skip
+    preemptions: int = Field(
+        0, description="Times a decode instance ran out of KV memory and preempted a request "
+        "(freed, recomputed later); 0 with `memory.allocation: reserve-output`",
+    )  # fmt: skip
+    preempted_requests: int = Field(0, description="Requests preempted at least once")
     pipelines: dict[str, int]
     handoffs: dict[str, int]
     reactive_p_rld: int
@@ -268,6 +273,7 @@ def summarize(
     backlog = timeline.wan_backlog_gb if timeline is not None else []
     served = is_none(records, "rejected")
     rejected_by = string_counts(records, "rejected")
+    preempted = float_values(records, "preemptions")
     return Summary(
         policy=policy,
         preset=preset,
@@ -294,6 +300,8 @@ def summarize(
         index_mode=index_mode,
         rejected=sum(rejected_by.values()),
         rejected_by=rejected_by,
+        preemptions=int(preempted.sum()),
+        preempted_requests=int((preempted > 0).sum()),
         pipelines=string_counts(records, "pipeline", where=served),
         handoffs=string_counts(records, "handoff"),
         reactive_p_rld=int(float_values(records, "reactive").sum()),

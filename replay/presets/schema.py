@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from policies.tiers import Tier
@@ -16,6 +18,7 @@ __all__ = [
     "HardwareSpec",
     "LinkSpec",
     "LinksSpec",
+    "MemorySpec",
     "ModelSpec",
     "PoolSpec",
     "TimingSpec",
@@ -91,6 +94,19 @@ class TimingSpec(_Spec):
         False, description="The client's first token comes from the decode instance's first "
         "step, as through the router (it streams what RLD or MD generate); false: the token "
         "the prefill produced reaches the client when the request joins its decode instance",
+    )  # fmt: skip
+
+
+class MemorySpec(_Spec):
+    """How decode instances (RLD, MD) hold KV memory for the requests they run."""
+
+    allocation: Literal["on-demand", "reserve-output"] = Field(
+        "on-demand", description="on-demand: as vLLM and SGLang do, a request takes memory "
+        "for its prompt when admitted and a block more as it generates; when an instance "
+        "runs out, its most recently started request is preempted (its memory freed, "
+        "recomputed when there is room again). reserve-output: the request's whole output "
+        "is reserved at admission, so nothing is ever preempted and fewer requests run "
+        "(the conservative model the replay used at first)",
     )  # fmt: skip
 
 
@@ -230,3 +246,4 @@ class ClusterSpec(_Spec):
     links: LinksSpec
     timing: TimingSpec = TimingSpec()
     handoff: HandoffSpec = HandoffSpec()
+    memory: MemorySpec = MemorySpec()

@@ -107,6 +107,7 @@ def build_cluster(
                     on_reserved,
                     on_finish,
                     spec.timing.first_token_on_decode,
+                    on_demand=spec.memory.allocation == "on-demand",
                 )
     rdma_spec = spec.links.rdma
     rdma = {

@@ -1,11 +1,21 @@
 """A decode instance (RLD or MD): KV memory, admission queues, a fluid decode batch.
 
 A copy of a request's KV first reserves memory here (its chain's blocks pinned, the
-blocks already cached reused, its output reserved), waiting in FIFO order when the
+blocks already cached reused, its prompt's tail), waiting in FIFO order when the
 memory is full; then its bytes travel; once landed the request joins the batch, or
 waits for a slot when ``max_batch`` requests are running. Joining emits one token
 at once (the token the prefill, or the handoff's extend step, produced); the rest
 come from the fluid batch.
+
+Memory for the output is taken as it is generated (``on_demand``, as vLLM and SGLang
+allocate blocks): the running requests' generated tokens grow at the batch size times
+the step rate, so the moment the memory fills is known in advance and has one event.
+Then unpinned cached blocks are evicted; when none is left, the request that started
+last is preempted (vLLM's order): its memory is freed (its blocks stay cached) and it
+waits at the head of the queue; re-admitted, it recomputes its prompt and what it had
+generated (a prefill pass over what is no longer cached) and emits its next token.
+Without ``on_demand`` the whole output is reserved at admission (the legs' extra
+tokens include it) and nothing is ever preempted.
 """
 
 from __future__ import annotations
@@ -29,12 +39,16 @@ class DecodeInstance:
     """One RLD or MD instance."""
 
     __slots__ = (
+        "_grown_base",
         "_incoming",
         "_loop",
+        "_memory_version",
         "_on_finish",
         "_on_reserved",
         "_prealloc",
+        "_preempted",
         "_ready",
+        "_recomputing",
         "_running",
         "batch",
         "cache",
@@ -43,6 +57,8 @@ class DecodeInstance:
         "id",
         "load",
         "max_batch",
+        "on_demand",
+        "preemptions",
         "roofline",
         "tier",
     )
@@ -60,8 +76,15 @@ class DecodeInstance:
         on_reserved: Callable[[Leg], None],
         on_finish: Callable[[SimRequest, DecodeInstance], None],
         first_token_on_decode: bool = False,
+        on_demand: bool = False,
     ) -> None:
         self._loop = loop
+        self.on_demand = on_demand
+        self.preemptions = 0
+        self._preempted: deque[Leg] = deque()  # freed by a preemption, next to re-admit
+        self._recomputing = 0
+        self._grown_base = 0  # sum of the running legs' grown_base
+        self._memory_version = 0
         self.first_token_on_decode = first_token_on_decode
         self.id = instance_id
         self.tier = tier
@@ -82,12 +105,13 @@ class DecodeInstance:
 
     def reserve(self, leg: Leg) -> None:
         """Reserve memory for a copy of the KV; ``on_reserved(leg)`` once it is granted."""
-        if self._prealloc or not self._try_reserve(leg):
+        if self._preempted or self._prealloc or not self._try_reserve(leg):
             self._prealloc.append(leg)
             self._sync_load()
 
     def _try_reserve(self, leg: Leg) -> bool:
         request = leg.request
+        self._refresh_grown()
         hits = self.cache.acquire(request.chain, leg.extra_tokens)
         if hits is None:
             return False
@@ -99,8 +123,11 @@ class DecodeInstance:
         return True
 
     def _drain_prealloc(self) -> None:
+        preempted = self._preempted
+        while preempted and self._try_readmit(preempted[0]):
+            preempted.popleft()
         prealloc = self._prealloc
-        while prealloc and self._try_reserve(prealloc[0]):
+        while not preempted and prealloc and self._try_reserve(prealloc[0]):
             prealloc.popleft()
         self._sync_load()
 
@@ -121,13 +148,23 @@ class DecodeInstance:
             leg.state = LegState.CLOSED
             self._sync_load()
             return
+        if leg.preempted:  # its memory was freed when it was preempted
+            self._preempted.remove(leg)
+            leg.preempted = False
+            leg.state = LegState.CLOSED
+            self._drain_prealloc()
+            return
+        if leg.recomputing:
+            leg.recomputing = False
+            self._recomputing -= 1
         if leg.state == LegState.SENDING:
             self._incoming -= 1
         if leg.queued:
             self._ready = deque(item for item in self._ready if item[0] is not leg)
             leg.queued = False
         leg.state = LegState.CLOSED
-        self.cache.release(leg.request.chain, leg.extra_tokens)
+        self.cache.release(leg.request.chain, leg.extra_tokens + leg.resume_tokens)
+        leg.resume_tokens = 0
         self._drain_prealloc()
 
     # -- decoding ---------------------------------------------------------------------
@@ -145,11 +182,16 @@ class DecodeInstance:
         request, now = leg.request, self._loop.now
         leg.running = True
         self._running[request.key] = request
+        if self.on_demand:  # the generated tokens it brings now count as grown memory
+            self.cache.reserved -= leg.resume_tokens
+            leg.resume_tokens = 0
+            leg.grown_base = request.emitted
+            self._grown_base += request.emitted
         if self.first_token_on_decode and request.emitted == 0:
             self._start_from_first_step(request, tokens_left, now)
             return
         self._emit(request, 1, now)
-        if self.tier == Tier.RLD:
+        if self.tier == Tier.RLD and request.rld_start_s is None:
             request.rld_start_s = now
         request.stint_join_s = now
         request.stint_tokens = tokens_left - 1
@@ -163,7 +205,7 @@ class DecodeInstance:
     def _start_from_first_step(self, request: SimRequest, tokens: int, now: float) -> None:
         """Every token from this instance's steps, the first one too: it reaches the client
         one step after joining (the step's length as the batch stands with it)."""
-        if self.tier == Tier.RLD:
+        if self.tier == Tier.RLD and request.rld_start_s is None:
             request.rld_start_s = now
         request.stint_join_s = now
         request.stint_tokens = tokens
@@ -205,8 +247,7 @@ class DecodeInstance:
             if tokens > 0:
                 last = self._loop.now - (progress - tokens) * step
                 self._account_stint(request, tokens, max(last, request.stint_join_s), gap)
-        self._running.pop(request.key, None)
-        leg.running = False
+        self._stop(request, leg)
         self._admit_ready()
 
     def _account_stint(self, request: SimRequest, tokens: int, last_s: float, gap: float) -> None:
@@ -219,20 +260,32 @@ class DecodeInstance:
         else:
             request.tokens_md += tokens
 
+    def _stop(self, request: SimRequest, leg: Leg) -> None:
+        """The request no longer runs here: its generated tokens' memory is freed."""
+        if self._running.pop(request.key, None) is not None:
+            self._grown_base -= leg.grown_base
+            leg.grown_base = 0
+        leg.running = False
+
+    def _leg_of(self, request: SimRequest) -> Leg:
+        leg = request.rld_leg if self.tier == Tier.RLD else request.md_leg
+        if leg is None:
+            raise RuntimeError(f"request {request.key} has no copy on {self.id}")
+        return leg
+
     def _batch_finished(self, key: int) -> None:
-        request = self._running.pop(key)
+        request = self._running[key]
+        self._stop(request, self._leg_of(request))
         gap = self.batch.gap_at_exit.pop(key)
         self._account_stint(request, request.stint_tokens, self._loop.now, gap)
         self._finished(request)
 
     def _finish_now(self, request: SimRequest) -> None:
-        if self._running.pop(request.key, None) is not None:
+        if request.key in self._running:
+            self._stop(request, self._leg_of(request))
             self._finished(request)
 
     def _finished(self, request: SimRequest) -> None:
-        leg = request.rld_leg if self.tier == Tier.RLD else request.md_leg
-        if leg is not None:
-            leg.running = False
         self._admit_ready()
         self._on_finish(request, self)
 
@@ -245,7 +298,86 @@ class DecodeInstance:
         self._sync_load()
 
     def _sync_load(self) -> None:
-        load = self.load
+        load, cache = self.load, self.cache
         load.running = len(self._running)
-        load.queued = len(self._prealloc) + self._incoming + len(self._ready)
-        load.kv_used_tokens = self.cache.pinned_tokens
+        load.queued = (
+            len(self._prealloc) + self._incoming + len(self._ready)
+            + len(self._preempted) + self._recomputing
+        )  # fmt: skip
+        if self.on_demand:
+            self._refresh_grown()
+            self._arm_memory()
+        load.kv_used_tokens = int(cache.pinned_tokens)
+
+    # -- on-demand memory: eviction and preemption as the batch grows -----------------
+
+    def _refresh_grown(self) -> None:
+        if self.on_demand:
+            self.cache.grown = self._grown_base + self.batch.total_progress()
+
+    def _arm_memory(self) -> None:
+        """Schedule the moment the growing batch fills the memory, if it comes before
+        the batch's next change (which arms it again)."""
+        batch, cache = self.batch, self.cache
+        n = batch.size
+        if n == 0 or batch.rate <= 0.0:
+            return
+        free = cache.capacity_tokens - cache.used_tokens
+        if free <= 0.0 and cache.evictable_tokens == 0 and n == 1:
+            return  # one request alone is never preempted: it overcommits instead
+        delay = max(free, 0.0) / (n * batch.rate)
+        if delay >= batch.until_next_s():
+            return
+        self._memory_version += 1
+        self._loop.after(delay, Priority.DECODE, self._memory_full, self._memory_version)
+
+    def _memory_full(self, version: int) -> None:
+        if version != self._memory_version:
+            return  # stale: the batch or the memory changed since
+        cache = self.cache
+        self._refresh_grown()
+        if cache.evictable_tokens > 0:  # evict ahead: a slice of the memory at a time
+            cache.make_room(spare_tokens=max(cache.capacity_tokens / 32, cache.block_size))
+        elif self.batch.size > 1:
+            self._preempt()
+            return
+        self._sync_load()
+
+    def _preempt(self) -> None:
+        """Free the request that started last and queue it first for re-admission."""
+        victim = next(key for key in reversed(self._running) if key in self.batch)
+        request = self._running[victim]
+        leg = self._leg_of(request)
+        self.leave(leg)
+        self.preemptions += 1
+        request.preemptions += 1
+        leg.preempted = True
+        self.cache.release(request.chain, leg.extra_tokens)
+        self._preempted.appendleft(leg)
+        self._drain_prealloc()
+
+    def _try_readmit(self, leg: Leg) -> bool:
+        """Memory again for a preempted request, its generated tokens included; then a
+        prefill pass recomputes what is no longer cached."""
+        request = leg.request
+        generated = request.emitted
+        self._refresh_grown()
+        hits = self.cache.acquire(request.chain, leg.extra_tokens + generated)
+        if hits is None:
+            return False
+        leg.preempted = False
+        leg.recomputing = True
+        leg.resume_tokens = generated
+        self._recomputing += 1
+        cached = min(hits * self.cache.block_size, request.input_length)
+        work = [(request.input_length - cached + generated, cached)]
+        self._loop.after(self.roofline.prefill_s(work), Priority.DECODE, self._recomputed, leg)
+        return True
+
+    def _recomputed(self, leg: Leg) -> None:
+        if not leg.recomputing:
+            return  # closed meanwhile (handed off or finished elsewhere)
+        leg.recomputing = False
+        self._recomputing -= 1
+        request = leg.request
+        self.join(leg, max(request.output_length - request.emitted, 1))

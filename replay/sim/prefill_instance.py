@@ -80,4 +80,4 @@ class PrefillInstance:
         load.running = len(queue.running)
         load.queued = len(queue)
         load.queued_prefill_tokens = queue.queued_tokens
-        load.kv_used_tokens = self.cache.pinned_tokens
+        load.kv_used_tokens = int(self.cache.pinned_tokens)

@@ -97,6 +97,10 @@ class Leg:
     nbytes: float = 0.0
     running: bool = False  # decoding on dest right now
     queued: bool = False  # landed, waiting for a batch slot on dest
+    grown_base: int = 0  # generated tokens dest held when the request (re)started there
+    preempted: bool = False  # dest ran out of memory: freed, waiting to be recomputed
+    recomputing: bool = False  # re-admitted after a preemption, its context recomputing
+    resume_tokens: int = 0  # reserved for the generated tokens being recomputed
 
 
 class SimRequest:
@@ -129,6 +133,7 @@ class SimRequest:
         "p",
         "p_hit_tokens",
         "pipeline",
+        "preemptions",
         "prefill_end_s",
         "prefill_start_s",
         "private_tokens",
@@ -187,6 +192,7 @@ class SimRequest:
         self.finished_s: float | None = None
         self.finished_on: str | None = None
         self.reactive = False
+        self.preemptions = 0  # times a decode instance ran out of memory and freed it
         self.rejected: Overloaded | None = None  # refused at arrival (admission control)
         self.wan_bytes = 0.0
         self.transfer_s: float | None = None

@@ -94,6 +94,21 @@ class SharedProgress:
         self.advance()
         return max(self._sum_target - len(self._members) * self.v, 0.0)
 
+    def until_next_s(self) -> float:
+        """Seconds until the next member reaches its target at the current rate (inf if
+        none will)."""
+        heap, members = self._heap, self._members
+        while heap:
+            target, key = heap[0]
+            entry = members.get(key)
+            if entry is not None and entry[1] == target:
+                break
+            heapq.heappop(heap)
+        if not heap or self.rate <= 0.0:
+            return float("inf")
+        self.advance()
+        return max((heap[0][0] - self.v) / self.rate, 0.0)
+
     # -- membership -------------------------------------------------------------------
 
     def add(self, key: int, amount: float) -> None:

@@ -97,6 +97,8 @@ class Simulator:
             remote=remote, remote_delay_s=kv_event_wan_delay_s,
         )  # fmt: skip
         self._on_finished = on_finished
+        # on-demand memory: a copy reserves its prompt; the output grows on the instance
+        self._reserve_output = preset.spec.memory.allocation == "reserve-output"
         self.cluster: SimCluster = build_cluster(
             self.loop,
             preset,
@@ -254,7 +256,10 @@ class Simulator:
 
     def _leg(self, request: SimRequest, dest: DecodeServer, *, reuse: bool) -> Leg:
         request.outgoing += 1
-        return Leg(request, dest, reuse, request.output_length + request.private_tokens)
+        extra = request.private_tokens
+        if self._reserve_output:
+            extra += request.output_length
+        return Leg(request, dest, reuse, extra)
 
     def _reserved(self, leg: Leg) -> None:
         """Memory granted on the destination: ship what it lacks (or everything)."""
