@@ -93,7 +93,8 @@ def compare(
 
     A policy written NAME@PRESET runs on that cluster, so deployments compare too (e.g.
     --policy idc-pd@idc-pd --policy xdc-pd-drc@xdc-pd --policy pdd@pdd). Writes
-    compare.json, report.html and each policy's summary.json and requests.jsonl.
+    compare.json, compare.csv (one row per metric and policy), report.html and each
+    policy's summary.json and requests.jsonl.
     With --executor process or ray the policies replay at once.
     """
     from replay.experiments.compare import run_compare
@@ -123,6 +124,7 @@ def compare(
             window_s=window, progress=observer, executor=executor, on_replays=count,
         )  # fmt: skip
     result.write_json(out / "compare.json")
+    result.write_csv(out / "compare.csv")
     slugs = [_slug(spec.label) for spec in result.specs]
     for i, run in enumerate(result.results):
         # two labels may slug alike (pdd@/a.yaml, pdd@a.yaml): then number them
@@ -144,13 +146,14 @@ def compare(
     )
     write_report(out / "report.html", report)
     console = Console()
-    console.print(compare_table(result, all_metrics=all_metrics))
+    console.print(compare_table(result, all_metrics=all_metrics, width=console.width))
     for spec, run in zip(result.specs, result.results, strict=True):
         for warning in run.summary.warnings:
             console.print(f"[yellow]warning[/] ({spec.label}): {warning}", highlight=False,
                           soft_wrap=True)  # fmt: skip
     console.print(
-        f"wrote {out / 'compare.json'}, {out / 'report.html'} and one folder per policy",
+        f"wrote {out / 'compare.json'}, {out / 'compare.csv'}, {out / 'report.html'} and one "
+        "folder per policy",
         highlight=False,
         soft_wrap=True,
     )

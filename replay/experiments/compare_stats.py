@@ -193,7 +193,7 @@ def metric_specs(summaries: Sequence[Summary]) -> list[MetricSpec]:
         *_pct("e2e_s", "E2E", "s", four),
         *_pct("max_gap_s", "largest gap", "s", four),
         MetricSpec(
-            "sla_attainment", "SLA attainment", "share", "higher", "requests",
+            "sla_attainment", "SLA met", "share", "higher", "requests",
             lambda s: s.sla_attainment, lambda d: ratio(d.values["met"], d.values["one"]),
         ),
         MetricSpec(
@@ -221,7 +221,7 @@ def metric_specs(summaries: Sequence[Summary]) -> list[MetricSpec]:
             lambda s: s.wan_gbps_mean, _rate("wan_bytes", lambda s: 8e-9 * _per(s.simulated_s)),
         ),
         MetricSpec(
-            "wan_gbps_peak", "WAN peak (1 s)", "Gbps", "lower", None, lambda s: s.wan_gbps_peak
+            "wan_gbps_peak", "WAN peak, 1 s", "Gbps", "lower", None, lambda s: s.wan_gbps_peak
         ),
         *_pct("transfer_s", "KV transfer", "s", ("p50", "p99", "mean")),
         MetricSpec(
@@ -230,7 +230,7 @@ def metric_specs(summaries: Sequence[Summary]) -> list[MetricSpec]:
             lambda d: ratio(d.values["tokens_rld"], d.values["tokens_out"]),
         ),
         MetricSpec(
-            "rld_busy_mean", "RLD busy (mean requests)", "req", None, "requests",
+            "rld_busy_mean", "RLD busy", "mean requests", None, "requests",
             lambda s: s.rld_busy_mean,
             lambda d: total(d.values["rld_busy_s"], _per(d.summary.simulated_s)),
         ),

@@ -1,7 +1,19 @@
-"""The comparison and the sweep as rich tables for the terminal."""
+"""The comparison as a rich table for the terminal.
+
+Labels are the report's (``MetricSpec.label``) with the row's display unit in brackets,
+as ``replay run``'s table writes them: ``SLA met (%)``, ``goodput (req/s)``, ``BCR (req/s
+per 1000 USD/h)``. A difference is in the row's unit (percentage points for a share),
+followed by the relative change. The table reads at 80 columns: metric names never
+wrap, policy labels fold rather than being cut, and a difference column is headed by
+``Δ`` alone (it follows its policy's column; the baseline is in the title).
+"""
 
 from __future__ import annotations
 
+import textwrap
+
+from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
@@ -11,6 +23,9 @@ from replay.report.page import HEADLINE, metric_group
 
 __all__ = ["compare_table"]
 
+_METRIC_WIDTH = 20
+"""A metric name wraps (between words) past this width when the table is too wide."""
+_MEASURE = Console(width=1000)
 _STYLE = {"good": "bold green", "bad": "bold red", "sig": "bold blue", "ns": "dim", "na": "dim"}
 
 
@@ -26,17 +41,47 @@ def _mark(row: MetricRow, j: int) -> str:
     return "good" if improved else "bad"
 
 
-def compare_table(result: CompareResult, *, all_metrics: bool = False) -> Table:
+def _diff_cell(row: MetricRow, j: int, unit: str) -> Text:
+    """``+7.04* +53.0%`` over ``[+6.29, +8.63]``: the difference in the row's unit (``pp``
+    for a share), ``*`` when its interval excludes 0, the relative change, the interval."""
+    scale = scale_for(unit, row.values)
+    d = row.differences[j]
+    mark = _mark(row, j)
+    star = "*" if mark in ("good", "bad", "sig") else " "
+    # a no-break space keeps "+98 pp" whole when a narrow column wraps
+    text = fmt_diff(d.difference, scale, unit=scale.unit == "%").replace(" ", "\u00a0")
+    body = f"{text}{star} {fmt_relative(d.relative)}".rstrip()
+    ci = fmt_ci(d.ci, scale)
+    return Text(body + (f"\n{ci}" if ci else ""), style=_STYLE[mark])
+
+
+def compare_table(
+    result: CompareResult, *, all_metrics: bool = False, width: int | None = None
+) -> Table:
     """Values per policy and differences from the baseline with their 95% intervals;
-    ``*`` marks an interval that excludes zero (green better, red worse)."""
+    ``*`` marks an interval that excludes zero (green better, red worse). Metric names
+    wrap at ``_METRIC_WIDTH`` when the table would be wider than ``width``."""
+    table = _table(result, all_metrics, None)
+    if width is not None and Measurement.get(_MEASURE, _MEASURE.options, table).maximum > width:
+        table = _table(result, all_metrics, _METRIC_WIDTH)
+    return table
+
+
+def _table(result: CompareResult, all_metrics: bool, wrap: int | None) -> Table:
     labels = result.labels
-    title = f"replay compare on {result.results[0].summary.preset}: vs {labels[0]}"
-    table = Table(title=title, caption="* 95% interval excludes 0 (green: better, red: worse)")
-    table.add_column("metric", style="bold")
+    title = f"replay compare on {result.results[0].summary.preset}: Δ vs {labels[0]}"
+    table = Table(
+        title=title,
+        caption="Δ: difference from the baseline in the row's unit (pp: percentage points), "
+        "then relative (xN: N times); [95% interval]; * interval excludes 0 (green: better, "
+        "red: worse)",
+    )
+    # wrapped here, between words: rich would shrink the column below its words
+    table.add_column("metric", style="bold", no_wrap=True)
     for i, label in enumerate(labels):
-        table.add_column(label, justify="right")
+        table.add_column(label, justify="right", overflow="fold")
         if i:
-            table.add_column(f"Δ {label} [95% CI]", justify="right")
+            table.add_column("Δ [95% CI]", justify="right")
     group = ""
     for row in result.rows:
         if not all_metrics and row.spec.key not in HEADLINE:
@@ -47,17 +92,10 @@ def compare_table(result: CompareResult, *, all_metrics: bool = False) -> Table:
             group = metric_group(row.spec.key)
         scale = scale_for(row.spec.unit, row.values)
         name = f"{row.spec.label} ({scale.unit})" if scale.unit else row.spec.label
-        cells: list[str | Text] = [name]
+        cells: list[str | Text] = [textwrap.fill(name, wrap) if wrap else name]
         for i, value in enumerate(row.values):
             cells.append(fmt_number(value, scale))
             if i:
-                d = row.differences[i - 1]
-                mark = _mark(row, i - 1)
-                star = "*" if mark in ("good", "bad", "sig") else " "
-                text = fmt_diff(d.difference, scale, unit=scale.unit == "%")
-                rel = fmt_relative(d.relative)
-                ci = fmt_ci(d.ci, scale)
-                body = f"{text}{star} {rel}".rstrip() + (f"\n{ci}" if ci else "")
-                cells.append(Text(body, style=_STYLE[mark]))
+                cells.append(_diff_cell(row, i - 1, row.spec.unit))
         table.add_row(*cells)
     return table

@@ -24,9 +24,17 @@ def _json(path: Path) -> dict[str, Any]:
     return data
 
 
+def _table_lines(stdout: str) -> list[str]:
+    return [line for line in stdout.splitlines() if line[:1] in "┏┃┡│├└"]
+
+
 def test_compare_writes_json_report_and_one_folder_per_policy(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path, trace: Path
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    trace: Path,
 ) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
     out = tmp_path / "cmp"
     code, stdout, err = run_cli(
         capsys, "replay", "compare", str(trace), "--preset", "pdd-small",
@@ -46,7 +54,54 @@ def test_compare_writes_json_report_and_one_folder_per_policy(
     assert ttft["values"]["xdc-pd"] == _json(out / "xdc-pd" / "summary.json")["ttft_s"]["p99"]
     assert (out / "report.html").stat().st_size > 50_000
     assert "TTFT P99" in stdout
-    assert "95% interval excludes 0" in stdout
+    words = " ".join(stdout.split())  # the caption wraps at 80 columns
+    assert "* interval excludes 0" in words
+    assert "in the row's unit (pp: percentage points)" in words
+    # the table at 80 columns, each label with its unit as `replay run` words it: SLA met
+    # in percent (summary.json's fraction x 100), goodput in req/s, BCR per 1000 USD/h
+    lines = _table_lines(stdout)
+    assert lines
+    assert all(len(line) <= 80 for line in lines)
+    assert "…" not in stdout
+    metrics = {m["key"]: m for m in data["metrics"]}
+    sla = metrics["sla_attainment"]["values"]
+    goodput = metrics["goodput_rps"]["values"]
+    bcr = metrics["bcr"]["values"]
+    cells = {
+        cells[0]: cells[1:3]
+        for line in lines
+        if len(cells := [c.strip() for c in line.strip("│").split("│")]) == 4
+    }
+    assert cells["SLA met (%)"] == [f"{sla[arm] * 100:.3g}" for arm in sla]
+    assert cells["goodput (req/s)"] == [f"{goodput[arm]:.3g}" for arm in goodput]
+    assert cells["BCR (req/s per 1000 USD/h)"] == [f"{bcr[arm] * 1000:.3g}" for arm in bcr]
+    assert "SLA attainment" not in stdout
+    # compare.csv beside compare.json: one row per metric and policy, the same numbers
+    assert f"{out / 'compare.csv'}" in words
+    with (out / "compare.csv").open(newline="") as f:
+        table = list(csv.DictReader(f))
+    labels = [p["label"] for p in data["policies"]]
+    assert len(table) == len(data["metrics"]) * len(labels)
+    arms = len(labels)
+    per_metric = [table[i : i + arms] for i in range(0, len(table), arms)]
+    for metric, rows in zip(data["metrics"], per_metric, strict=True):
+        assert [r["policy"] for r in rows] == labels
+        assert [r["baseline"] for r in rows] == ["True", "False"]
+        for row in rows:
+            assert (row["metric"], row["unit"]) == (metric["key"], metric["unit"])
+            value = metric["values"][row["policy"]]
+            assert row["value"] == ("" if value is None else str(value))
+        base, arm = rows
+        assert base["difference"] == base["ci_low"] == base["ci_high"] == ""
+        diff = metric["differences"][labels[1]]
+        if diff["ci"] is None:
+            assert arm["ci_low"] == arm["ci_high"] == ""
+        else:
+            assert [float(arm["ci_low"]), float(arm["ci_high"])] == diff["ci"]
+            assert float(arm["ci_low"]) <= float(arm["difference"]) <= float(arm["ci_high"])
+            assert arm["significant"] == str(diff["significant"])
+        if diff["difference"] is not None:
+            assert float(arm["difference"]) == diff["difference"]
 
 
 def test_compare_refuses_an_unknown_policy_in_one_line(
@@ -146,8 +201,12 @@ def test_run_writes_a_report_next_to_its_summary(
 
 
 def test_compare_deployments_each_policy_on_its_own_cluster(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path, trace: Path
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    trace: Path,
 ) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
     out = tmp_path / "deploy"
     code, stdout, err = run_cli(
         capsys, "replay", "compare", str(trace),
@@ -174,6 +233,10 @@ def test_compare_deployments_each_policy_on_its_own_cluster(
     assert wan["values"]["idc-pd@idc-pd-small"] == 0  # one datacenter: nothing crosses
     assert wan["values"]["pdd@pdd-small"] > 0
     assert "warning" not in stdout  # every baseline on the cluster it was made for
+    # three arms with long labels still read at 80 columns: nothing cut off
+    assert all(len(line) <= 80 for line in _table_lines(stdout))
+    assert "…" not in stdout
+    assert "SLA met (%)" in stdout
 
 
 def test_compare_needs_a_cluster_for_every_policy(
