@@ -98,6 +98,7 @@ def compare(
     With --executor process or ray the policies replay at once.
     """
     from replay.experiments.compare import run_compare
+    from replay.experiments.compare_csv import write_compare_csv
     from replay.metrics.summary import SlaThresholds
     from replay.metrics.writers import write_requests, write_summary
     from replay.presets.loader import parse_overrides
@@ -124,7 +125,7 @@ def compare(
             window_s=window, progress=observer, executor=executor, on_replays=count,
         )  # fmt: skip
     result.write_json(out / "compare.json")
-    result.write_csv(out / "compare.csv")
+    write_compare_csv(out / "compare.csv", result)
     slugs = [_slug(spec.label) for spec in result.specs]
     for i, run in enumerate(result.results):
         # two labels may slug alike (pdd@/a.yaml, pdd@a.yaml): then number them

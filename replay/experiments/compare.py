@@ -42,9 +42,8 @@ label in the outputs and must be unique.
       "summaries": {label: summary.json, ...}
     }
 
-``compare.csv`` (``CompareResult.write_csv``): the metrics above as one row per metric
-and policy, with their units, values, differences and interval bounds (columns in
-``replay.experiments.compare_csv``).
+``compare.csv`` (``replay.experiments.compare_csv``): the metrics above as one row per metric
+and policy, with their units, values, differences and interval bounds.
 """
 
 from __future__ import annotations
@@ -59,7 +58,6 @@ import numpy as np
 
 from replay.experiments.bathtub import Bathtub, bathtub
 from replay.experiments.bootstrap import Interval, Statistic, bootstrap_differences, interval
-from replay.experiments.compare_csv import write_compare_csv
 from replay.experiments.compare_stats import (
     MetricSpec,
     PolicyData,
@@ -196,11 +194,6 @@ class CompareResult:
     def write_json(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(self.to_json(), indent=2) + "\n", encoding="utf-8")
-
-    def write_csv(self, path: Path) -> None:
-        """compare.csv: one row per metric and policy (``compare_csv.COMPARE_COLUMNS``),
-        in compare.json's units."""
-        write_compare_csv(path, self)
 
 
 def auto_window(duration_s: float, window_s: float | None) -> float:

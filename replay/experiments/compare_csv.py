@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import csv
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from replay.experiments.compare import CompareResult
+from replay.experiments.compare import CompareResult
 
 __all__ = ["COMPARE_COLUMNS", "compare_csv_rows", "write_compare_csv"]
 
