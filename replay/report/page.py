@@ -23,6 +23,7 @@ from replay.report.format import (
     fmt_value,
     scale_for,
 )
+from replay.report.load_cost import cost_rows, load_context
 from replay.report.model import Report, ReportRun
 from replay.report.plots_dist import bathtub_figure, cdf_figure, sweep_figure
 from replay.report.plots_time import hit_buckets_figure, load_figure, mix_figure
@@ -253,6 +254,12 @@ def page_context(report: Report) -> dict[str, Any]:
         ("SLA", f"TTFT <= {first.sla.ttft_s:g} s, TPOT <= {first.sla.tpot_s * 1000:g} ms"),
     ]
     compare = report.compare
+    figures = _figures(report)
+    single = report.runs[0].summary if len(report.runs) == 1 else None
+    capacity = report.cluster.wan_gbps if report.cluster is not None else None
+    load = load_context(single, capacity) if single is not None else None
+    if load is not None:
+        figures["timeline"] = load.pop("figure")
     return {
         "kind": report.kind,
         "title": titles[report.kind],
@@ -268,7 +275,9 @@ def page_context(report: Report) -> dict[str, Any]:
         "cards": _cards(report.runs),
         "rows": table_rows(report),
         "groups": [name for name, _ in _GROUPS],
-        "figures": _figures(report),
+        "figures": figures,
+        "load": load,
+        "cost": cost_rows(single) if single is not None else [],
         "bootstrap": None
         if compare is None
         else {

@@ -1,8 +1,9 @@
-"""Figures over time: hit-rate buckets, WAN throughput, pipeline mix, RLD occupancy."""
+"""Figures over time: hit-rate buckets, WAN throughput, pipeline mix, RLD occupancy, and the
+tiers' and the line's load from summary.json's timeline."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -13,10 +14,12 @@ from replay.metrics.hit_buckets import BUCKET_LABELS
 from replay.report.series import PIPELINE_MIX
 from replay.report.svg import PALETTE, figure, svg_of, theme
 
-__all__ = ["hit_buckets_figure", "load_figure", "mix_figure"]
+__all__ = ["hit_buckets_figure", "load_figure", "mix_figure", "timeline_figure"]
 
 FloatArray = npt.NDArray[np.float64]
 
+_TIER_COLORS = {"p": "#2563eb", "rld": "#16a34a", "md": "#d97706"}
+_WAN_COLOR = "#9333ea"
 _MIX_COLORS = ("#2563eb", "#16a34a", "#f59e0b", "#a3a3a3", "#9333ea", "#db2777")
 
 
@@ -110,3 +113,46 @@ def mix_figure(edges: FloatArray, mixes: Sequence[tuple[str, FloatArray]]) -> st
         axes[0].legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0))
         fig.suptitle(title, x=0.0, ha="left", fontweight="bold", fontsize=10)
         return svg_of(fig, "mix", title)
+
+
+def timeline_figure(
+    edges: FloatArray,
+    utilization: Mapping[str, FloatArray],
+    kv_used: Mapping[str, FloatArray],
+    wan: FloatArray | None,
+    backlog: FloatArray | None,
+) -> str:
+    """Per window: each tier's utilization with the line's (%), each tier's KV memory used
+    (%) and, with a line, its largest backlog (GB); shares are fractions, drawn x 100."""
+    title = "The tiers' and the WAN line's load over time"
+    panels = 3 if backlog is not None else 2
+    with theme("timeline"):
+        fig = figure(11.0, 1.2 + 1.7 * panels)
+        axes = fig.subplots(panels, 1, sharex=True, squeeze=False)[:, 0]
+        x, _, label = _axis(edges)
+        for ax, shares, name in ((axes[0], utilization, "utilization"),
+                                 (axes[1], kv_used, "KV memory used")):  # fmt: skip
+            for tier, values in shares.items():
+                color = _TIER_COLORS.get(tier, PALETTE[0])
+                ax.stairs(100.0 * values, x, color=color, label=tier, linewidth=1.5)
+            ax.set_ylabel(f"{name} (%)")
+            ax.set_ylim(0.0, 105.0)
+        if wan is not None:
+            axes[0].stairs(
+                100.0 * wan, x, color=_WAN_COLOR, linestyle="--", label="WAN line", linewidth=1.5
+            )
+        if backlog is not None:
+            axes[2].stairs(backlog, x, color=_WAN_COLOR, fill=True, alpha=0.35, linewidth=0)
+            axes[2].stairs(backlog, x, color=_WAN_COLOR, linewidth=1.2, label="WAN backlog")
+            axes[2].set_ylabel("WAN backlog (GB)")
+            axes[2].set_ylim(bottom=0.0)
+        axes[0].set_title("utilization: mean per window", loc="left", fontsize=9)
+        axes[1].set_title("KV memory used: mean per window", loc="left", fontsize=9)
+        if backlog is not None:
+            axes[2].set_title("WAN backlog: largest per window", loc="left", fontsize=9)
+        for ax in axes:
+            ax.set_xlim(x[0], x[-1])
+            ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
+        axes[-1].set_xlabel(label)
+        fig.suptitle(title, x=0.0, ha="left", fontweight="bold", fontsize=10)
+        return svg_of(fig, "timeline", title)

@@ -184,8 +184,21 @@ def test_sweep_finds_the_rate_that_keeps_the_sla(
 
 
 def test_run_writes_a_report_next_to_its_summary(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path, trace: Path
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    trace: Path,
 ) -> None:
+    from replay.report import load_cost
+
+    drawn: list[tuple[Any, ...]] = []
+
+    def timeline_figure(*args: Any) -> str:
+        drawn.append(args)
+        return draw(*args)
+
+    draw = load_cost.timeline_figure
+    monkeypatch.setattr(load_cost, "timeline_figure", timeline_figure)
     out = tmp_path / "run"
     code, stdout, err = run_cli(
         capsys, "replay", "run", str(trace), "--preset", "pdd-small", "--out", str(out),
@@ -198,6 +211,49 @@ def test_run_writes_a_report_next_to_its_summary(
     assert (out / "summary.json").exists()
     assert (out / "requests.jsonl").exists()
     assert "report.html" in stdout
+    summary = _json(out / "summary.json")
+    # the cost split as a table: summary.json's USD/h per part and its share of the total
+    cost = html[html.index('<section id="cost">') : html.index('<section id="all">')]
+    rows = re.findall(
+        r'<tr class="(part|total)"><th><code>(\w+)</code></th><td>[^<]*</td>'
+        r'<td class="num">([\d.]+)</td><td class="num">([\d.]+)%</td></tr>',
+        cost,
+    )
+    parts = [(name, float(usd), float(share)) for kind, name, usd, share in rows if kind == "part"]
+    assert (
+        [name for name, _, _ in parts] == list(summary["cost_split"]) == ["p", "rld", "md", "wan"]
+    )
+    for name, usd, share in parts:
+        assert usd == round(summary["cost_split"][name], 2)
+        assert share == pytest.approx(100 * summary["cost_split"][name] / summary["cost_per_hour"],
+                                      abs=0.05)  # fmt: skip
+    assert rows[-1][:2] == ("total", "cost")
+    assert float(rows[-1][2]) == round(summary["cost_per_hour"], 2)
+    assert sum(usd for _, usd, _ in parts) == pytest.approx(float(rows[-1][2]), abs=0.005 * 4)
+    assert sum(share for _, _, share in parts) == pytest.approx(100.0, abs=0.05 * 4)
+    # the load over time from summary.json's timeline, with the run's means in its words
+    load = html[html.index('<section id="load">') : html.index('<section id="cost">')]
+    timeline = summary["timeline"]
+    assert f"{len(timeline['t_s'])} windows of {timeline['window_s']:g} s" in load
+    by_tier = ", ".join(f"{k} {v:.0%}" for k, v in summary["utilization"].items())
+    assert f"<dt>utilization (mean)</dt><dd>{by_tier}</dd>" in load
+    kv = ", ".join(f"{k} {v:.0%}" for k, v in summary["kv_used"].items())
+    assert f"<dt>KV memory used (mean)</dt><dd>{kv}</dd>" in load
+    wan = f"mean {summary['wan_gbps_mean']:.2f} Gbps ({summary['wan_utilization']:.0%} of the"
+    assert wan in load
+    assert f"<dd>{summary['wan_backlog_gb_peak']:.2f} GB</dd>" in load
+    assert "aria-label=\"The tiers' and the WAN line's load over time\"" in load
+    for legend in ("WAN line", "WAN backlog (GB)", "utilization (%)", "KV memory used (%)"):
+        assert f">{legend}</text>" in load
+    # what the figure drew: the timeline's windows, shares as fractions of the line's 20 Gbps
+    ((edges, utilization, kv_used, wan_share, backlog),) = drawn
+    assert list(edges[:-1]) == timeline["t_s"]
+    assert edges[-1] == pytest.approx(timeline["t_s"][-1] + timeline["window_s"])
+    assert {k: list(v) for k, v in utilization.items()} == timeline["utilization"]
+    assert {k: list(v) for k, v in kv_used.items()} == timeline["kv_used"]
+    assert list(wan_share * 20.0) == pytest.approx(timeline["wan_gbps"])
+    assert list(backlog) == timeline["wan_backlog_gb"]
+    assert max(backlog) == summary["wan_backlog_gb_peak"]
 
 
 def test_compare_deployments_each_policy_on_its_own_cluster(
