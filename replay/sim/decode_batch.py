@@ -15,7 +15,6 @@ from collections.abc import Callable
 
 from replay.sim.event_loop import EventLoop
 from replay.sim.events import Priority
-from replay.sim.roofline import Roofline
 from replay.sim.shared_progress import SharedProgress
 
 __all__ = ["DecodeBatch"]
@@ -30,16 +29,21 @@ class DecodeBatch(SharedProgress):
         "_gap_times",
         "_joined",
         "_on_finish",
-        "_roofline",
+        "_step_s",
         "_sum_ctx0",
         "gap_at_exit",
     )
 
     def __init__(
-        self, loop: EventLoop, roofline: Roofline, on_finish: Callable[[int], None]
+        self,
+        loop: EventLoop,
+        step_s: Callable[[int, float], float],
+        on_finish: Callable[[int], None],
     ) -> None:
+        """``step_s(batch, context tokens)``: one step's time (``Roofline.decode_step_s``, or
+        a colocated engine's step with its prefill chunk)."""
         super().__init__(loop, Priority.DECODE)
-        self._roofline = roofline
+        self._step_s = step_s
         self._on_finish = on_finish
         self._ctx0: dict[int, float] = {}
         self._sum_ctx0 = 0.0
@@ -79,7 +83,7 @@ class DecodeBatch(SharedProgress):
     def _compute_rate(self) -> float:
         n = len(self._members)
         context = self._sum_ctx0 + n * self.v - self._sum_start
-        return 1.0 / self._roofline.decode_step_s(n, context)
+        return 1.0 / self._step_s(n, context)
 
     def _rate_changed(self, rate: float) -> None:
         if rate <= 0.0:

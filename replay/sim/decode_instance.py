@@ -28,6 +28,7 @@ from policies.types import InstanceLoad
 from replay.sim.decode_batch import DecodeBatch
 from replay.sim.event_loop import EventLoop
 from replay.sim.events import Priority
+from replay.sim.growing_memory import GrowingMemory
 from replay.sim.kv_memory import KvMemory
 from replay.sim.request_state import Leg, LegState, SimRequest
 from replay.sim.roofline import Roofline
@@ -39,10 +40,9 @@ class DecodeInstance:
     """One RLD or MD instance."""
 
     __slots__ = (
-        "_grown_base",
+        "_growth",
         "_incoming",
         "_loop",
-        "_memory_version",
         "_on_finish",
         "_on_reserved",
         "_prealloc",
@@ -83,8 +83,7 @@ class DecodeInstance:
         self.preemptions = 0
         self._preempted: deque[Leg] = deque()  # freed by a preemption, next to re-admit
         self._recomputing = 0
-        self._grown_base = 0  # sum of the running legs' grown_base
-        self._memory_version = 0
+
         self.first_token_on_decode = first_token_on_decode
         self.id = instance_id
         self.tier = tier
@@ -93,7 +92,8 @@ class DecodeInstance:
         self.cache = cache
         self.roofline = roofline
         self.max_batch = max_batch
-        self.batch = DecodeBatch(loop, roofline, self._batch_finished)
+        self.batch = DecodeBatch(loop, roofline.decode_step_s, self._batch_finished)
+        self._growth = GrowingMemory(loop, cache, self.batch, self._preempt) if on_demand else None
         self._on_reserved = on_reserved
         self._on_finish = on_finish
         self._prealloc: deque[Leg] = deque()
@@ -182,15 +182,15 @@ class DecodeInstance:
         request, now = leg.request, self._loop.now
         leg.running = True
         self._running[request.key] = request
-        if self.on_demand:  # the generated tokens it brings now count as grown memory
+        if self._growth is not None:  # the generated tokens it brings count as grown now
             self.cache.reserved -= leg.resume_tokens
             leg.resume_tokens = 0
             leg.grown_base = request.emitted
-            self._grown_base += request.emitted
+            self._growth.base += request.emitted
         if self.first_token_on_decode and request.emitted == 0:
             self._start_from_first_step(request, tokens_left, now)
             return
-        self._emit(request, 1, now)
+        request.emit(1, now, on_rld=self.tier == Tier.RLD)
         if self.tier == Tier.RLD and request.rld_start_s is None:
             request.rld_start_s = now
         request.stint_join_s = now
@@ -213,22 +213,6 @@ class DecodeInstance:
         request.first_token_s = now + self.batch.step_s()
         self._sync_load()
 
-    def _emit(self, request: SimRequest, tokens: int, last_s: float) -> None:
-        if request.last_token_s is None:
-            request.first_token_s = last_s
-        else:
-            gap = last_s - request.last_token_s
-            if gap > request.max_gap_s:
-                request.max_gap_s = gap
-            if gap > request.handoff_gap_s:
-                request.handoff_gap_s = gap
-        request.last_token_s = last_s
-        request.emitted += tokens
-        if self.tier == Tier.RLD:
-            request.tokens_rld += tokens
-        else:
-            request.tokens_md += tokens
-
     def emitted_now(self, request: SimRequest) -> int:
         """Tokens the request has emitted by now, counting its progress here."""
         if request.key not in self.batch:
@@ -246,24 +230,16 @@ class DecodeInstance:
             tokens = min(int(progress + 1e-9), request.stint_tokens)
             if tokens > 0:
                 last = self._loop.now - (progress - tokens) * step
-                self._account_stint(request, tokens, max(last, request.stint_join_s), gap)
+                request.account_stint(
+                    tokens, max(last, request.stint_join_s), gap, on_rld=self.tier == Tier.RLD
+                )
         self._stop(request, leg)
         self._admit_ready()
 
-    def _account_stint(self, request: SimRequest, tokens: int, last_s: float, gap: float) -> None:
-        if gap > request.max_gap_s:
-            request.max_gap_s = gap
-        request.last_token_s = last_s
-        request.emitted += tokens
-        if self.tier == Tier.RLD:
-            request.tokens_rld += tokens
-        else:
-            request.tokens_md += tokens
-
     def _stop(self, request: SimRequest, leg: Leg) -> None:
         """The request no longer runs here: its generated tokens' memory is freed."""
-        if self._running.pop(request.key, None) is not None:
-            self._grown_base -= leg.grown_base
+        if self._running.pop(request.key, None) is not None and self._growth is not None:
+            self._growth.base -= leg.grown_base
             leg.grown_base = 0
         leg.running = False
 
@@ -277,7 +253,9 @@ class DecodeInstance:
         request = self._running[key]
         self._stop(request, self._leg_of(request))
         gap = self.batch.gap_at_exit.pop(key)
-        self._account_stint(request, request.stint_tokens, self._loop.now, gap)
+        request.account_stint(
+            request.stint_tokens, self._loop.now, gap, on_rld=self.tier == Tier.RLD
+        )
         self._finished(request)
 
     def _finish_now(self, request: SimRequest) -> None:
@@ -304,44 +282,15 @@ class DecodeInstance:
             len(self._prealloc) + self._incoming + len(self._ready)
             + len(self._preempted) + self._recomputing
         )  # fmt: skip
-        if self.on_demand:
-            self._refresh_grown()
-            self._arm_memory()
+        if self._growth is not None:
+            self._growth.arm()
         load.kv_used_tokens = int(cache.pinned_tokens)
 
     # -- on-demand memory: eviction and preemption as the batch grows -----------------
 
     def _refresh_grown(self) -> None:
-        if self.on_demand:
-            self.cache.grown = self._grown_base + self.batch.total_progress()
-
-    def _arm_memory(self) -> None:
-        """Schedule the moment the growing batch fills the memory, if it comes before
-        the batch's next change (which arms it again)."""
-        batch, cache = self.batch, self.cache
-        n = batch.size
-        if n == 0 or batch.rate <= 0.0:
-            return
-        free = cache.capacity_tokens - cache.used_tokens
-        if free <= 0.0 and cache.evictable_tokens == 0 and n == 1:
-            return  # one request alone is never preempted: it overcommits instead
-        delay = max(free, 0.0) / (n * batch.rate)
-        if delay >= batch.until_next_s():
-            return
-        self._memory_version += 1
-        self._loop.after(delay, Priority.DECODE, self._memory_full, self._memory_version)
-
-    def _memory_full(self, version: int) -> None:
-        if version != self._memory_version:
-            return  # stale: the batch or the memory changed since
-        cache = self.cache
-        self._refresh_grown()
-        if cache.evictable_tokens > 0:  # evict ahead: a slice of the memory at a time
-            cache.make_room(spare_tokens=max(cache.capacity_tokens / 32, cache.block_size))
-        elif self.batch.size > 1:
-            self._preempt()
-            return
-        self._sync_load()
+        if self._growth is not None:
+            self._growth.refresh()
 
     def _preempt(self) -> None:
         """Free the request that started last and queue it first for re-admission."""

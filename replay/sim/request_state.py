@@ -200,3 +200,31 @@ class SimRequest:
     @property
     def finished(self) -> bool:
         return self.finished_s is not None
+
+    def emit(self, tokens: int, last_s: float, *, on_rld: bool) -> None:
+        """``tokens`` tokens reach the client, the last at ``last_s``."""
+        if self.last_token_s is None:
+            self.first_token_s = last_s
+        else:
+            gap = last_s - self.last_token_s
+            if gap > self.max_gap_s:
+                self.max_gap_s = gap
+            if gap > self.handoff_gap_s:
+                self.handoff_gap_s = gap
+        self.last_token_s = last_s
+        self._count(tokens, on_rld)
+
+    def account_stint(self, tokens: int, last_s: float, gap: float, *, on_rld: bool) -> None:
+        """A stint in a decode batch ended: ``tokens`` emitted, the last at ``last_s``,
+        ``gap`` the largest step it lived through."""
+        if gap > self.max_gap_s:
+            self.max_gap_s = gap
+        self.last_token_s = last_s
+        self._count(tokens, on_rld)
+
+    def _count(self, tokens: int, on_rld: bool) -> None:
+        self.emitted += tokens
+        if on_rld:
+            self.tokens_rld += tokens
+        else:
+            self.tokens_md += tokens
