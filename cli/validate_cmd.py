@@ -18,7 +18,9 @@ __all__ = ["validate"]
 
 def validate(
     measured: Path = typer.Argument(
-        ..., help="requests.jsonl measured on real engines, or the run directory holding it"
+        ...,
+        help="requests.jsonl measured on real engines (replay live), or aiperf's "
+        "profile_export.jsonl, or the run or artifact directory holding it",
     ),
     simulated: Path = typer.Argument(
         ..., help="requests.jsonl of a simulated replay of the same trace, or its run directory"
@@ -31,19 +33,33 @@ def validate(
         "the decode side); prefill = ttft_prefill_s, the first token from the prefill side, "
         "before the KV transfer (both files must carry it)",
     ),
+    trace: Path | None = typer.Option(
+        None,
+        "--trace",
+        help="The trace aiperf replayed (Mooncake JSONL): matches aiperf's conversations and "
+        "turns to its lines; needed only when its lines carry session_id or aiperf ran "
+        "without --random-seed",
+    ),
     json: bool = typer.Option(False, "--json", help="Print JSON instead of a table"),
 ) -> None:
     """Compare per-request latencies MEASURED on real engines with a SIMULATED replay.
 
-    Requests are joined by request_id. For TTFT, TPOT and end-to-end latency
-    (seconds), over the requests finished in both runs: each side's mean, P50,
-    P90 and P99 and the simulator's relative error (simulated - measured) /
-    measured, the per-request MAPE and the Pearson correlation; then how many
-    requests joined, were in one file only, or did not finish.
+    Requests are joined by request_id (the trace's line number). For TTFT,
+    TPOT and end-to-end latency (seconds), over the requests finished in both
+    runs: each side's mean, P50, P90 and P99 and the simulator's relative
+    error (simulated - measured) / measured, the per-request MAPE and the
+    Pearson correlation; then how many requests joined, were in one file
+    only, or did not finish.
 
     TTFT is --ttft decode (ttft_s: the first token the client receives, from
     the decode side) or --ttft prefill (ttft_prefill_s: the first token from
     the prefill side, before the KV transfer; both files must carry it).
+
+    MEASURED may also be NVIDIA aiperf's per-request export
+    (profile_export.jsonl, or its artifact directory) of a Mooncake-trace
+    replay: aiperf run with --random-seed names each trace line without a
+    session_id session_NNNNNN, NNNNNN its line number; --trace matches any
+    other naming to the lines.
 
     Writes validate.json and report.html (CDFs of both sides) in --out.
     """
@@ -53,13 +69,16 @@ def validate(
 
     from cli.experiment_cmd import command_line
     from replay.experiments.validate import validate as compare_latencies
-    from replay.metrics.latency_records import read_requests, requests_file
+    from replay.metrics.aiperf_export import sessions_of
+    from replay.metrics.run_latencies import latency_file, read_latencies
     from replay.report.validate_report import validate_table, write_validate_report
+    from replay.trace.formats import read_trace
 
-    measured_file, simulated_file = requests_file(measured), requests_file(simulated)
+    sessions = sessions_of(read_trace(trace, "mooncake")) if trace is not None else None
+    measured_file, simulated_file = latency_file(measured), latency_file(simulated)
     result = compare_latencies(
-        read_requests(measured_file),
-        read_requests(simulated_file),
+        read_latencies(measured_file, sessions),
+        read_latencies(simulated_file, sessions),
         ttft,
         sources=(str(measured_file), str(simulated_file)),
     )
