@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PACKAGES := policies engines_adapter router replay cli
 
-.PHONY: demo test test-fast test-vllm lint typecheck unit redis chromium vllm bench compose-test clean
+.PHONY: demo test test-fast test-vllm lint typecheck unit redis chromium vllm aiperf bench compose-test clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,12 +17,12 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/pdd-router demo
 
-## test: set everything up (Redis, Chromium, a CPU vLLM, Docker) and run lint, types and
-## every test, the compose stack's included
+## test: set everything up (Redis, Chromium, aiperf, a CPU vLLM, Docker) and run lint, types
+## and every test, the compose stack's included
 test: test-fast test-vllm compose-test
 
 ## test-fast: lint, types and every test that needs no real vLLM
-test-fast: $(STAMP) redis chromium lint typecheck
+test-fast: $(STAMP) redis chromium aiperf lint typecheck
 	$(BIN)/pytest -m "not vllm"
 
 ## test-vllm: the tests that run real vLLM engines on the CPU (installed once, cached).
@@ -40,6 +40,11 @@ chromium:
 
 vllm:
 	./scripts/ensure-vllm.sh >/dev/null
+
+## aiperf: NVIDIA aiperf in its own venv outside the repo (~/.cache/pdd-router/aiperf-venv;
+## its pins would downgrade .venv's pyzmq, rich and pillow), for tests/e2e/test_aiperf_replay.py
+aiperf:
+	./scripts/ensure-aiperf.sh >/dev/null
 
 lint: $(STAMP)
 	$(BIN)/ruff check $(PACKAGES) tests
