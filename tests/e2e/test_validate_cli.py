@@ -139,3 +139,53 @@ def test_prefill_ttft_is_refused_for_a_file_without_it(
     assert err.strip().count("\n") == 0
     assert f"{old} has no ttft_prefill_s" in err
     assert "--ttft decode" in err
+
+
+AIPERF_DATA = Path(__file__).parents[1] / "unit" / "data" / "aiperf"
+
+
+def test_an_aiperf_export_is_measured_by_its_session_names_or_through_the_trace(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """aiperf's artifact directory as MEASURED (the export aiperf 0.13.0 wrote of a
+    three-line trace, one request failed); then the same with its conversations renamed
+    to the trace's own session_ids, which only --trace matches to the lines."""
+    trace = [json.loads(line) for line in (AIPERF_DATA / "trace.jsonl").read_text().splitlines()]
+    simulated = tmp_path / "sim.jsonl"
+    simulated.write_text("".join(
+        json.dumps({"request_id": i, "input_length": row["input_length"], "ttft_s": 0.02,
+                    "tpot_s": 0.002, "e2e_s": 0.04, "output_length": row["output_length"]}) + "\n"
+        for i, row in enumerate(trace)
+    ))  # fmt: skip
+    out = tmp_path / "v"
+    code, _, err = run_cli(capsys, "replay", "validate", str(AIPERF_DATA), str(simulated),
+                           "--out", str(out))  # fmt: skip
+    assert code == 0, err
+    data = _json(out / "validate.json")
+    assert data["measured"] == str(AIPERF_DATA / "profile_export.jsonl")
+    assert (data["counts"]["joined"], data["counts"]["compared"]) == (3, 2)
+    assert data["counts"]["unfinished_measured"] == 1
+
+    for row, session in zip(trace, ("chat-a", "chat-b", "chat-a"), strict=True):
+        row["session_id"] = session
+    (tmp_path / "trace.jsonl").write_text("".join(json.dumps(r) + "\n" for r in trace))
+    export = [
+        json.loads(x) for x in (AIPERF_DATA / "profile_export.jsonl").read_text().splitlines()
+    ]
+    for record, (session, turn) in zip(export, (("chat-a", 0), ("chat-b", 0), ("chat-a", 1)),
+                                       strict=True):  # fmt: skip
+        record["metadata"].update(conversation_id=session, turn_index=turn)
+    (tmp_path / "aiperf").mkdir()
+    (tmp_path / "aiperf" / "profile_export.jsonl").write_text(
+        "".join(json.dumps(r) + "\n" for r in export)
+    )
+    code, _, err = run_cli(capsys, "replay", "validate", str(tmp_path / "aiperf"),
+                           str(simulated), "--out", str(out))  # fmt: skip
+    assert code == 2
+    assert "'chat-a' turn 0 names no trace line by itself" in err
+    assert "--trace" in err
+    code, _, err = run_cli(capsys, "replay", "validate", str(tmp_path / "aiperf"),
+                           str(simulated), "--trace", str(tmp_path / "trace.jsonl"),
+                           "--out", str(out))  # fmt: skip
+    assert code == 0, err
+    assert _json(out / "validate.json")["counts"]["compared"] == 2
