@@ -88,6 +88,15 @@ def write_slice(trace: Path, out: Path) -> list[dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
+def aiperf() -> str:
+    """aiperf's executable (the test is skipped, before any process starts, without one)."""
+    found = aiperf_executable()
+    if found is None:
+        pytest.skip("aiperf is not installed (make test installs it: scripts/ensure-aiperf.sh)")
+    return found
+
+
+@pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     stack = Stack(tmp_path_factory.mktemp("aiperf"))
     try:
@@ -127,11 +136,12 @@ def run_aiperf(aiperf: str, url: str, trace: Path, out: Path, home: Path) -> flo
 
 
 def test_aiperf_mooncake_replay_through_the_router_validates_against_a_replay(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path, stack: Stack, conversation_trace: Path
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    conversation_trace: Path,
+    aiperf: str,
+    stack: Stack,
 ) -> None:
-    aiperf = aiperf_executable()
-    if aiperf is None:
-        pytest.skip("aiperf is not installed (make test installs it: scripts/ensure-aiperf.sh)")
     rows = write_slice(conversation_trace, tmp_path / "slice.jsonl")
 
     probes = ("--vocab-size", str(VOCAB), "--max-prompt", "2048", "--max-batch", "4",
