@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
+    "ColocatedParams",
     "IdcPdParams",
     "PddAdaptiveParams",
     "PddParams",
@@ -41,6 +42,12 @@ class XdcPdDrcParams(_Params):
     P-MD, only the blocks MD lacks over the WAN."""
 
     kind: Literal["xdc-pd-drc"] = "xdc-pd-drc"
+
+
+class ColocatedParams(_Params):
+    """Colocated engines: each request prefilled and decoded on one instance."""
+
+    kind: Literal["colocated"] = "colocated"
 
 
 class PddParams(_Params):
@@ -137,6 +144,6 @@ class PddAdaptiveParams(_Params):
 
 
 PolicyConfig = Annotated[
-    IdcPdParams | XdcPdParams | XdcPdDrcParams | PddParams | PddAdaptiveParams,
+    IdcPdParams | XdcPdParams | XdcPdDrcParams | PddParams | PddAdaptiveParams | ColocatedParams,
     Field(discriminator="kind"),
 ]

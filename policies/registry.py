@@ -8,7 +8,9 @@ from typing import Any
 from pydantic import TypeAdapter, ValidationError
 
 from policies.base import Policy
+from policies.colocated import ColocatedPolicy
 from policies.config import (
+    ColocatedParams,
     IdcPdParams,
     PddAdaptiveParams,
     PddParams,
@@ -24,13 +26,16 @@ from policies.xdc_pd import XdcPdDrcPolicy, XdcPdPolicy
 __all__ = ["Params", "UnknownPolicyError", "build_policy", "parse_policy", "policy_names"]
 
 _BUILDERS: dict[str, Callable[[Any], Policy]] = {
+    "colocated": ColocatedPolicy,
     "idc-pd": IdcPdPolicy,
     "xdc-pd": XdcPdPolicy,
     "xdc-pd-drc": XdcPdDrcPolicy,
     "pdd": PddPolicy,
     "pdd-adaptive": PddAdaptivePolicy,
 }
-Params = IdcPdParams | XdcPdParams | XdcPdDrcParams | PddParams | PddAdaptiveParams
+Params = (
+    IdcPdParams | XdcPdParams | XdcPdDrcParams | PddParams | PddAdaptiveParams | ColocatedParams
+)
 _ADAPTER: TypeAdapter[Params] = TypeAdapter(PolicyConfig)
 
 

@@ -29,6 +29,7 @@ class Pipeline(StrEnum):
     P_MD = "P-MD"  # prefill in A, only the blocks MD lacks cross the link, decode on MD
     P_RLD_MD = "P-RLD-MD"  # KV to RLD (RDMA) and MD (WAN) at once; RLD decodes until handoff
     P_RLD = "P-RLD"  # odd traffic: RLD finishes the request, no WAN transfer
+    COLOCATED = "colocated"  # one engine prefills and decodes the request: no KV moves
 
 
 class HandoffMode(StrEnum):

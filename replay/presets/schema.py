@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from policies.tiers import Tier
 
@@ -90,6 +90,10 @@ class TimingSpec(_Spec):
         ge=0,
         description="Batch queued prefills up to this many new tokens (0: one at a time)",
     )
+    step_tokens: int = Field(
+        8192, ge=1, description="Tokens one step of a colocated engine processes: a token per "
+        "decoding request, the rest prefill chunks (vLLM's max_num_batched_tokens)",
+    )  # fmt: skip
     first_token_on_decode: bool = Field(
         False, description="The client's first token comes from the decode instance's first "
         "step, as through the router (it streams what RLD or MD generate); false: the token "
@@ -177,6 +181,11 @@ class PoolSpec(_Spec):
         None, ge=0, description="Explicit KV pool per instance (default: from HBM minus weights)"
     )
     max_batch: int = Field(256, ge=1, description="Most requests decoding at once")
+    colocated: bool = Field(
+        False, description="Each instance prefills and decodes its requests (one engine, "
+        "chunked prefill, as most deployments run vLLM or SGLang today); a P pool only, "
+        "the cluster's only pool, routed by the `colocated` policy",
+    )  # fmt: skip
     fitted: FittedTiming | None = Field(
         None, description="Measured pass times of this pool's engines (`pdd-router "
         "calibrate`); the roofline of hardware x model when absent",
@@ -247,3 +256,22 @@ class ClusterSpec(_Spec):
     timing: TimingSpec = TimingSpec()
     handoff: HandoffSpec = HandoffSpec()
     memory: MemorySpec = MemorySpec()
+
+    @model_validator(mode="after")
+    def _colocated_alone(self) -> ClusterSpec:
+        colocated = [name for name, pool in self.pools.items() if pool.colocated]
+        for name in colocated:
+            if self.pools[name].tier is not Tier.P:
+                raise ValueError(f"pool {name!r} is colocated: its tier must be p")
+        if colocated and len(self.pools) > 1:
+            others = ", ".join(sorted(set(self.pools) - set(colocated)))
+            raise ValueError(
+                f"pool {colocated[0]!r} is colocated: it serves whole requests and cannot "
+                f"share the cluster with other pools ({others})"
+            )
+        return self
+
+    @property
+    def colocated(self) -> bool:
+        """Whether the cluster's instances each prefill and decode (no disaggregation)."""
+        return any(pool.colocated for pool in self.pools.values())

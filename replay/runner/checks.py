@@ -23,6 +23,7 @@ __all__ = ["backlog_warning", "check_cluster", "cluster_warnings"]
 _REQUIRED_TIERS: dict[str, tuple[Tier, ...]] = {
     "pdd": (Tier.P, Tier.RLD, Tier.MD),
     "pdd-adaptive": (Tier.P, Tier.RLD, Tier.MD),
+    "colocated": (Tier.P,),
 }
 _DEFAULT_TIERS = (Tier.P, Tier.MD)
 
@@ -128,6 +129,15 @@ def check_cluster(
     pools = preset.pools()
     have = preset.tiers()
     listing = ", ".join(f"{n} ({p.tier.value} in {p.datacenter})" for n, p in pools.items())
+    if preset.spec.colocated != (policy == "colocated"):
+        raise UserError(
+            f"preset {preset.name} is colocated (each engine prefills and decodes): route it "
+            "with --policy colocated"
+            if preset.spec.colocated
+            else f"preset {preset.name}: policy colocated needs a colocated pool (`colocated: "
+            "true`, as in the colocated presets); this one disaggregates: "
+            f"{listing or 'no pools'}"
+        )
     for tier in _REQUIRED_TIERS.get(policy, _DEFAULT_TIERS):
         if tier not in have:
             raise UserError(

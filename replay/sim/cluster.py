@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from policies.tiers import Tier
 from policies.types import ClusterView, InstanceLoad
 from replay.presets.cluster_preset import ClusterPreset
+from replay.sim.colocated_instance import ColocatedInstance
 from replay.sim.decode_instance import DecodeInstance
 from replay.sim.event_loop import EventLoop
 from replay.sim.fluctuation import Fluctuation
@@ -29,7 +30,7 @@ def gbps_to_bytes_s(gbps: float) -> float:
 class SimCluster:
     """The instances and links of one run, and the one ClusterView handed to the router."""
 
-    prefill: dict[str, PrefillInstance]
+    prefill: dict[str, PrefillInstance | ColocatedInstance]  # colocated engines are P too
     decode: dict[str, DecodeInstance]
     rdma: dict[str, Link]  # one fabric per datacenter
     wan: Link | None
@@ -59,11 +60,11 @@ def build_cluster(
     seed: int,
     on_prefilled: Callable[[SimRequest], None],
     on_reserved: Callable[[Leg], None],
-    on_finish: Callable[[SimRequest, DecodeInstance], None],
+    on_finish: Callable[[SimRequest, DecodeInstance | ColocatedInstance], None],
 ) -> SimCluster:
     """Instances named ``<pool>-<i>``, an RDMA fabric per datacenter, the WAN if any."""
     spec, model = preset.spec, preset.model
-    prefill: dict[str, PrefillInstance] = {}
+    prefill: dict[str, PrefillInstance | ColocatedInstance] = {}
     decode: dict[str, DecodeInstance] = {}
     loads: dict[Tier, list[InstanceLoad]] = {}
     for pool_name, pool in preset.pools().items():
@@ -83,7 +84,14 @@ def build_cluster(
             )
             loads.setdefault(pool.tier, []).append(load)
             cache = KvMemory(capacity, block_size, _evict_to(feed, iid))
-            if pool.tier == Tier.P:
+            if pool.colocated:
+                prefill[iid] = ColocatedInstance(
+                    loop, iid, pool.datacenter, load, cache, roofline,
+                    max_batch=pool.max_batch, step_tokens=spec.timing.step_tokens,
+                    on_demand=spec.memory.allocation == "on-demand",
+                    on_stored=feed.stored, on_finish=on_finish,
+                )  # fmt: skip
+            elif pool.tier == Tier.P:
                 prefill[iid] = PrefillInstance(
                     loop,
                     iid,
@@ -126,7 +134,7 @@ def build_cluster(
         rdma=rdma[home].state,
         kv_bytes_per_token=model.kv_bytes_per_token,
         prefill_tokens_per_s=_prefill_rate(prefill),
-        decode_step_s=_typical_step(decode),
+        decode_step_s=_typical_step(decode, prefill),
         datacenter_of_tier={
             tier: next(p.datacenter for p in preset.pools().values() if p.tier == tier)
             for tier in loads
@@ -145,15 +153,20 @@ def _evict_to(feed: KvEventFeed, instance_id: str) -> Callable[[list[int]], None
     return evicted
 
 
-def _prefill_rate(prefill: dict[str, PrefillInstance]) -> float:
+def _prefill_rate(prefill: dict[str, PrefillInstance | ColocatedInstance]) -> float:
     """New tokens per second of one P instance on an 8K-token prompt with no cache hit."""
     roofline = next(iter(prefill.values())).roofline
     return 8192 / roofline.prefill_s([(8192, 0)])
 
 
-def _typical_step(decode: dict[str, DecodeInstance]) -> float:
-    """A decode step of an MD instance with 32 requests of 8K context each."""
-    mds = [d for d in decode.values() if d.tier == Tier.MD] or list(decode.values())
+def _typical_step(
+    decode: dict[str, DecodeInstance], prefill: dict[str, PrefillInstance | ColocatedInstance]
+) -> float:
+    """A decode step of an MD (or colocated) instance with 32 requests of 8K context each."""
+    mds: list[DecodeInstance | ColocatedInstance] = [
+        d for d in decode.values() if d.tier == Tier.MD
+    ] or list(decode.values())
+    mds = mds or [p for p in prefill.values() if isinstance(p, ColocatedInstance)]
     if not mds:
         return 0.0
     batch = min(32, mds[0].max_batch)

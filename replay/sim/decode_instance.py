@@ -41,6 +41,7 @@ class DecodeInstance:
 
     __slots__ = (
         "_growth",
+        "_held",
         "_incoming",
         "_loop",
         "_on_finish",
@@ -83,6 +84,7 @@ class DecodeInstance:
         self.preemptions = 0
         self._preempted: deque[Leg] = deque()  # freed by a preemption, next to re-admit
         self._recomputing = 0
+        self._held = False  # a preemption holds admissions until memory is freed
 
         self.first_token_on_decode = first_token_on_decode
         self.id = instance_id
@@ -123,6 +125,9 @@ class DecodeInstance:
         return True
 
     def _drain_prealloc(self) -> None:
+        if self._held:  # after a preemption, nothing starts until a request frees memory
+            self._sync_load()
+            return
         preempted = self._preempted
         while preempted and self._try_readmit(preempted[0]):
             preempted.popleft()
@@ -165,6 +170,7 @@ class DecodeInstance:
         leg.state = LegState.CLOSED
         self.cache.release(leg.request.chain, leg.extra_tokens + leg.resume_tokens)
         leg.resume_tokens = 0
+        self._held = False
         self._drain_prealloc()
 
     # -- decoding ---------------------------------------------------------------------
@@ -303,6 +309,7 @@ class DecodeInstance:
         leg.preempted = True
         self.cache.release(request.chain, leg.extra_tokens)
         self._preempted.appendleft(leg)
+        self._held = True  # as vLLM admits nothing in a step that preempted
         self._drain_prealloc()
 
     def _try_readmit(self, leg: Leg) -> bool:

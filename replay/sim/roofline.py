@@ -116,6 +116,20 @@ class Roofline:
         mem = self.weight_bytes(batch) + self._kv * context_tokens
         return self._decode_overhead + max(flops / self._decode_flops, mem / self._decode_bw)
 
+    def mixed_step_s(
+        self, batch: int, context_tokens: float, chunk: float, chunk_context: float
+    ) -> float:
+        """One step of a colocated engine: ``batch`` requests decoding over
+        ``context_tokens`` KV tokens, and a prefill chunk of ``chunk`` new tokens on top of
+        ``chunk_context`` (chunked prefill). One pass: its fixed overhead is paid once."""
+        prefill = self.prefill_s([(round(chunk), round(chunk_context))])
+        if batch <= 0:
+            return prefill
+        overhead = (
+            self._fitted.prefill_overhead_s if self._fitted is not None else self._prefill_overhead
+        )
+        return self.decode_step_s(batch, context_tokens) + prefill - overhead
+
     def extend_s(self, tokens: int, context_tokens: int) -> float:
         """Extend-decode of ``tokens`` eager tokens on top of ``context_tokens`` (handoff)."""
         if tokens <= 0:

@@ -17,6 +17,7 @@ from policies.tiers import Tier
 from policies.types import ClusterView, Decision, Pipeline, RequestView
 from replay.presets.cluster_preset import ClusterPreset
 from replay.sim.cluster import SimCluster, build_cluster
+from replay.sim.colocated_instance import ColocatedInstance
 from replay.sim.decode_instance import DecodeInstance
 from replay.sim.event_loop import EventLoop
 from replay.sim.events import Priority
@@ -212,6 +213,11 @@ class Simulator:
         p = cluster.prefill.get(decision.p_instance)
         if p is None:
             raise RuntimeError(f"policy {decision.policy} chose unknown P {decision.p_instance!r}")
+        if (decision.pipeline is Pipeline.COLOCATED) != isinstance(p, ColocatedInstance):
+            raise RuntimeError(
+                f"policy {decision.policy} chose {decision.pipeline} on {p.id!r}, which is "
+                + ("a colocated engine" if isinstance(p, ColocatedInstance) else "a P instance")
+            )
         request.p = p
         if decision.pipeline in (Pipeline.P_RLD, Pipeline.P_RLD_MD):
             request.rld = self._decode_instance(decision, decision.rld_instance, Tier.RLD)
@@ -316,7 +322,7 @@ class Simulator:
 
     # -- decode done ------------------------------------------------------------------
 
-    def _decoded(self, request: SimRequest, instance: DecodeInstance) -> None:
+    def _decoded(self, request: SimRequest, instance: DecodeInstance | ColocatedInstance) -> None:
         if instance.tier == Tier.RLD:
             request.rld_end_s = self.loop.now
             if request.md_leg is not None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from policies.tiers import Tier
 from replay.sim.cluster import SimCluster
+from replay.sim.colocated_instance import ColocatedInstance
 from replay.sim.event_loop import EventLoop
 from replay.sim.events import Priority
 
@@ -68,7 +69,10 @@ class Timeline:
             count = 0
             if tier is Tier.P:
                 for p in cluster.prefill.values():
-                    busy += 1.0 if p.queue.running else 0.0
+                    if isinstance(p, ColocatedInstance):  # running requests over the cap
+                        busy += p.load.running / max(p.max_batch, 1)
+                    else:
+                        busy += 1.0 if p.queue.running else 0.0
                     kv += p.cache.pinned_tokens / max(p.load.kv_capacity_tokens, 1)
                     count += 1
             else:

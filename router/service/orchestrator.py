@@ -178,6 +178,13 @@ async def execute(
         return client.model_copy(update=update)
 
     outcome.instances["p"] = decision.p_instance
+    if decision.pipeline is Pipeline.COLOCATED:  # one engine prefills and decodes
+        req = derived(request_id=f"{request_id}-p")
+        async with contextlib.aclosing(up.generate(decision.p_instance, req, outcome)) as deltas:
+            async for delta in deltas:
+                outcome.tokens += len(delta.token_ids)
+                yield delta.token_ids
+        return
     pre = derived(request_id=f"{request_id}-p", max_tokens=1)
     targets = 2 if decision.pipeline is Pipeline.P_RLD_MD else 1
     hit = decision.predicted_hit.get(Tier.P, 0.0)

@@ -120,10 +120,13 @@ def test_options_reach_the_run(
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        (["--preset", "nope"], "unknown preset 'nope'; valid presets: idc-pd, idc-pd-small, pdd"),
+        (
+            ["--preset", "nope"],
+            "unknown preset 'nope'; valid presets: colocated, colocated-small, idc-pd,",
+        ),
         (
             ["--preset", "pdd-small", "--policy", "nope"],
-            "valid policies: idc-pd, pdd, pdd-adaptive, xdc-pd, xdc-pd-drc",
+            "valid policies: colocated, idc-pd, pdd, pdd-adaptive, xdc-pd, xdc-pd-drc",
         ),
         (["--preset", "pdd-small", "--set", "pools.md.instances=0"], "needs a md pool"),
         (["--preset", "pdd-small", "--set", "links.wan.bandwidth_gbps=0"], "must be positive"),

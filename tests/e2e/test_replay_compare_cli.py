@@ -114,7 +114,7 @@ def test_compare_refuses_an_unknown_policy_in_one_line(
     assert code == 2
     assert err.strip().count("\n") == 0
     assert "unknown policy 'pddd'" in err
-    assert "valid policies: idc-pd" in err
+    assert "valid policies: colocated, idc-pd" in err
     assert not (tmp_path / "x").exists()
 
 

@@ -39,7 +39,7 @@ def test_policy_words_parse_to_names_and_typed_parameters() -> None:
 @pytest.mark.parametrize(
     ("word", "needle"),
     [
-        ("nope", "valid policies: idc-pd,"),
+        ("nope", "valid policies: colocated, idc-pd,"),
         ("pdd:wan_budget=1", "parameters of pdd: "),
         ("pdd:wan_budget_s", "is not KEY=VALUE"),
         ("pdd:wan_budget_s=-1", "greater than 0"),

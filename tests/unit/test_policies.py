@@ -151,8 +151,8 @@ def test_decode_choice_avoids_a_busy_instance_holding_the_prefix() -> None:
 
 
 def test_registry_lists_valid_names_and_refuses_bad_parameters() -> None:
-    assert policy_names() == ["idc-pd", "pdd", "pdd-adaptive", "xdc-pd", "xdc-pd-drc"]
-    valid = "valid policies: idc-pd, pdd, pdd-adaptive, xdc-pd, xdc-pd-drc"
+    assert policy_names() == ["colocated", "idc-pd", "pdd", "pdd-adaptive", "xdc-pd", "xdc-pd-drc"]
+    valid = "valid policies: colocated, idc-pd, pdd, pdd-adaptive, xdc-pd, xdc-pd-drc"
     with pytest.raises(UnknownPolicyError, match=valid):
         parse_policy("round-robin")
     with pytest.raises(UnknownPolicyError, match="wan_budget_s"):

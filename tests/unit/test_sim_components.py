@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import cast
-
 import pytest
 
 from policies.tiers import Tier
@@ -51,19 +49,15 @@ def test_cache_refuses_what_cannot_fit_even_after_eviction() -> None:
     assert cache.acquire([5, 6], extra_tokens=0) == 0
 
 
-class _LinearStep:
-    """A stand-in roofline whose decode step is 10 ms per running request."""
-
-    def decode_step_s(self, batch: int, context_tokens: float) -> float:
-        return 0.01 * batch
+def _linear_step(batch: int, context_tokens: float) -> float:
+    """A stand-in decode step: 10 ms per running request."""
+    return 0.01 * batch
 
 
 def test_fluid_decode_recomputes_completions_when_membership_changes() -> None:
     loop = EventLoop()
     finished: dict[int, float] = {}
-    batch = DecodeBatch(
-        loop, cast(Roofline, _LinearStep()), lambda k: finished.update({k: loop.now})
-    )
+    batch = DecodeBatch(loop, _linear_step, lambda k: finished.update({k: loop.now}))
     loop.at(0.0, Priority.ARRIVAL, lambda _: batch.join(1, 100, 0))
     loop.at(0.5, Priority.ARRIVAL, lambda _: batch.join(2, 10, 0))
     loop.run()

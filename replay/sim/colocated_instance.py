@@ -1,0 +1,301 @@
+"""A colocated instance: one engine that prefills and decodes, scheduled as vLLM does.
+
+Requests wait in arrival order (a preempted one at the head) until the engine has a
+slot (``max_batch`` requests admitted) and memory for the prompt; its prefix cache
+gives them the blocks it holds. Each engine step processes at most ``step_tokens``
+tokens (vLLM's ``max_num_batched_tokens``): one for every decoding request, the rest
+for the prefills in admission order (chunked prefill). In fluid form the decode batch
+gains a token per step and the prefills ``step_tokens - batch`` tokens per step, a
+step taking one decode step plus the chunk's prefill pass (``Roofline.mixed_step_s``).
+The step that ends a prefill produces the request's first token; the request then
+joins the decode batch.
+
+Memory for the output is taken as it is generated (``GrowingMemory``) unless the
+output is reserved at admission (``on_demand`` false). When the growing batch fills
+the memory, the request admitted last is preempted: its memory and its progress are
+lost, and it comes back first to recompute its prompt and what it had generated.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Sequence
+
+from policies.tiers import Tier
+from policies.types import InstanceLoad
+from replay.sim.decode_batch import DecodeBatch
+from replay.sim.event_loop import EventLoop
+from replay.sim.events import Priority
+from replay.sim.growing_memory import GrowingMemory
+from replay.sim.kv_memory import KvMemory
+from replay.sim.request_state import SimRequest
+from replay.sim.roofline import Roofline
+
+__all__ = ["ColocatedInstance"]
+
+
+class _Admitted:
+    """What an admitted request holds on the instance."""
+
+    __slots__ = ("cached", "extra", "grown_base", "work")
+
+    def __init__(self, extra: int, work: int, cached: int) -> None:
+        self.extra = extra  # reserved tokens beyond the chain's blocks
+        self.work = work  # tokens its prefill computes (prompt misses, generated tokens)
+        self.cached = cached  # prompt tokens its prefill found cached
+        self.grown_base = 0  # generated tokens it held when it joined the batch
+
+
+class ColocatedInstance:
+    """One engine serving whole requests: its prefill and its decode."""
+
+    __slots__ = (
+        "_admitted",
+        "_backlog",
+        "_growth",
+        "_held",
+        "_loop",
+        "_on_finish",
+        "_on_stored",
+        "_prefill",
+        "_prefill_left",
+        "_prefill_speed",
+        "_prefill_t",
+        "_prefill_version",
+        "_requests",
+        "_reserve_output",
+        "_waiting",
+        "_waiting_tokens",
+        "batch",
+        "cache",
+        "datacenter",
+        "id",
+        "load",
+        "max_batch",
+        "preemptions",
+        "roofline",
+        "step_tokens",
+        "tier",
+    )
+
+    def __init__(
+        self,
+        loop: EventLoop,
+        instance_id: str,
+        datacenter: str,
+        load: InstanceLoad,
+        cache: KvMemory,
+        roofline: Roofline,
+        *,
+        max_batch: int,
+        step_tokens: int,
+        on_demand: bool,
+        on_stored: Callable[[str, Sequence[int]], None],
+        on_finish: Callable[[SimRequest, ColocatedInstance], None],
+    ) -> None:
+        self._loop = loop
+        self.id = instance_id
+        self.tier = Tier.P  # the router sees it as a P instance (it also decodes)
+        self.datacenter = datacenter
+        self.load = load
+        self.cache = cache
+        self.roofline = roofline
+        self.max_batch = max_batch
+        self.step_tokens = step_tokens
+        self.preemptions = 0
+        self._reserve_output = not on_demand
+        self._on_stored = on_stored
+        self._on_finish = on_finish
+        self.batch = DecodeBatch(loop, self._step_s, self._decoded)
+        self._growth = GrowingMemory(loop, cache, self.batch, self._preempt) if on_demand else None
+        self._waiting: deque[SimRequest] = deque()
+        self._waiting_tokens = 0
+        self._admitted: dict[int, _Admitted] = {}  # by key, in admission order
+        self._prefill: deque[SimRequest] = deque()  # admitted, prefill unfinished, FIFO
+        self._backlog = 0  # prefill tokens of the admitted requests, the head's in full
+        self._prefill_left = 0.0  # tokens left of the head's prefill
+        self._prefill_speed = 0.0
+        self._prefill_t = loop.now
+        self._prefill_version = 0
+        self._held = False  # a preemption holds admissions until a request ends
+        self._requests: dict[int, SimRequest] = {}
+
+    # -- what the simulator calls -----------------------------------------------------
+
+    def submit(self, request: SimRequest) -> None:
+        """Queue the whole request (prefill and decode)."""
+        self._waiting.append(request)
+        self._waiting_tokens += request.input_length
+        self._admit()
+
+    def release(self, request: SimRequest) -> None:
+        """Nothing to do: the KV never leaves this instance."""
+
+    # -- admission --------------------------------------------------------------------
+
+    def _admit(self) -> None:
+        waiting, cache = self._waiting, self.cache
+        while waiting and not self._held and len(self._admitted) < self.max_batch:
+            request = waiting[0]
+            generated = request.emitted  # more than 0 after a preemption: recomputed too
+            extra = request.private_tokens + generated
+            if self._reserve_output:
+                extra += request.output_length - generated
+            if self._growth is not None:
+                self._growth.refresh()
+            hits = cache.acquire(request.chain, extra)
+            if hits is None:
+                break  # head of line: vLLM's FCFS waits for the head
+            waiting.popleft()
+            self._waiting_tokens -= request.input_length
+            cached = min(hits * cache.block_size, request.input_length)
+            work = max(request.input_length - cached, 1) + generated
+            if request.preemptions == 0:
+                request.p_hit_tokens = cached
+                request.new_tokens = work
+                request.prefill_start_s = self._loop.now
+            self._admitted[request.key] = _Admitted(extra, work, cached)
+            self._requests[request.key] = request
+            self._advance_prefill()
+            if not self._prefill:
+                self._prefill_left = work
+            self._prefill.append(request)
+            self._backlog += work
+        self._retime()
+
+    # -- the engine's steps -------------------------------------------------------------
+
+    def _remaining(self) -> float:
+        """Prefill tokens still to compute, over every admitted request."""
+        if not self._prefill:
+            return 0.0
+        head = self._admitted[self._prefill[0].key].work
+        return self._backlog - head + max(self._prefill_left, 0.0)
+
+    def _chunk(self, batch: int) -> float:
+        """Prefill tokens of one step: the budget the decoding requests leave."""
+        return min(float(max(self.step_tokens - batch, 0)), self._remaining())
+
+    def _step_s(self, batch: int, context: float) -> float:
+        if not self._prefill:
+            return self.roofline.decode_step_s(batch, context)
+        head = self._admitted[self._prefill[0].key]
+        done = head.work - self._prefill_left
+        return self.roofline.mixed_step_s(
+            batch, context, max(self._chunk(batch), 1.0), head.cached + done
+        )
+
+    def _advance_prefill(self) -> None:
+        now = self._loop.now
+        if self._prefill_speed > 0.0:
+            self._prefill_left -= self._prefill_speed * (now - self._prefill_t)
+        self._prefill_t = now
+
+    def _retime(self) -> None:
+        """The batch or the prefills changed: new step time, rates and next events."""
+        self._advance_prefill()
+        batch = self.batch
+        batch.refresh()
+        self._prefill_speed = 0.0
+        if self._prefill:
+            chunk = self._chunk(batch.size)
+            step = self._step_s(batch.size, batch.context_tokens())
+            if chunk > 0.0 and step > 0.0:
+                self._prefill_speed = chunk / step
+                self._prefill_version += 1
+                # a step's cost grows with the context before its chunk: re-time each chunk
+                todo = min(max(self._prefill_left, 0.0), chunk)
+                delay = todo / self._prefill_speed
+                self._loop.after(delay, Priority.PREFILL, self._prefilled, self._prefill_version)
+        if self._growth is not None:
+            self._growth.arm()
+        self._sync_load()
+
+    def _prefilled(self, version: int) -> None:
+        """A chunk of the head's prefill is done; at its last, the step produced the next
+        token."""
+        if version != self._prefill_version:
+            return
+        self._advance_prefill()
+        if self._prefill_left > 1e-6 * max(self._admitted[self._prefill[0].key].work, 1):
+            self._retime()  # one chunk done: the next one attends to more context
+            return
+        request = self._prefill.popleft()
+        held = self._admitted[request.key]
+        self._backlog -= held.work
+        if self._prefill:
+            self._prefill_left = self._admitted[self._prefill[0].key].work
+        now = self._loop.now
+        if request.emitted == 0:
+            request.prefill_end_s = now
+        self._on_stored(self.id, request.chain)
+        request.emit(1, now, on_rld=False)
+        left = request.output_length - request.emitted
+        if left <= 0:
+            self._end(request)
+            return
+        held.grown_base = request.emitted
+        if self._growth is not None:
+            self._growth.base += request.emitted
+        request.stint_join_s = now
+        request.stint_tokens = left
+        self.batch.join(request.key, left, request.input_length + request.emitted)
+        self._retime()
+
+    def _decoded(self, key: int) -> None:
+        request = self._requests[key]
+        gap = self.batch.gap_at_exit.pop(key)
+        request.account_stint(request.stint_tokens, self._loop.now, gap, on_rld=False)
+        self._end(request)
+
+    def _end(self, request: SimRequest) -> None:
+        self._free(request)
+        self._held = False
+        self._admit()
+        self._on_finish(request, self)
+
+    def _free(self, request: SimRequest) -> None:
+        held = self._admitted.pop(request.key)
+        del self._requests[request.key]
+        if self._growth is not None:
+            self._growth.base -= held.grown_base
+        self.cache.release(request.chain, held.extra)
+
+    # -- preemption -------------------------------------------------------------------
+
+    def _preempt(self) -> None:
+        """Free the request admitted last; it waits at the head to be recomputed."""
+        key = next(reversed(self._admitted))
+        request = self._requests[key]
+        held = self._admitted[key]
+        if key in self.batch:
+            step = self.batch.step_s()
+            progress = self.batch.leave(key)
+            gap = self.batch.gap_at_exit.pop(key)
+            tokens = min(int(progress + 1e-9), request.stint_tokens)
+            if tokens > 0:
+                last = max(self._loop.now - (progress - tokens) * step, request.stint_join_s)
+                request.account_stint(tokens, last, gap, on_rld=False)
+        else:  # still prefilling: its progress is lost
+            self._advance_prefill()
+            head = self._prefill[0] is request
+            self._prefill.remove(request)
+            self._backlog -= held.work
+            if head and self._prefill:
+                self._prefill_left = self._admitted[self._prefill[0].key].work
+        self._free(request)
+        self.preemptions += 1
+        request.preemptions += 1
+        self._waiting.appendleft(request)
+        self._waiting_tokens += request.input_length
+        self._held = True  # as vLLM admits nothing in a step that preempted
+        self._admit()
+
+    # -- what the router sees ------------------------------------------------------------
+
+    def _sync_load(self) -> None:
+        load = self.load
+        load.running = len(self._admitted)
+        load.queued = len(self._waiting)
+        load.queued_prefill_tokens = int(self._remaining()) + self._waiting_tokens
+        load.kv_used_tokens = int(self.cache.pinned_tokens)

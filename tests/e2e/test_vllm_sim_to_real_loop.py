@@ -1,0 +1,135 @@
+"""The loop that makes the replay evidence, on a real engine (make test-vllm): a CPU vLLM
+engine serving alone (prefill and decode, chunked prefill, prefix caching), calibrated
+(`pdd-router calibrate`); a slice of the shipped conversation trace, scaled to the tiny
+model, sent to it at the trace's rate and at twice it (`replay live`); the same slice
+replayed on the calibrated colocated preset (`replay run`), once with decode memory taken
+as tokens are generated (as vLLM does) and once with each request's whole output reserved
+at admission (the replay's first model); `replay validate` on each pair.
+
+The engine's KV memory is kept small (``BLOCKS``) so that it fills and vLLM preempts, as a
+busy production engine does; that is where the two memory models part."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from cli_support import run_cli
+from prometheus_client.parser import text_string_to_metric_families
+
+from vllm_launcher import VOCAB, Endpoint, random_model, vllm_python, vllm_servers
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+CONVERSATION = REPO.parent / "shared" / "traces" / "mooncake_conversation.jsonl"
+REQUESTS = 150  # the trace's first 54 s
+TOKEN_SCALE = 32  # a 512-token block of the trace becomes one 16-token block
+OUTPUT_SCALE = 2
+VLLM_BLOCK = 128  # tokens per KV block of vLLM on the CPU
+BLOCKS = 48  # 6,144 tokens of KV: the longest request fits, a busy minute does not
+MAX_SEQS = 32
+STEP_TOKENS = 2048
+MAX_LEN = 4096
+
+
+def scaled_conversation(path: Path, requests: int) -> None:
+    """The trace's first ``requests`` requests with prompts 32 times shorter and outputs
+    twice shorter, as a Bailian-format trace: each 512-token block of the original is one
+    16-token block, so the requests share exactly the prefixes they shared before."""
+    rows = []
+    with CONVERSATION.open() as trace:
+        for i, line in enumerate(trace):
+            if i == requests:
+                break
+            row = json.loads(line)
+            output = max(1, min(row["output_length"] // OUTPUT_SCALE, 400))
+            prompt = min(math.ceil(row["input_length"] / TOKEN_SCALE), MAX_LEN - output - 16)
+            rows.append({"chat_id": i, "parent_chat_id": -1, "timestamp": row["timestamp"] / 1000,
+                         "input_length": prompt, "output_length": output, "type": "text",
+                         "turn": 1, "hash_ids": row["hash_ids"][: prompt // 16]})  # fmt: skip
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoint]:
+    python = vllm_python()
+    model = tmp_path_factory.mktemp("vllm-loop")
+    random_model(python, model)
+    extra = ["--num-gpu-blocks-override", str(BLOCKS), "--max-num-seqs", str(MAX_SEQS),
+             "--max-num-batched-tokens", str(STEP_TOKENS)]  # fmt: skip
+    with vllm_servers(python, model, 1, extra_args=extra) as engines:
+        yield engines[0]
+
+
+def preemptions(url: str) -> float:
+    """Requests the engine has preempted so far (vLLM's own counter)."""
+    text = httpx.get(f"{url}/metrics", timeout=10).text
+    for family in text_string_to_metric_families(text):
+        if family.name == "vllm:num_preemptions":
+            return sum(s.value for s in family.samples if s.name.endswith("_total"))
+    raise AssertionError("vllm:num_preemptions_total not exported")
+
+
+def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    code, out, err = run_cli(capsys, *argv)
+    assert code == 0, err
+    return out
+
+
+def errors(folder: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((folder / "validate.json").read_text())
+    assert data["counts"]["compared"] == REQUESTS
+    metrics = data["metrics"]
+    return {
+        key: {stat: metrics[key]["error"][stat] for stat in ("mean", "p90")}
+        for key in ("ttft_s", "tpot_s", "e2e_s")
+    }
+
+
+def test_a_calibrated_replay_of_a_real_vllm_engine(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, engine: Endpoint
+) -> None:
+    trace = tmp_path / "trace.jsonl"
+    scaled_conversation(trace, REQUESTS)
+    cli(capsys, "calibrate", "--url", engine.url, "--preset", "colocated-small",
+        "--pool", "engines", "--out", str(tmp_path / "cluster.yaml"), "--vocab-size",
+        str(VOCAB), "--max-prompt", "1024", "--max-batch", "8", "--repeats", "1",
+        "--no-progress")  # fmt: skip
+    cluster = [
+        "pools.engines.instances=1",
+        f"pools.engines.kv_capacity_tokens={BLOCKS * VLLM_BLOCK}",
+        f"pools.engines.max_batch={MAX_SEQS}",
+        f"timing.step_tokens={STEP_TOKENS}",
+    ]
+    found: dict[str, Any] = {}
+    for load, rate in (("light", "1"), ("moderate", "2")):
+        live = tmp_path / f"live-{load}"
+        before = preemptions(engine.url)
+        cli(capsys, "replay", "live", str(trace), "--url", engine.url, "--rate-scale", rate,
+            "--vocab-size", str(VOCAB), "--out", str(live), "--no-progress")  # fmt: skip
+        found[f"{load}, vLLM preemptions"] = preemptions(engine.url) - before
+        for memory in ("on-demand", "reserve-output"):
+            sim = tmp_path / f"sim-{load}-{memory}"
+            sets = [*cluster, f"memory.allocation={memory}"]
+            cli(capsys, "replay", "run", str(trace), "--preset", str(tmp_path / "cluster.yaml"),
+                "--rate-scale", rate, *(a for s in sets for a in ("--set", s)),
+                "--out", str(sim), "--no-progress")  # fmt: skip
+            out = tmp_path / f"validate-{load}-{memory}"
+            cli(capsys, "replay", "validate", str(live), str(sim), "--out", str(out))
+            found[f"{load}, {memory}"] = {
+                **errors(out),
+                "preemptions": json.loads((sim / "summary.json").read_text())["preemptions"],
+            }
+    print("\nsim-to-real on a CPU vLLM engine, signed relative errors of the replay:")
+    for key, row in found.items():
+        print(f"  {key}: {json.dumps(row)}")
+    for load in ("light", "moderate"):
+        row = found[f"{load}, on-demand"]
+        assert abs(row["e2e_s"]["mean"]) < 0.5, row
+        assert abs(row["tpot_s"]["mean"]) < 0.5, row

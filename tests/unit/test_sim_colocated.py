@@ -1,0 +1,172 @@
+"""A colocated engine in the replay: chunked prefill inside the decode steps, prefix caching,
+a cap on running requests, memory taken as tokens are generated; and its checks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from policies.registry import build_policy, parse_policy
+from policies.tiers import Tier
+from policies.types import ClusterView, Decision, Matches, Pipeline, RequestView
+from replay.metrics import RequestRecord, record_of
+from replay.presets import load_preset
+from replay.presets.cluster_preset import ClusterPreset
+from replay.runner.checks import check_cluster
+from replay.sim.colocated_instance import ColocatedInstance
+from replay.sim.event_loop import EventLoop
+from replay.sim.simulator import Simulator
+from replay.trace.record import TraceRequest
+from router.errors import UserError
+from router.index.memory_index import MemoryPrefixIndex
+
+BLOCK = 512
+
+
+def _req(rid: int, at: float, blocks: list[int], output: int) -> TraceRequest:
+    return TraceRequest(rid, at, len(blocks) * BLOCK, output, tuple(blocks), BLOCK)
+
+
+class OnEngine:
+    """Every request on one named engine (or the colocated policy when None)."""
+
+    def __init__(self, engine: str | None = "engines-0") -> None:
+        self.engine = engine
+        self.policy = build_policy(parse_policy("colocated"))
+        self.index: MemoryPrefixIndex | None = None
+
+    def decide(self, request: RequestView, cluster: ClusterView) -> Decision:
+        if self.engine is not None:
+            return Decision(policy="scripted", pipeline=Pipeline.COLOCATED,
+                            p_instance=self.engine)  # fmt: skip
+        assert self.index is not None
+        matches: Matches = {Tier.P: self.index.match(request.chain, tier=Tier.P)}
+        return self.policy.decide(request, cluster, matches)
+
+
+def _preset(**overrides: Any) -> ClusterPreset:
+    return load_preset("colocated-small", {"pools.engines.instances": 1, **overrides})
+
+
+def _run(
+    trace: list[TraceRequest], preset: ClusterPreset, decider: OnEngine | None = None
+) -> tuple[list[RequestRecord], Simulator]:
+    loop = EventLoop()
+    index = MemoryPrefixIndex(clock=loop.clock)
+    decider = decider or OnEngine()
+    decider.index = index
+    sim = Simulator(preset, decider, index, block_size=BLOCK, kv_event_delay_s=0.0, loop=loop)
+    records = [record_of(r) for r in sim.run(trace)]
+    return records, sim
+
+
+def _engine(sim: Simulator, name: str = "engines-0") -> ColocatedInstance:
+    engine = sim.cluster.prefill[name]
+    assert isinstance(engine, ColocatedInstance)
+    return engine
+
+
+def test_a_long_prompt_is_prefilled_in_chunks_of_the_step_budget() -> None:
+    """64 blocks (32,768 tokens) with 8,192-token steps: four chunk passes, each paying
+    the pass overhead, then the first token; the rest decoded on the same engine."""
+    preset = _preset()
+    records, sim = _run([_req(0, 0.0, list(range(64)), output=50)], preset)
+    roofline = _engine(sim).roofline
+    passes = sum(roofline.prefill_s([(8192, 8192 * k)]) for k in range(4))
+    one_pass = roofline.prefill_s([(32768, 0)])
+    record = records[0]
+    assert record.pipeline == "colocated"
+    assert record.ttft_s == pytest.approx(passes, rel=0.02)
+    assert record.ttft_s > one_pass  # four overheads, not one
+    assert record.tokens_md == 50
+    assert record.wan_bytes == 0.0
+    assert record.transfer_s is None
+
+
+def test_a_prefill_slows_the_requests_decoding_beside_it() -> None:
+    """What disaggregation removes: a 16K-token prompt arriving mid-decode makes the
+    running request's steps as long as a prefill chunk's pass (the longest: the second
+    chunk, 8,191 tokens beside the decoding request, attending to the first)."""
+    preset = _preset()
+    trace = [_req(0, 0.0, [1, 2], output=2000), _req(1, 2.0, list(range(100, 132)), output=5)]
+    records, sim = _run(trace, preset)
+    roofline = _engine(sim).roofline
+    plain_step = roofline.decode_step_s(1, 2 * BLOCK + 100)
+    context = 2 * BLOCK + 2.0 * 200  # about where the decode stands when it arrives
+    second_chunk = roofline.mixed_step_s(1, context, 8191, 8191)
+    assert records[0].max_gap_s is not None
+    assert records[0].max_gap_s > 5 * plain_step
+    assert records[0].max_gap_s == pytest.approx(second_chunk, rel=0.02)
+    alone, _ = _run(trace[:1], preset)
+    assert alone[0].max_gap_s == pytest.approx(roofline.decode_step_s(1, 1024), rel=0.1)
+
+
+def test_a_shared_prefix_is_served_from_the_engines_cache() -> None:
+    preset = _preset()
+    shared = list(range(40))
+    trace = [_req(0, 0.0, shared, output=5), _req(1, 30.0, [*shared, 900, 901], output=5)]
+    records, _ = _run(trace, preset)
+    assert records[0].hit_p == 0.0
+    assert records[1].hit_p == pytest.approx(40 / 42)
+    first, second = records[0].ttft_s, records[1].ttft_s
+    assert first is not None
+    assert second is not None
+    assert second < first / 5
+
+
+def test_the_cap_on_running_requests_makes_the_rest_wait() -> None:
+    preset = _preset(**{"pools.engines.max_batch": 2})
+    trace = [_req(i, 0.0, [10 * i], output=300) for i in range(3)]
+    records, _ = _run(trace, preset)
+    first_two = max(r.e2e_s or 0.0 for r in records[:2])
+    assert records[2].ttft_s is not None
+    assert records[2].ttft_s >= first_two - 1e-6  # admitted only when a slot freed
+
+
+@pytest.mark.parametrize("allocation", ["on-demand", "reserve-output"])
+def test_memory_pressure_preempts_on_demand_and_nothing_leaks(allocation: str) -> None:
+    """Six requests whose prompts fit but whose outputs do not: on demand all six start and
+    some are preempted and recomputed; reserving the output, three run at a time."""
+    preset = _preset(
+        **{"pools.engines.kv_capacity_tokens": 16_384, "memory.allocation": allocation}
+    )
+    trace = [_req(i, i * 0.01, [100 * i + b for b in range(4)], output=3000) for i in range(6)]
+    records, sim = _run(trace, preset)
+    engine = _engine(sim)
+    assert all(r.e2e_s is not None for r in records)
+    assert all(r.tokens_md == 3000 for r in records)
+    assert (engine.preemptions > 0) == (allocation == "on-demand")
+    assert sum(r.preemptions for r in records) == engine.preemptions
+    assert engine.cache.pinned_tokens == pytest.approx(0.0, abs=1e-6)
+    assert engine.load.running == engine.load.queued == 0
+    assert sim.loop.pending() == 0
+
+
+def test_the_colocated_policy_spreads_load_and_follows_prefixes() -> None:
+    preset = _preset(**{"pools.engines.instances": 2})
+    shared = list(range(16))
+    trace = [
+        _req(0, 0.0, [500, 501], output=400),
+        _req(1, 0.1, shared, output=400),  # engines-0 is busy: the other engine
+        _req(2, 60.0, [*shared, 900], output=5),  # both idle: back to its prefix
+    ]
+    records, _ = _run(trace, preset, OnEngine(None))
+    assert [r.p_instance for r in records[:2]] == ["engines-0", "engines-1"]
+    assert records[2].p_instance == "engines-1"  # by load alone: engines-0, first by name
+    assert records[2].predicted_hit_p == pytest.approx(16 / 17)
+
+
+def test_a_colocated_cluster_takes_only_the_colocated_policy() -> None:
+    with pytest.raises(UserError, match="route it with --policy colocated"):
+        check_cluster(_preset(), "idc-pd", None)
+    with pytest.raises(UserError, match="policy colocated needs a colocated pool"):
+        check_cluster(load_preset("idc-pd-small"), "colocated", None)
+    check_cluster(_preset(), "colocated", None)
+
+
+def test_a_colocated_pool_must_be_a_p_pool_alone() -> None:
+    with pytest.raises(UserError, match="tier must be p"):
+        load_preset("colocated-small", {"pools.engines.tier": "md"})
+    with pytest.raises(UserError, match="cannot share the cluster"):
+        load_preset("idc-pd-small", {"pools.p.colocated": True})
