@@ -107,7 +107,11 @@ class ColocatedInstance:
         self._on_stored = on_stored
         self._on_finish = on_finish
         self.batch = DecodeBatch(loop, self._step_s, self._decoded)
-        self._growth = GrowingMemory(loop, cache, self.batch, self._preempt) if on_demand else None
+        self._growth = (
+            GrowingMemory(loop, cache, self.batch, self._preempt, self._evicted)
+            if on_demand
+            else None
+        )
         self._waiting: deque[SimRequest] = deque()
         self._waiting_tokens = 0
         self._admitted: dict[int, _Admitted] = {}  # by key, in admission order
@@ -290,6 +294,11 @@ class ColocatedInstance:
         self._waiting_tokens += request.input_length
         self._held = True  # as vLLM admits nothing in a step that preempted
         self._admit()
+
+    def _evicted(self) -> None:
+        if self._growth is not None:
+            self._growth.arm()
+        self._sync_load()
 
     # -- what the router sees ------------------------------------------------------------
 

@@ -95,7 +95,11 @@ class DecodeInstance:
         self.roofline = roofline
         self.max_batch = max_batch
         self.batch = DecodeBatch(loop, roofline.decode_step_s, self._batch_finished)
-        self._growth = GrowingMemory(loop, cache, self.batch, self._preempt) if on_demand else None
+        self._growth = (
+            GrowingMemory(loop, cache, self.batch, self._preempt, self._sync_load)
+            if on_demand
+            else None
+        )
         self._on_reserved = on_reserved
         self._on_finish = on_finish
         self._prealloc: deque[Leg] = deque()

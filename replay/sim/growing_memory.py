@@ -28,7 +28,7 @@ EVICT_SLICE = 1 / 32
 class GrowingMemory:
     """Keeps ``cache.grown`` up to date and evicts or preempts when the batch fills it."""
 
-    __slots__ = ("_batch", "_cache", "_loop", "_preempt", "_version", "base")
+    __slots__ = ("_batch", "_cache", "_evicted", "_loop", "_preempt", "_version", "base")
 
     def __init__(
         self,
@@ -36,11 +36,15 @@ class GrowingMemory:
         cache: KvMemory,
         batch: DecodeBatch,
         preempt: Callable[[], None],
+        evicted: Callable[[], None],
     ) -> None:
+        """``preempt()`` frees a request; ``evicted()`` follows an eviction ahead (the
+        instance updates what the router sees and calls ``arm`` again)."""
         self._loop = loop
         self._cache = cache
         self._batch = batch
         self._preempt = preempt
+        self._evicted = evicted
         self._version = 0
         self.base = 0  # generated tokens the running requests held when they (re)started
 
@@ -72,6 +76,6 @@ class GrowingMemory:
         self.refresh()
         if cache.evictable_tokens > 0:
             cache.make_room(spare_tokens=max(cache.capacity_tokens * EVICT_SLICE, cache.block_size))
-            self.arm()
+            self._evicted()
         elif self._batch.size > 1:
             self._preempt()  # the instance frees memory and arms again

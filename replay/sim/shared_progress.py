@@ -97,17 +97,22 @@ class SharedProgress:
     def until_next_s(self) -> float:
         """Seconds until the next member reaches its target at the current rate (inf if
         none will)."""
+        target = self._next_target()
+        if target is None or self.rate <= 0.0:
+            return float("inf")
+        self.advance()
+        return max((target - self.v) / self.rate, 0.0)
+
+    def _next_target(self) -> float | None:
+        """The earliest live target (stale heap entries dropped on the way), or None."""
         heap, members = self._heap, self._members
         while heap:
             target, key = heap[0]
             entry = members.get(key)
             if entry is not None and entry[1] == target:
-                break
+                return target
             heapq.heappop(heap)
-        if not heap or self.rate <= 0.0:
-            return float("inf")
-        self.advance()
-        return max((heap[0][0] - self.v) / self.rate, 0.0)
+        return None
 
     # -- membership -------------------------------------------------------------------
 
@@ -143,15 +148,9 @@ class SharedProgress:
             self.rate = rate
             self._rate_changed(rate)
         self._version += 1
-        heap = self._heap
-        while heap:
-            target, key = heap[0]
-            entry = members.get(key)
-            if entry is not None and entry[1] == target:
-                break
-            heapq.heappop(heap)
-        if heap and rate > 0.0:
-            delay = (heap[0][0] - self.v) / rate
+        target = self._next_target()
+        if target is not None and rate > 0.0:
+            delay = (target - self.v) / rate
             self._loop.after(
                 delay if delay > 0.0 else 0.0, self._priority, self._fire, self._version
             )
