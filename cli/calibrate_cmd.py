@@ -41,7 +41,10 @@ def calibrate(
     max_batch: int = typer.Option(8, "--max-batch", help="Largest decode batch probed"),
     repeats: int = typer.Option(3, "--repeats", help="Measurements per probe (median)"),
     decode_tokens: int = typer.Option(
-        96, "--decode-tokens", min=16, help="Tokens each decode probe's streams generate"
+        96,
+        "--decode-tokens",
+        min=16,
+        help="Tokens each decode probe's requests generate (and a quarter as many, to difference)",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the measurements as JSON"),
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar"),

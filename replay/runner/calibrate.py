@@ -7,9 +7,11 @@ engine simulator), one kind at a time so each measurement isolates one cost:
   so the engine's prefix cache holds it), ``max_tokens`` 1, timed to its answer, over a
   grid of N and C; cached tokens are read from ``usage.prompt_tokens_details`` when the
   engine reports them;
-* decode: B streams at once of short prompts (and B streams of long ones), generating
-  with ``ignore_eos``; a step is the median gap between tokens in the middle of the
-  streams.
+* decode: B requests at once of short prompts (and B of long ones), generating N
+  tokens with ``ignore_eos``, then B generating N/4: the difference of their durations
+  over the 3N/4 tokens between is the step (the prefills cancel, and timing whole
+  answers rather than streamed chunks keeps a busy client from reading bursts of
+  tokens as instant steps).
 
 Least squares with non-negative coefficients then fits a prefill pass as ``overhead +
 per_token * N + per_token_pair * (N*C + N*N/2)`` and a decode step as ``overhead +
@@ -21,7 +23,6 @@ pools of a preset whose engines are like the one measured.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -32,7 +33,7 @@ import numpy as np
 from scipy.optimize import nnls
 
 from replay.presets.schema import FittedTiming
-from replay.runner.endpoint import check_answers, tokens_in_chunk
+from replay.runner.endpoint import check_answers
 from router.errors import UserError
 
 __all__ = [
@@ -55,7 +56,7 @@ class CalibrationOptions:
     new_tokens: tuple[int, ...] = (64, 256, 512, 1024, 2048)
     cached_tokens: tuple[int, ...] = (0, 1024)
     batches: tuple[int, ...] = (1, 2, 4, 8)
-    decode_tokens: int = 48  # generated per decode stream
+    decode_tokens: int = 64  # generated per decode request (and a quarter as many)
     short_prompt: int = 64
     long_prompt: int = 1024
     repeats: int = 3
@@ -175,31 +176,25 @@ class _Engine:
         cached = details.get("cached_tokens")
         return seconds, cached if isinstance(cached, int) else None
 
-    async def stream_step(self, prompt: list[int], tokens: int) -> float | None:
-        """Seconds per generated token in the middle half of one streamed generation (an
-        engine may send several tokens in one chunk, so tokens are counted, not chunks);
-        None when too few chunks arrived to tell."""
+    async def generate_s(self, prompt: list[int], tokens: int) -> float:
+        """Seconds to the whole answer of one request generating ``tokens`` tokens (not
+        streamed: timed on the answer, so a client slow to read chunks changes nothing)."""
         url = f"{self.options.url}/v1/completions"
-        times: list[float] = []
-        counts: list[int] = []
-        body = self._body(prompt, tokens, True)
-        async with self.client.stream("POST", url, json=body) as response:
-            if response.status_code != 200:
-                await response.aread()
-                raise UserError(f"{url} answered {response.status_code} to a calibration stream")
-            async for line in response.aiter_lines():
-                if not line.startswith("data: ") or line == "data: [DONE]":
-                    continue
-                got = tokens_in_chunk(json.loads(line[6:]))
-                if got:
-                    times.append(time.perf_counter())
-                    counts.append((counts[-1] if counts else 0) + got)
-        total = counts[-1] if counts else 0
-        first = next((i for i, c in enumerate(counts) if c >= total // 4), None)
-        last = next((i for i, c in enumerate(counts) if c >= 3 * total // 4), None)
-        if first is None or last is None or counts[last] <= counts[first]:
-            return None
-        return (times[last] - times[first]) / (counts[last] - counts[first])
+        start = time.perf_counter()
+        response = await self.client.post(url, json=self._body(prompt, tokens, False))
+        seconds = time.perf_counter() - start
+        if response.status_code != 200:
+            raise UserError(
+                f"{url} answered {response.status_code} to a calibration request: "
+                f"{response.text[:200]}"
+            )
+        made = (response.json().get("usage") or {}).get("completion_tokens")
+        if isinstance(made, int) and made != tokens:
+            raise UserError(
+                f"{url} generated {made} tokens where {tokens} were asked with ignore_eos: "
+                "calibration needs an engine that honours ignore_eos"
+            )
+        return seconds
 
 
 async def _prefill_probes(
@@ -245,16 +240,19 @@ async def _decode_probes(
     # its size, so the per-request and per-context-token costs can be told apart
     shapes = [(b, p) for p in (options.short_prompt, options.long_prompt) for b in options.batches]
     n = options.decode_tokens
+    fewer = max(n // 4, 1)
     for batch, prompt in shapes:
         medians = []
         for _ in range(options.repeats):
-            runs = await asyncio.gather(
-                *(engine.stream_step(engine.tokens(prompt), n) for _ in range(batch))
-            )
-            steps = [s for s in runs if s is not None]
-            if not steps:
-                raise UserError(f"{options.url} streamed too few tokens to time its steps")
-            medians.append(float(np.median(steps)))
+            # B requests at once generating n tokens, then B generating n/4: the prefills
+            # (fresh prompts both times) cancel in the difference, which is n - n/4 steps
+            times = []
+            for tokens in (n, fewer):
+                runs = await asyncio.gather(
+                    *(engine.generate_s(engine.tokens(prompt), tokens) for _ in range(batch))
+                )
+                times.append(float(np.median(runs)))
+            medians.append(max(times[0] - times[1], 0.0) / (n - fewer))
             step()
         probes.append(
             DecodeProbe(batch, float(batch * (prompt + n / 2)), float(np.median(medians)))
