@@ -201,12 +201,12 @@ class ColocatedInstance:
         batch = self.batch
         batch.refresh()
         self._prefill_speed = 0.0
+        self._prefill_version += 1  # whatever was scheduled is stale now
         if self._prefill:
             chunk = self._chunk(batch.size)
             step = self._step_s(batch.size, batch.context_tokens())
             if chunk > 0.0 and step > 0.0:
                 self._prefill_speed = chunk / step
-                self._prefill_version += 1
                 # a step's cost grows with the context before its chunk: re-time each chunk
                 todo = min(max(self._prefill_left, 0.0), chunk)
                 delay = todo / self._prefill_speed

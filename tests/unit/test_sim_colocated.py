@@ -170,3 +170,22 @@ def test_a_colocated_pool_must_be_a_p_pool_alone() -> None:
         load_preset("colocated-small", {"pools.engines.tier": "md"})
     with pytest.raises(UserError, match="cannot share the cluster"):
         load_preset("idc-pd-small", {"pools.p.colocated": True})
+
+
+def test_a_request_preempted_while_prefilling_comes_back_and_finishes() -> None:
+    """Memory fills while the last admitted request is still prefilling (64-token steps
+    make its prefill long): it is freed, its progress lost, and the engine goes on (a
+    stale chunk event once crashed it)."""
+    probe = _engine(_run([], _preset())[1])
+    grown_by_1s = 3 * 1.0 / probe.roofline.decode_step_s(3, 3 * BLOCK * 4)
+    capacity = 3 * 4 * BLOCK + 12 * BLOCK + int(grown_by_1s) + 150
+    preset = _preset(**{"pools.engines.kv_capacity_tokens": capacity, "timing.step_tokens": 64})
+    decoders = [_req(i, 0.0, [100 * i + b for b in range(4)], output=3000) for i in range(3)]
+    late = _req(3, 1.0, [900 + b for b in range(12)], output=10)
+    records, sim = _run([*decoders, late], preset)
+    engine = _engine(sim)
+    assert records[3].preemptions > 0  # preempted while prefilling (it admitted last)
+    assert all(r.e2e_s is not None for r in records)
+    assert [r.tokens_md for r in records] == [3000, 3000, 3000, 10]
+    assert engine.cache.pinned_tokens == pytest.approx(0.0, abs=1e-6)
+    assert sim.loop.pending() == 0
