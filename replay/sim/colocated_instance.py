@@ -189,6 +189,11 @@ class ColocatedInstance:
             batch, context, max(self._chunk(batch), 1.0), head.cached + done
         )
 
+    def _head_done(self) -> bool:
+        """The head's prefill has no token left (to rounding)."""
+        work = self._admitted[self._prefill[0].key].work
+        return self._prefill_left <= 1e-6 * max(work, 1)
+
     def _advance_prefill(self) -> None:
         now = self._loop.now
         if self._prefill_speed > 0.0:
@@ -205,11 +210,12 @@ class ColocatedInstance:
         if self._prefill:
             chunk = self._chunk(batch.size)
             step = self._step_s(batch.size, batch.context_tokens())
-            if chunk > 0.0 and step > 0.0:
+            if self._head_done():  # it ended just now: its token comes at once
+                self._loop.after(0.0, Priority.PREFILL, self._prefilled, self._prefill_version)
+            elif chunk > 0.0 and step > 0.0:
                 self._prefill_speed = chunk / step
                 # a step's cost grows with the context before its chunk: re-time each chunk
-                todo = min(max(self._prefill_left, 0.0), chunk)
-                delay = todo / self._prefill_speed
+                delay = min(self._prefill_left, chunk) / self._prefill_speed
                 self._loop.after(delay, Priority.PREFILL, self._prefilled, self._prefill_version)
         if self._growth is not None:
             self._growth.arm()
@@ -221,7 +227,7 @@ class ColocatedInstance:
         if version != self._prefill_version:
             return
         self._advance_prefill()
-        if self._prefill_left > 1e-6 * max(self._admitted[self._prefill[0].key].work, 1):
+        if not self._head_done():
             self._retime()  # one chunk done: the next one attends to more context
             return
         request = self._prefill.popleft()
