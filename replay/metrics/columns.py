@@ -58,6 +58,8 @@ _DTYPE = np.dtype([(name, _kind(name)) for name in _FIELDS])
 _IS_STRING = tuple(name in _STRINGS for name in _FIELDS)
 _IS_OPTIONAL = tuple(name in _OPTIONAL_FLOATS for name in _FIELDS)
 _values = attrgetter(*_FIELDS)
+_STRING_AT = tuple(i for i, is_string in enumerate(_IS_STRING) if is_string)
+_NULLABLE_AT = tuple(i for i, optional in enumerate(_IS_OPTIONAL) if optional)
 _NONE = -1  # string code of None
 _MISSING = -2  # string code of a row never put
 
@@ -92,12 +94,14 @@ class RecordColumns(Sequence[RequestRecord]):
             chunk = np.zeros(CHUNK_ROWS, dtype=_DTYPE)
             chunk["session_id"] = _MISSING
             chunks.append(chunk)
+        values = list(_values(record))
         code = self._code
-        nan = np.nan
-        chunks[chunk_index][offset] = tuple(
-            code(value) if is_string else (nan if value is None else value)
-            for is_string, value in zip(_IS_STRING, _values(record), strict=True)
-        )
+        for i in _STRING_AT:
+            values[i] = code(values[i])
+        for i in _NULLABLE_AT:  # the optional floats: NaN for None
+            if values[i] is None:
+                values[i] = np.nan
+        chunks[chunk_index][offset] = tuple(values)
         if row >= self._rows:
             self._rows = row + 1
 

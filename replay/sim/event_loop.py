@@ -42,7 +42,10 @@ class EventLoop:
 
     def after(self, delay: float, priority: int, handler: Handler, arg: Any = None) -> None:
         """Run ``handler(arg)`` ``delay`` seconds from now."""
-        self.at(self.now + delay, priority, handler, arg)
+        now = self.now
+        time = now + delay
+        self._seq += 1
+        heapq.heappush(self._heap, (now if time < now else time, priority, self._seq, handler, arg))
 
     def pending(self) -> int:
         return len(self._heap)

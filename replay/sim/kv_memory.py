@@ -93,32 +93,53 @@ class KvMemory:
         changes nothing) when the memory cannot hold it even after eviction.
         """
         pins, lru = self._pins, self._lru
-        new_pins = hits = 0
+        block_size = self.block_size
+        reserved = self.reserved + extra_tokens
+        hits = 0
         leading = True
-        for block in chain:  # one pass for both the room check and the leading hits
-            if block in pins:
-                hits += leading
-            else:
-                new_pins += 1
-                if leading:
-                    if block in lru:
-                        hits += 1
+        if (len(pins) + len(chain)) * block_size + reserved + self.grown > self.capacity_tokens:
+            # it may not fit: count the blocks it would add before changing anything
+            new_pins = 0
+            for block in chain:
+                if block in pins:
+                    hits += leading
+                else:
+                    new_pins += 1
+                    if leading:
+                        if block in lru:
+                            hits += 1
+                        else:
+                            leading = False
+            need = (len(pins) + new_pins) * block_size + reserved
+            if need + self.grown > self.capacity_tokens:
+                return None
+            for block in chain:
+                count = pins.get(block)
+                if count is not None:
+                    pins[block] = count + 1
+                else:
+                    lru.pop(block, None)
+                    pins[block] = 1
+        else:
+            # it fits even if every block is new: count the leading hits while pinning (a
+            # block seen twice is pinned the second time, and counted as the first was)
+            for block in chain:
+                count = pins.get(block)
+                if count is not None:
+                    pins[block] = count + 1
+                    hits += leading
+                else:
+                    if leading:
+                        if block in lru:
+                            del lru[block]
+                            hits += 1
+                        else:
+                            leading = False
                     else:
-                        leading = False
-        need = (len(pins) + new_pins) * self.block_size + self.reserved + extra_tokens
-        if need + self.grown > self.capacity_tokens:
-            return None
-        for block in chain:
-            count = pins.get(block)
-            if count is not None:
-                pins[block] = count + 1
-            else:
-                lru.pop(block, None)
-                pins[block] = 1
-        self.reserved += extra_tokens
-        if (len(lru) + len(pins)) * self.block_size + self.reserved + self.grown > (
-            self.capacity_tokens
-        ):
+                        lru.pop(block, None)
+                    pins[block] = 1
+        self.reserved = reserved
+        if (len(lru) + len(pins)) * block_size + reserved + self.grown > self.capacity_tokens:
             self._evict()
         return hits
 
@@ -126,12 +147,12 @@ class KvMemory:
         """Unpin ``chain`` (it stays cached, most recent) and free ``extra_tokens``."""
         pins, lru = self._pins, self._lru
         for block in reversed(chain):
-            count = pins[block] - 1
-            if count:
-                pins[block] = count
-            else:
+            count = pins[block]
+            if count == 1:
                 del pins[block]
                 lru[block] = None
+            else:
+                pins[block] = count - 1
         self.reserved -= extra_tokens
 
     def make_room(self, spare_tokens: float = 0.0) -> None:

@@ -20,6 +20,8 @@ from router.errors import UserError
 
 __all__ = ["Line", "describe"]
 
+_INTS = frozenset({int})
+
 
 def describe(value: object) -> str:
     """A short rendering of a bad value for an error message."""
@@ -96,7 +98,7 @@ class Line:
         value = self.require(record, name)
         if not isinstance(value, list):
             raise self.field_error(name, "a list of integers", value)
-        if not all(type(x) is int for x in value):
+        if not _INTS.issuperset(map(type, value)):  # every one exactly an int (no bool)
             bad = next(x for x in value if type(x) is not int)
             raise self.field_error(name, "a list of integers", bad)
         return tuple(value)

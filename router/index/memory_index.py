@@ -108,13 +108,21 @@ class MemoryPrefixIndex:
         bit = entry.bit
         move = blocks.move_to_end
         # Last block first: every parent ends up more recent than its children.
-        for block in reversed(chain):
-            if block in blocks:
-                move(block)
-            else:
-                holders[block] = holders.get(block, 0) | bit
-            blocks[block] = now
-        self._expire(entry, now)
+        if self._ttl is None:  # touch times are never read: only the order moves
+            for block in reversed(chain):
+                if block in blocks:
+                    move(block)
+                else:
+                    holders[block] = holders.get(block, 0) | bit
+                    blocks[block] = now
+        else:
+            for block in reversed(chain):
+                if block in blocks:
+                    move(block)
+                else:
+                    holders[block] = holders.get(block, 0) | bit
+                blocks[block] = now
+            self._expire(entry, now)
         self._evict(entry)
 
     def store_many(self, items: Sequence[tuple[str, Sequence[int]]]) -> None:
@@ -130,9 +138,15 @@ class MemoryPrefixIndex:
     def remove(self, instance_id: str, blocks: Sequence[int]) -> None:
         entry = self._entry(instance_id)
         held = entry.blocks
+        holders = self._holders
+        keep = ~entry.bit
         for block in blocks:
             if held.pop(block, None) is not None:
-                self._unhold(block, entry.bit)
+                mask = holders[block] & keep
+                if mask:
+                    holders[block] = mask
+                else:
+                    del holders[block]
 
     def clear(self, instance_id: str) -> None:
         self._drop_all(self._entry(instance_id))
@@ -211,10 +225,19 @@ class MemoryPrefixIndex:
         if cap is None:
             return
         blocks = entry.blocks
-        bit = entry.bit
-        while len(blocks) > cap:
-            block, _ = blocks.popitem(last=False)
-            self._unhold(block, bit)
+        excess = len(blocks) - cap
+        if excess <= 0:
+            return
+        holders = self._holders
+        keep = ~entry.bit
+        pop = blocks.popitem
+        for _ in range(excess):
+            block = pop(last=False)[0]
+            mask = holders[block] & keep
+            if mask:
+                holders[block] = mask
+            else:
+                del holders[block]
 
     def _expire(self, entry: _Entry, now: float) -> None:
         """Drop the blocks not touched for ttl_s seconds (they sit at the LRU front)."""

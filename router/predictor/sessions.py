@@ -50,7 +50,13 @@ class SessionTracker:
         """The request with its session history filled in (unchanged if already given)."""
         if request.history is not None or request.session_id is None:
             return request
-        return dataclasses.replace(request, history=self.history(request.session_id, now))
+        history = self.history(request.session_id, now)
+        if type(request) is not RequestView:
+            return dataclasses.replace(request, history=history)
+        return RequestView(  # dataclasses.replace, without its per-call field inspection
+            request.chain, request.block_size, request.input_length, request.max_tokens,
+            request.session_id, request.arrival_s, request.request_id, history,
+        )  # fmt: skip
 
     def arrived(self, request: RequestView, now: float) -> None:
         """Count the request as a turn of its session."""
