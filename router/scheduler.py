@@ -33,6 +33,7 @@ from router.predictor.tracking import TrackedIndex
 __all__ = ["HitPredictor", "Scheduler", "decision_line"]
 
 Grouped = dict[Tier, dict[str, int]]
+_TIERS = tuple(Tier)  # iterating the enum class itself is slow
 
 
 class HitPredictor(Protocol):
@@ -104,7 +105,7 @@ class Scheduler:
         return self._group(raw)
 
     def _group(self, raw: Mapping[str, int]) -> Grouped:
-        grouped: Grouped = {tier: {} for tier in Tier}
+        grouped: Grouped = {tier: {} for tier in _TIERS}
         for iid, blocks in raw.items():
             tier = self._tier_of.get(iid)
             if tier is not None:

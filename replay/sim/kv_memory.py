@@ -124,20 +124,17 @@ class KvMemory:
             # it fits even if every block is new: count the leading hits while pinning (a
             # block seen twice is pinned the second time, and counted as the first was)
             for block in chain:
-                count = pins.get(block)
-                if count is not None:
-                    pins[block] = count + 1
+                if lru.pop(block, 0) is None:  # cached, unpinned (the LRU's values are None)
+                    pins[block] = 1
                     hits += leading
                 else:
-                    if leading:
-                        if block in lru:
-                            del lru[block]
-                            hits += 1
-                        else:
-                            leading = False
+                    count = pins.get(block)
+                    if count is not None:
+                        pins[block] = count + 1
+                        hits += leading
                     else:
-                        lru.pop(block, None)
-                    pins[block] = 1
+                        leading = False
+                        pins[block] = 1
         self.reserved = reserved
         if (len(lru) + len(pins)) * block_size + reserved + self.grown > self.capacity_tokens:
             self._evict()

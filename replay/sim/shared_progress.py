@@ -86,7 +86,10 @@ class SharedProgress:
 
     def total_progress(self) -> float:
         """Sum over members of their progress since joining, now."""
-        self.advance()
+        now = self._loop.now
+        if now > self._t:  # advance(), inline
+            self.v += self.rate * (now - self._t)
+            self._t = now
         return len(self._members) * self.v - self._sum_start
 
     def backlog(self) -> float:
@@ -141,7 +144,10 @@ class SharedProgress:
 
     def refresh(self) -> None:
         """Recompute the rate (something it depends on changed) and reschedule."""
-        self.advance()
+        now = self._loop.now
+        if now > self._t:  # advance(), inline
+            self.v += self.rate * (now - self._t)
+            self._t = now
         members = self._members
         rate = self._compute_rate() if members else 0.0
         if rate != self.rate:

@@ -61,6 +61,7 @@ class MemoryPrefixIndex:
         self._free_slots: list[int] = []
         self._next_slot = 0
         self._holders: dict[int, int] = {}  # block -> bitmask of slots holding it
+        self._all_bits = 0  # bitmask of every registered instance's slot
 
     # ------------------------------------------------------------------ instances
 
@@ -84,6 +85,7 @@ class MemoryPrefixIndex:
         entry = _Entry(instance, 1 << slot)
         self._entries[instance.instance_id] = entry
         self._by_slot[slot] = entry
+        self._all_bits |= entry.bit
 
     def unregister(self, instance_id: str) -> None:
         """Forget the instance and its blocks; an unknown id is a no-op (idempotent)."""
@@ -93,6 +95,7 @@ class MemoryPrefixIndex:
         self._drop_all(entry)
         slot = entry.bit.bit_length() - 1
         del self._by_slot[slot]
+        self._all_bits &= ~entry.bit
         self._free_slots.append(slot)
 
     def instances(self) -> list[IndexedInstance]:
@@ -161,18 +164,23 @@ class MemoryPrefixIndex:
     def match(
         self, chain: Sequence[int], *, tier: Tier | None = None, datacenter: str | None = None
     ) -> dict[str, int]:
-        now = self._clock() if self._ttl is not None else 0.0
-        result: dict[str, int] = {}
-        candidates = 0
-        for instance_id, entry in self._entries.items():
-            spec = entry.spec
-            if (tier is None or spec.tier == tier) and (
-                datacenter is None or spec.datacenter == datacenter
-            ):
-                if self._ttl is not None:
-                    self._expire(entry, now)
-                result[instance_id] = 0
-                candidates |= entry.bit
+        result: dict[str, int]
+        if tier is None and datacenter is None and self._ttl is None:  # every instance
+            result = dict.fromkeys(self._entries, 0)
+            candidates = self._all_bits
+        else:
+            now = self._clock() if self._ttl is not None else 0.0
+            result = {}
+            candidates = 0
+            for instance_id, entry in self._entries.items():
+                spec = entry.spec
+                if (tier is None or spec.tier == tier) and (
+                    datacenter is None or spec.datacenter == datacenter
+                ):
+                    if self._ttl is not None:
+                        self._expire(entry, now)
+                    result[instance_id] = 0
+                    candidates |= entry.bit
         n = len(chain)
         if not candidates or n == 0:
             return result
