@@ -172,7 +172,7 @@ def presets(
 def _preset_line(preset: ClusterPreset, name: str) -> str:
     pools = ", ".join(
         f"{pool_name}: {p.instances}x{p.gpus_per_instance} {p.hardware} "
-        f"({p.tier.value}, {p.datacenter})"
+        f"({'colocated' if p.colocated else p.tier.value}, {p.datacenter})"
         for pool_name, p in preset.pools().items()
     )
     prices = ", ".join(
