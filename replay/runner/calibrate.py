@@ -7,11 +7,12 @@ engine simulator), one kind at a time so each measurement isolates one cost:
   so the engine's prefix cache holds it), ``max_tokens`` 1, timed to its answer, over a
   grid of N and C; cached tokens are read from ``usage.prompt_tokens_details`` when the
   engine reports them;
-* decode: B requests at once of short prompts (and B of long ones), generating N
-  tokens with ``ignore_eos``, then B generating N/4: the difference of their durations
-  over the 3N/4 tokens between is the step (the prefills cancel, and timing whole
-  answers rather than streamed chunks keeps a busy client from reading bursts of
-  tokens as instant steps).
+* decode: B requests at once of short prompts (and B of long ones), generating N/4
+  tokens with ``ignore_eos``, then B generating N, twice each: the difference of the
+  quicker durations over the 3N/4 tokens between is the step (the prefills cancel, and
+  timing whole answers rather than streamed chunks keeps a busy client from reading
+  bursts of tokens as instant steps); a probe whose difference is not positive is left
+  out with a warning.
 
 Least squares with non-negative coefficients then fits a prefill pass as ``overhead +
 per_token * N + per_token_pair * (N*C + N*N/2)`` and a decode step as ``overhead +
@@ -233,7 +234,7 @@ async def _prefill_probes(
 
 
 async def _decode_probes(
-    engine: _Engine, options: CalibrationOptions, step: Callable[[], None]
+    engine: _Engine, options: CalibrationOptions, step: Callable[[], None], warnings: list[str]
 ) -> list[DecodeProbe]:
     probes = []
     # short and long prompts at every batch size: the batch's context varies apart from
@@ -241,21 +242,37 @@ async def _decode_probes(
     shapes = [(b, p) for p in (options.short_prompt, options.long_prompt) for b in options.batches]
     n = options.decode_tokens
     fewer = max(n // 4, 1)
+
+    async def batch_s(batch: int, prompt: int, tokens: int) -> float:
+        runs = await asyncio.gather(
+            *(engine.generate_s(engine.tokens(prompt), tokens) for _ in range(batch))
+        )
+        return float(np.median(runs))
+
     for batch, prompt in shapes:
         medians = []
         for _ in range(options.repeats):
-            # B requests at once generating n tokens, then B generating n/4: the prefills
-            # (fresh prompts both times) cancel in the difference, which is n - n/4 steps
-            times = []
-            for tokens in (n, fewer):
-                runs = await asyncio.gather(
-                    *(engine.generate_s(engine.tokens(prompt), tokens) for _ in range(batch))
-                )
-                times.append(float(np.median(runs)))
-            medians.append(max(times[0] - times[1], 0.0) / (n - fewer))
+            # B requests at once generating n tokens, and B generating n/4: the prefills
+            # (fresh prompts each time) cancel in the difference, which is n - n/4 steps;
+            # each twice, interleaved, keeping the quicker (a stall only ever adds time)
+            short, long = [], []
+            for _ in range(2):
+                short.append(await batch_s(batch, prompt, fewer))
+                long.append(await batch_s(batch, prompt, n))
+            medians.append((min(long) - min(short)) / (n - fewer))
             step()
-        probes.append(
-            DecodeProbe(batch, float(batch * (prompt + n / 2)), float(np.median(medians)))
+        seconds = float(np.median(medians))
+        if seconds <= 0.0:
+            warnings.append(
+                f"decode probe of {batch} requests with {prompt}-token prompts left out: "
+                f"generating {n} tokens took no longer than {fewer} (a noisy machine?)"
+            )
+            continue
+        probes.append(DecodeProbe(batch, float(batch * (prompt + n / 2)), seconds))
+    if len(probes) < 3:
+        raise UserError(
+            f"{options.url}: too few decode probes could be timed ({len(probes)} of "
+            f"{len(shapes)}); calibrate again with more --repeats or --decode-tokens"
         )
     return probes
 
@@ -276,7 +293,7 @@ async def _calibrate(options: CalibrationOptions, step: Callable[[], None]) -> C
         await engine.complete(engine.tokens(64))  # warm-up: first-request compilation
         warnings: list[str] = []
         prefill = await _prefill_probes(engine, options, step, warnings)
-        decode = await _decode_probes(engine, options, step)
+        decode = await _decode_probes(engine, options, step, warnings)
     (p0, p1, p2), prefill_error = fit_prefill(prefill)
     (d0, d1, d2), decode_error = fit_decode(decode)
     fitted = FittedTiming(
