@@ -16,6 +16,7 @@ from pathlib import Path
 
 from policies.tiers import Tier
 from replay.presets.cluster_preset import ClusterPreset
+from replay.presets.schema import PoolSpec
 from replay.trace.formats import detect_format, open_binary
 from replay.trace.record import TraceRequest
 from router.errors import UserError
@@ -75,7 +76,7 @@ class TraceShape:
 def capacity_error(preset: ClusterPreset, shape: TraceShape, what: str) -> UserError | None:
     """The error for a pool whose instances cannot hold ``shape``'s largest request."""
     for name, pool in preset.pools().items():
-        need = shape.worst_prompt if pool.tier == Tier.P else shape.worst
+        need = shape.worst if _holds_outputs(preset, pool) else shape.worst_prompt
         capacity = preset.kv_capacity_tokens(pool)
         if capacity < need:
             return UserError(
@@ -84,6 +85,15 @@ def capacity_error(preset: ClusterPreset, shape: TraceShape, what: str) -> UserE
                 "add GPUs per instance or set kv_capacity_tokens"
             )
     return None
+
+
+def _holds_outputs(preset: ClusterPreset, pool: PoolSpec) -> bool:
+    """Whether a request must fit whole (prompt and output) in one of the pool's instances:
+    decode pools, and colocated engines that reserve the output at admission (on demand,
+    a colocated request too long for the memory overcommits rather than waits)."""
+    if pool.tier != Tier.P:
+        return True
+    return pool.colocated and preset.spec.memory.allocation == "reserve-output"
 
 
 class CheckedTrace(Iterator[TraceRequest]):
@@ -96,8 +106,9 @@ class CheckedTrace(Iterator[TraceRequest]):
         self._preset = preset
         self.shape = TraceShape()
         pools = preset.pools().values()
-        p_caps = [preset.kv_capacity_tokens(p) for p in pools if p.tier == Tier.P]
-        decode = [preset.kv_capacity_tokens(p) for p in pools if p.tier != Tier.P]
+        whole = [_holds_outputs(preset, p) for p in pools]
+        p_caps = [preset.kv_capacity_tokens(p) for p, w in zip(pools, whole, strict=True) if not w]
+        decode = [preset.kv_capacity_tokens(p) for p, w in zip(pools, whole, strict=True) if w]
         self._prompt_cap = min(p_caps, default=None)
         self._total_cap = min(decode, default=None)
         self._last = float("-inf")

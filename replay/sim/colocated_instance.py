@@ -37,10 +37,11 @@ __all__ = ["ColocatedInstance"]
 class _Admitted:
     """What an admitted request holds on the instance."""
 
-    __slots__ = ("cached", "extra", "grown_base", "work")
+    __slots__ = ("cached", "extra", "grown_base", "resumed", "work")
 
-    def __init__(self, extra: int, work: int, cached: int) -> None:
+    def __init__(self, extra: int, work: int, cached: int, resumed: int) -> None:
         self.extra = extra  # reserved tokens beyond the chain's blocks
+        self.resumed = resumed  # of which the generated tokens a recompute brings back
         self.work = work  # tokens its prefill computes (prompt misses, generated tokens)
         self.cached = cached  # prompt tokens its prefill found cached
         self.grown_base = 0  # generated tokens it held when it joined the batch
@@ -158,7 +159,7 @@ class ColocatedInstance:
                 request.p_hit_tokens = cached
                 request.new_tokens = work
                 request.prefill_start_s = self._loop.now
-            self._admitted[request.key] = _Admitted(extra, work, cached)
+            self._admitted[request.key] = _Admitted(extra, work, cached, generated)
             self._requests[request.key] = request
             self._advance_prefill()
             if not self._prefill:
@@ -244,8 +245,12 @@ class ColocatedInstance:
         if left <= 0:
             self._end(request)
             return
-        held.grown_base = request.emitted
-        if self._growth is not None:
+        if self._growth is not None:  # what it had generated counts as grown from now on
+            resumed = held.resumed
+            held.extra -= resumed
+            self.cache.reserved -= resumed
+            held.resumed = 0
+            held.grown_base = request.emitted
             self._growth.base += request.emitted
         request.stint_join_s = now
         request.stint_tokens = left
@@ -274,8 +279,23 @@ class ColocatedInstance:
     # -- preemption -------------------------------------------------------------------
 
     def _preempt(self) -> None:
-        """Free the request admitted last; it waits at the head to be recomputed."""
-        key = next(reversed(self._admitted))
+        """Free the request admitted last; it waits at the head to be recomputed. One that
+        could never be taken back (its prompt and output so far beyond the memory) is
+        passed over; when every one is, the engine overcommits instead."""
+        cache = self.cache
+        key = next(
+            (
+                key
+                for key in reversed(self._admitted)
+                if len(self._requests[key].chain) * cache.block_size
+                + self._requests[key].private_tokens
+                + self._emitted_now(self._requests[key])
+                <= cache.capacity_tokens
+            ),
+            None,
+        )
+        if key is None:
+            return
         request = self._requests[key]
         held = self._admitted[key]
         if key in self.batch:
@@ -305,6 +325,12 @@ class ColocatedInstance:
         if self._growth is not None:
             self._growth.arm()
         self._sync_load()
+
+    def _emitted_now(self, request: SimRequest) -> int:
+        if request.key not in self.batch:
+            return request.emitted
+        done = int(self.batch.progress_of(request.key) + 1e-9)
+        return request.emitted + min(done, request.stint_tokens)
 
     # -- what the router sees ------------------------------------------------------------
 

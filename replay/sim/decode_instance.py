@@ -155,7 +155,7 @@ class DecodeInstance:
         if leg.state == LegState.RESERVING:
             self._prealloc.remove(leg)
             leg.state = LegState.CLOSED
-            self._sync_load()
+            self._drain_prealloc()  # it may have been the head the others waited behind
             return
         if leg.preempted:  # its memory was freed when it was preempted
             self._preempted.remove(leg)
@@ -303,9 +303,24 @@ class DecodeInstance:
             self._growth.refresh()
 
     def _preempt(self) -> None:
-        """Free the request that started last and queue it first for re-admission."""
-        victim = next(key for key in reversed(self._running) if key in self.batch)
-        request = self._running[victim]
+        """Free the request that started last and queue it first for re-admission; one
+        that could never be taken back (its prompt and output so far beyond the memory)
+        is passed over, and when every one is, the batch overcommits instead."""
+        cache = self.cache
+        request = next(
+            (
+                self._running[key]
+                for key in reversed(self._running)
+                if key in self.batch
+                and len(self._running[key].chain) * cache.block_size
+                + self._leg_of(self._running[key]).extra_tokens
+                + self.emitted_now(self._running[key])
+                <= cache.capacity_tokens
+            ),
+            None,
+        )
+        if request is None:
+            return
         leg = self._leg_of(request)
         self.leave(leg)
         self.preemptions += 1

@@ -35,7 +35,7 @@ class GrowingMemory:
         loop: EventLoop,
         cache: KvMemory,
         batch: DecodeBatch,
-        preempt: Callable[[], None],
+        preempt: Callable[[], object],
         evicted: Callable[[], None],
     ) -> None:
         """``preempt()`` frees a request; ``evicted()`` follows an eviction ahead (the
@@ -56,6 +56,7 @@ class GrowingMemory:
         """Schedule the moment the memory fills, if it comes before the batch's next
         change (which arms it again). Call after every change of the batch or memory."""
         batch, cache = self._batch, self._cache
+        self._version += 1  # whatever was scheduled is stale now
         self.refresh()
         n = batch.size
         if n == 0 or batch.rate <= 0.0:
@@ -66,7 +67,6 @@ class GrowingMemory:
         delay = max(free, 0.0) / (n * batch.rate)
         if delay >= batch.until_next_s():
             return
-        self._version += 1
         self._loop.after(delay, Priority.DECODE, self._full, self._version)
 
     def _full(self, version: int) -> None:
@@ -74,8 +74,11 @@ class GrowingMemory:
             return  # stale: the batch or the memory changed since
         cache = self._cache
         self.refresh()
-        if cache.evictable_tokens > 0:
+        if cache.used_tokens < cache.capacity_tokens - 1e-6 * cache.capacity_tokens:
+            self.arm()  # not full after all (rounding): wait for the real moment
+        elif cache.evictable_tokens > 0:
             cache.make_room(spare_tokens=max(cache.capacity_tokens * EVICT_SLICE, cache.block_size))
             self._evicted()
         elif self._batch.size > 1:
-            self._preempt()  # the instance frees memory and arms again
+            self._preempt()  # the instance frees memory and arms again, or finds no
+            # request it could take back later and overcommits until the batch changes

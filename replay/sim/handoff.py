@@ -61,8 +61,8 @@ class HandoffDriver:
     def md_ready(self, request: SimRequest) -> None:
         request.md_ready = True
         rld_leg, md_leg = _legs(request)
-        if rld_leg.running:
-            self._begin(request)
+        if rld_leg.running or request.emitted > 0:  # RLD decoded (it may be preempted or
+            self._begin(request)  # waiting now): MD takes over what it emitted
         elif rld_leg.state != LegState.CLOSED:  # RLD has not started: go straight to MD
             self._abort(rld_leg)
             md_leg.dest.join(md_leg, request.output_length - request.emitted)
