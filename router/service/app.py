@@ -274,14 +274,15 @@ def create_app(
         responses={503: {"description": "P or MD has no healthy instance"}},
     )
     async def readyz(request: Request) -> JSONResponse:
-        """Whether requests can be served: 200 when P and MD each have a healthy instance,
-        else 503. What runs degraded is named (``degraded``): RLD with no healthy
-        instance (requests go P-MD), and a shared index that is unreachable or being
-        rebuilt (``index_degraded``: decisions use the router's local mirror). The shared
-        index is probed on each call (once per retry delay while it is down)."""
+        """Whether requests can be served: 200 when P and MD each have a healthy instance
+        (P alone with the colocated policy, whose engines decode too), else 503. What runs
+        degraded is named (``degraded``): RLD with no healthy instance (requests go P-MD),
+        and a shared index that is unreachable or being rebuilt (``index_degraded``:
+        decisions use the router's local mirror). The shared index is probed on each call
+        (once per retry delay while it is down)."""
         svc: ServiceState = request.state.svc
         tiers = {t.value: ok for t, ok in svc.pool.ready_tiers().items()}
-        ready, degraded_tiers = svc.pool.readiness()
+        ready, degraded_tiers = svc.pool.readiness(needs_md=settings.policy.name != "colocated")
         base = svc.index.inner if isinstance(svc.index, TrackedIndex) else svc.index
         index_degraded = isinstance(base, ResilientIndex) and await svc.lane.run(base.check)
         degraded = [t.value for t in degraded_tiers] + (["index"] if index_degraded else [])

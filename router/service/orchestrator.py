@@ -164,6 +164,28 @@ class Upstream:
             span.end()
 
 
+async def _colocated(
+    up: Upstream, decision: Decision, req: GenerateRequest, outcome: ExecutionResult
+) -> AsyncGenerator[list[int], None]:
+    """The whole request on one engine; its uncached prompt counts in the engine's prefill
+    queue until the first token (what the colocated policy weighs)."""
+    engine, prompt = decision.p_instance, req.prompt_token_ids
+    uncached = max(len(prompt) - round(decision.predicted_hit.get(Tier.P, 0.0) * len(prompt)), 1)
+    up.pool.prefill_started(engine, uncached)
+    queued = True
+    try:
+        async with contextlib.aclosing(up.generate(engine, req, outcome)) as deltas:
+            async for delta in deltas:
+                if queued and delta.token_ids:
+                    up.pool.prefill_started(engine, -uncached)
+                    queued = False
+                outcome.tokens += len(delta.token_ids)
+                yield delta.token_ids
+    finally:
+        if queued:
+            up.pool.prefill_started(engine, -uncached)
+
+
 async def execute(
     up: Upstream, decision: Decision, client: GenerateRequest, outcome: ExecutionResult
 ) -> AsyncGenerator[list[int], None]:
@@ -179,11 +201,8 @@ async def execute(
 
     outcome.instances["p"] = decision.p_instance
     if decision.pipeline is Pipeline.COLOCATED:  # one engine prefills and decodes
-        req = derived(request_id=f"{request_id}-p")
-        async with contextlib.aclosing(up.generate(decision.p_instance, req, outcome)) as deltas:
-            async for delta in deltas:
-                outcome.tokens += len(delta.token_ids)
-                yield delta.token_ids
+        async for ids in _colocated(up, decision, derived(request_id=f"{request_id}-p"), outcome):
+            yield ids
         return
     pre = derived(request_id=f"{request_id}-p", max_tokens=1)
     targets = 2 if decision.pipeline is Pipeline.P_RLD_MD else 1

@@ -293,10 +293,11 @@ class InstancePool:
             out[tier] = any(i.healthy for i in pool) if pool or tier is not Tier.RLD else True
         return out
 
-    def readiness(self) -> tuple[bool, list[Tier]]:
+    def readiness(self, *, needs_md: bool = True) -> tuple[bool, list[Tier]]:
         """Whether requests can be served, and the tiers running degraded. P and MD are
-        needed (without either no pipeline exists); RLD is optional: with RLD down,
-        requests go P-MD, so the router is ready, with RLD named as degraded."""
+        needed (without either no pipeline exists; ``needs_md`` False: colocated engines,
+        P alone); RLD is optional: with RLD down, requests go P-MD, so the router is
+        ready, with RLD named as degraded."""
         tiers = self.ready_tiers()
-        ready = tiers[Tier.P] and tiers[Tier.MD]
+        ready = tiers[Tier.P] and (tiers[Tier.MD] or not needs_md)
         return ready, [tier for tier in Tier if tier is Tier.RLD and not tiers[tier]]

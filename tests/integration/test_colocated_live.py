@@ -47,6 +47,8 @@ def _openai(client: TestClient) -> openai.OpenAI:
 
 
 def test_a_request_is_served_whole_by_one_engine(router: TestClient) -> None:
+    ready = router.get("/readyz")
+    assert ready.status_code == 200, ready.text  # engines alone, no MD: ready all the same
     answer = router.post("/v1/completions", json={"model": "m", "prompt": SHARED, "max_tokens": 6})
     assert answer.status_code == 200, answer.text
     assert answer.headers["x-pdd-pipeline"] == "colocated"
