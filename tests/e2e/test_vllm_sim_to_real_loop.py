@@ -26,8 +26,6 @@ from vllm_launcher import VOCAB, Endpoint, random_model, vllm_python, vllm_serve
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
-REPO = Path(__file__).resolve().parents[2]
-CONVERSATION = REPO.parent / "shared" / "traces" / "mooncake_conversation.jsonl"
 REQUESTS = 150  # the trace's first 54 s
 TOKEN_SCALE = 32  # a 512-token block of the trace becomes one 16-token block
 OUTPUT_SCALE = 2
@@ -38,12 +36,12 @@ STEP_TOKENS = 2048
 MAX_LEN = 4096
 
 
-def scaled_conversation(path: Path, requests: int) -> None:
+def scaled_conversation(conversation: Path, path: Path, requests: int) -> None:
     """The trace's first ``requests`` requests with prompts 32 times shorter and outputs
     twice shorter, as a Bailian-format trace: each 512-token block of the original is one
     16-token block, so the requests share exactly the prefixes they shared before."""
     rows = []
-    with CONVERSATION.open() as trace:
+    with conversation.open() as trace:
         for i, line in enumerate(trace):
             if i == requests:
                 break
@@ -93,10 +91,10 @@ def errors(folder: Path) -> dict[str, Any]:
 
 
 def test_a_calibrated_replay_of_a_real_vllm_engine(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path, engine: Endpoint
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, engine: Endpoint, conversation_trace: Path
 ) -> None:
     trace = tmp_path / "trace.jsonl"
-    scaled_conversation(trace, REQUESTS)
+    scaled_conversation(conversation_trace, trace, REQUESTS)
     cli(capsys, "calibrate", "--url", engine.url, "--preset", "colocated-small",
         "--pool", "engines", "--out", str(tmp_path / "cluster.yaml"), "--vocab-size",
         str(VOCAB), "--max-prompt", "1024", "--max-batch", "8", "--repeats", "1",
