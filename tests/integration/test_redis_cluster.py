@@ -176,6 +176,20 @@ def test_indexes_of_different_models_spread_over_the_nodes(cluster: list[int]) -
             index.close()
 
 
+def _settled_holder(client: RedisCluster, instance: str) -> str:
+    """The replica holding ``instance``'s ingest lease once the two replicas have split
+    the leases (one each)."""
+    deadline = time.monotonic() + 15
+    while True:
+        held = [client.get(f"{{svc-cluster}}:ingest:{iid}") for iid in ("p0", "md0")]
+        if None not in held and held[0] != held[1]:
+            holder = client.get(f"{{svc-cluster}}:ingest:{instance}")
+            assert holder is not None
+            return holder.decode() if isinstance(holder, bytes) else str(holder)
+        assert time.monotonic() < deadline, f"the replicas did not split the leases: {held}"
+        time.sleep(0.1)
+
+
 def test_the_service_decides_through_the_cluster(cluster: list[int], tmp_path: Path) -> None:
     instances = tmp_path / "instances.yaml"
     instances.write_text(
@@ -197,24 +211,29 @@ def test_the_service_decides_through_the_cluster(cluster: list[int], tmp_path: P
             log = tmp_path / f"router-{n}.log"
             args = ["serve", "--port", str(port), "--instances", str(instances),
                     "--log-level", "warning"]  # fmt: skip
-            procs.append((spawn(args, log, env), log))
+            named = {**env, "PDD_ROUTER_REPLICAS__REPLICA_ID": f"r{n}"}
+            procs.append((spawn(args, log, named), log))
             urls.append(f"http://127.0.0.1:{port}")
         for url in urls:
             wait_for(f"{url}/readyz", procs)
+        # Each replica has in-process engines of its own, and only the holder of p0's
+        # ingest lease writes p0's events: serve on that replica, ask the other
+        writer = _settled_holder(RedisCluster(host="127.0.0.1", port=cluster[0]), "p0")
+        served, other = (urls[0], urls[1]) if writer == "r0" else (urls[1], urls[0])
         prompt = [(3 * i + 1) % 512 for i in range(512)]
         body = {"prompt": prompt, "max_tokens": 2, "ignore_eos": True}
-        response = httpx.post(f"{urls[0]}/v1/completions", json=body, timeout=30)
+        response = httpx.post(f"{served}/v1/completions", json=body, timeout=30)
         assert response.status_code == 200, response.text
         # the other replica predicts the hit from the KV events the cluster holds
         deadline = time.monotonic() + 10
         hit = 0.0
         while time.monotonic() < deadline and hit < 0.9:
-            route = httpx.post(f"{urls[1]}/v1/route", json={"token_ids": prompt}, timeout=10)
+            route = httpx.post(f"{other}/v1/route", json={"token_ids": prompt}, timeout=10)
             assert route.status_code == 200, route.text
             hit = route.json()["predicted_hit"]["p"]
             time.sleep(0.1)
         assert hit > 0.9
-        ready = httpx.get(f"{urls[1]}/readyz", timeout=5).json()
+        ready = httpx.get(f"{other}/readyz", timeout=5).json()
         assert not ready["index_degraded"], ready
     finally:
         _stop([proc for proc, _ in procs])
