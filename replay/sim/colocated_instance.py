@@ -282,15 +282,14 @@ class ColocatedInstance:
         """Free the request admitted last; it waits at the head to be recomputed. One that
         could never be taken back (its prompt and output so far beyond the memory) is
         passed over; when every one is, the engine overcommits instead."""
-        cache = self.cache
         key = next(
             (
                 key
                 for key in reversed(self._admitted)
-                if len(self._requests[key].chain) * cache.block_size
-                + self._requests[key].private_tokens
-                + self._emitted_now(self._requests[key])
-                <= cache.capacity_tokens
+                if self.cache.could_hold(
+                    self._requests[key].chain,
+                    self._requests[key].private_tokens + self._requests[key].emitted_in(self.batch),
+                )
             ),
             None,
         )
@@ -299,13 +298,7 @@ class ColocatedInstance:
         request = self._requests[key]
         held = self._admitted[key]
         if key in self.batch:
-            step = self.batch.step_s()
-            progress = self.batch.leave(key)
-            gap = self.batch.gap_at_exit.pop(key)
-            tokens = min(int(progress + 1e-9), request.stint_tokens)
-            if tokens > 0:
-                last = max(self._loop.now - (progress - tokens) * step, request.stint_join_s)
-                request.account_stint(tokens, last, gap, on_rld=False)
+            request.leave_batch(self.batch, self._loop.now, on_rld=False)
         else:  # still prefilling: its progress is lost
             self._advance_prefill()
             head = self._prefill[0] is request
@@ -325,12 +318,6 @@ class ColocatedInstance:
         if self._growth is not None:
             self._growth.arm()
         self._sync_load()
-
-    def _emitted_now(self, request: SimRequest) -> int:
-        if request.key not in self.batch:
-            return request.emitted
-        done = int(self.batch.progress_of(request.key) + 1e-9)
-        return request.emitted + min(done, request.stint_tokens)
 
     # -- what the router sees ------------------------------------------------------------
 

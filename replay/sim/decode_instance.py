@@ -85,7 +85,6 @@ class DecodeInstance:
         self._preempted: deque[Leg] = deque()  # freed by a preemption, next to re-admit
         self._recomputing = 0
         self._held = False  # a preemption holds admissions until memory is freed
-
         self.first_token_on_decode = first_token_on_decode
         self.id = instance_id
         self.tier = tier
@@ -225,24 +224,13 @@ class DecodeInstance:
 
     def emitted_now(self, request: SimRequest) -> int:
         """Tokens the request has emitted by now, counting its progress here."""
-        if request.key not in self.batch:
-            return request.emitted
-        done = int(self.batch.progress_of(request.key) + 1e-9)
-        return request.emitted + min(done, request.stint_tokens)
+        return request.emitted_in(self.batch)
 
     def leave(self, leg: Leg) -> None:
         """Stop decoding the request now (handoff); its tokens so far are accounted."""
         request = leg.request
         if request.key in self.batch:
-            step = self.batch.step_s()
-            progress = self.batch.leave(request.key)
-            gap = self.batch.gap_at_exit.pop(request.key)
-            tokens = min(int(progress + 1e-9), request.stint_tokens)
-            if tokens > 0:
-                last = self._loop.now - (progress - tokens) * step
-                request.account_stint(
-                    tokens, max(last, request.stint_join_s), gap, on_rld=self.tier == Tier.RLD
-                )
+            request.leave_batch(self.batch, self._loop.now, on_rld=self.tier == Tier.RLD)
         self._stop(request, leg)
         self._admit_ready()
 
@@ -306,16 +294,14 @@ class DecodeInstance:
         """Free the request that started last and queue it first for re-admission; one
         that could never be taken back (its prompt and output so far beyond the memory)
         is passed over, and when every one is, the batch overcommits instead."""
-        cache = self.cache
         request = next(
             (
-                self._running[key]
-                for key in reversed(self._running)
-                if key in self.batch
-                and len(self._running[key].chain) * cache.block_size
-                + self._leg_of(self._running[key]).extra_tokens
-                + self.emitted_now(self._running[key])
-                <= cache.capacity_tokens
+                r
+                for r in (self._running[key] for key in reversed(self._running))
+                if r.key in self.batch
+                and self.cache.could_hold(
+                    r.chain, self._leg_of(r).extra_tokens + r.emitted_in(self.batch)
+                )
             ),
             None,
         )

@@ -78,6 +78,11 @@ class KvMemory:
                 break
         return n
 
+    def could_hold(self, chain: Sequence[int], extra_tokens: int) -> bool:
+        """Whether ``chain`` and ``extra_tokens`` fit in the whole memory, empty of
+        everything else (a preempted request that could not is never taken back)."""
+        return len(chain) * self.block_size + extra_tokens <= self.capacity_tokens
+
     def fits(self, chain: Sequence[int], extra_tokens: int) -> bool:
         """Whether pinning ``chain`` and reserving ``extra_tokens`` fits once unpinned
         blocks are evicted."""

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from policies.admission import Overloaded
 from policies.types import Decision, HandoffMode, InstanceLoad, Pipeline
 from replay.sim.link import Link, Transfer
 from replay.sim.roofline import Roofline
 from replay.trace.record import TraceRequest
+
+if TYPE_CHECKING:
+    from replay.sim.decode_batch import DecodeBatch
 
 __all__ = ["DecodeServer", "Leg", "LegState", "PrefillServer", "SimRequest"]
 
@@ -221,6 +224,24 @@ class SimRequest:
             self.max_gap_s = gap
         self.last_token_s = last_s
         self._count(tokens, on_rld)
+
+    def emitted_in(self, batch: DecodeBatch) -> int:
+        """Tokens emitted by now, counting its progress in ``batch`` (if it is in it)."""
+        if self.key not in batch:
+            return self.emitted
+        done = int(batch.progress_of(self.key) + 1e-9)
+        return self.emitted + min(done, self.stint_tokens)
+
+    def leave_batch(self, batch: DecodeBatch, now: float, *, on_rld: bool) -> None:
+        """Stop decoding in ``batch`` before the stint's end (a handoff, a preemption): the
+        tokens emitted so far are accounted, the last one at the step it came out."""
+        step = batch.step_s()
+        progress = batch.leave(self.key)
+        gap = batch.gap_at_exit.pop(self.key)
+        tokens = min(int(progress + 1e-9), self.stint_tokens)
+        if tokens > 0:
+            last = max(now - (progress - tokens) * step, self.stint_join_s)
+            self.account_stint(tokens, last, gap, on_rld=on_rld)
 
     def _count(self, tokens: int, on_rld: bool) -> None:
         self.emitted += tokens
