@@ -35,6 +35,9 @@ def _burst(n: int, gap_s: float = 0.0) -> list[TraceRequest]:
     ]
 
 
+used: list[float] = []  # the MD's memory in use at each sample of the last run
+
+
 def _run(
     trace: list[TraceRequest], allocation: str, **overrides: Any
 ) -> tuple[list[RequestRecord], Simulator, list[int]]:
@@ -54,9 +57,13 @@ def _run(
                     loop=loop)  # fmt: skip
     md = sim.cluster.decode["md-0"]
     running: list[int] = []
+    used.clear()
 
     def sample(t: float) -> None:
         running.append(md.load.running)
+        if md._growth is not None:  # memory in use, sampled (on demand it grows between events)
+            md._growth.refresh()
+        used.append(md.cache.pinned_tokens)
         if loop.pending():
             loop.after(0.05, Priority.SAMPLE, sample, t + 0.05)
 
@@ -91,8 +98,9 @@ def test_on_demand_memory_admits_by_prompt_and_preempts_when_the_outputs_fill_it
     md = sim.cluster.decode["md-0"]
     assert md.preemptions > 0
     assert sum(r.preemptions for r in records) == md.preemptions
-    # while they grow, the memory is full but never overcommitted
-    assert md.cache.capacity_tokens == MD_CAPACITY
+    # while they grow, the memory fills but is never overcommitted
+    assert max(used) <= MD_CAPACITY + 1e-6
+    assert max(used) > 0.9 * MD_CAPACITY
 
 
 def test_preemption_takes_the_request_that_started_last() -> None:
