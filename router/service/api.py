@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -91,7 +92,7 @@ async def decide_route(svc: ServiceState, body: FastRouteBody | RouteRequest) ->
 
 
 def job_of(
-    svc: ServiceState, body: GenerationFields, model: ResolvedModel, prompt: list[int],
+    svc: ServiceState, body: GenerationFields, model: ResolvedModel, prompt: Sequence[int],
     max_tokens: int | None,
 ) -> Job:  # fmt: skip
     """A generation job from a request's fields (ApiError for a limit it passes)."""

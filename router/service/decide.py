@@ -4,7 +4,8 @@ scheduler, on the view of the instances serving the request's model, on the inde
 from __future__ import annotations
 
 import time
-from collections.abc import Collection
+from array import array
+from collections.abc import Collection, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -19,7 +20,9 @@ from router.service.state import ServiceState
 __all__ = ["check_prompt", "decide"]
 
 
-def check_prompt(svc: ServiceState, tokens: list[int] | npt.NDArray[np.int64], field: str) -> None:
+def check_prompt(
+    svc: ServiceState, tokens: Sequence[int] | npt.NDArray[np.int64], field: str
+) -> None:
     """Refuse (400) a prompt over the length limit or with token IDs beyond the vocabulary."""
     limit = svc.settings.service.max_prompt_tokens
     if len(tokens) > limit:
@@ -29,6 +32,8 @@ def check_prompt(svc: ServiceState, tokens: list[int] | npt.NDArray[np.int64], f
     if len(tokens) == 0:
         return
     # min/max run in C; the Python scan that names the token runs only on the error path
+    if isinstance(tokens, array):  # a chat encode's IDs: numpy reads them in place
+        tokens = np.frombuffer(tokens, dtype=tokens.typecode)
     if isinstance(tokens, np.ndarray):
         low, high = int(tokens.min()), int(tokens.max())
     else:

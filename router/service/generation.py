@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Awaitable
+from array import array
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
@@ -54,12 +55,19 @@ class ClientGone(Exception):
     """The client closed the connection while its request ran; the engines were told."""
 
 
+def as_list(ids: Sequence[int]) -> list[int]:
+    """Token IDs as the list an engine request carries (``array.tolist`` runs in C)."""
+    if isinstance(ids, list):
+        return ids
+    return ids.tolist() if isinstance(ids, array) else list(ids)
+
+
 @dataclass(slots=True)
 class Job:
     """What to generate: the prompt's token IDs (exactly what the engines get and the
     router hashes), how much, how to sample, and for whom."""
 
-    prompt: list[int]
+    prompt: Sequence[int]  # a list, or the array('i') a chat encode with a cached prefix gives
     max_tokens: int
     model: ResolvedModel
     temperature: float = 0.0
@@ -104,7 +112,7 @@ class Generation:
                            job.session_id, time.time(), request_id)  # fmt: skip
         timing = Timing(time.perf_counter())
         client = GenerateRequest(
-            request_id=request_id, prompt_token_ids=job.prompt, max_tokens=job.max_tokens,
+            request_id=request_id, prompt_token_ids=as_list(job.prompt), max_tokens=job.max_tokens,
             temperature=job.temperature, ignore_eos=job.ignore_eos, sampling=job.sampling,
         )  # fmt: skip
         failed: set[str] = set()

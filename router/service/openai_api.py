@@ -58,7 +58,7 @@ async def chat_completions(body: ChatRequest, request: Request) -> object:
         )  # fmt: skip
     except (ChatTemplateError, ValueError, TypeError) as exc:
         raise ApiError(400, f"messages: {exc}", param="messages") from exc
-    job = job_of(svc, body, model, list(prompt), body.max_completion_tokens or body.max_tokens)
+    job = job_of(svc, body, model, prompt, body.max_completion_tokens or body.max_tokens)
     run = await Generation.start(svc, request, job)
     text = TextStream(tokenizer, job.prompt, body.stops())
     created = int(time.time())

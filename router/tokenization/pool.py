@@ -74,7 +74,7 @@ class AsyncTokenizer:
         add_generation_prompt: bool = True,
         tools: Tools | None = None,
         **template_kwargs: Any,
-    ) -> list[int]:
+    ) -> Sequence[int]:
         encode = self.chat.encode_chat if self.chat is not None else self.tokenizer.encode_chat
         return await self._run(encode, messages, add_generation_prompt, tools, **template_kwargs)
 

@@ -153,7 +153,11 @@ class CachedChatEncoder:
         add_generation_prompt: bool = True,
         tools: Tools | None = None,
         **template_kwargs: Any,
-    ) -> list[int]:
+    ) -> Sequence[int]:
+        """The token IDs of the rendered chat: a list when encoded whole, an ``array('i')``
+        when a cached prefix was reused (joining two arrays is a memcpy, where building a
+        list of 32K ints costs about a millisecond, and numpy reads an array without
+        converting it)."""
         tok = self.tokenizer
         full = tok.render_chat(messages, add_generation_prompt, tools, **template_kwargs)
         if self.disabled or not messages:
@@ -161,38 +165,32 @@ class CachedChatEncoder:
         options = {k: v for k, v in template_kwargs.items() if k != "continue_final_message"}
         context = {"tok": tok.name, "tools": tools, "kw": options}
         keys = message_prefix_keys(messages, context)
-        ids, reused = self._from_cache(keys, full)
+        ids = self._from_cache(keys, full)
         if ids is None:
             ids = tok.encode_text(full, add_special_tokens=False)
-        self._store(
-            messages, keys[-1], full, ids, reused, add_generation_prompt, tools, template_kwargs
-        )
+        self._store(messages, keys[-1], full, ids, add_generation_prompt, tools, template_kwargs)
         return ids
 
-    def _from_cache(
-        self, keys: list[bytes], full: str
-    ) -> tuple[list[int] | None, array[int] | None]:
-        """The IDs of ``full`` from the longest usable cached prefix, and that prefix's IDs
-        (which the returned IDs start with); ``(None, None)`` when there is none."""
+    def _from_cache(self, keys: list[bytes], full: str) -> Sequence[int] | None:
+        """The IDs of ``full`` from the longest usable cached prefix; None when there is none."""
         for key in reversed(keys):
             entry = self.cache.get(key)
             if entry is None:
                 continue
             if not full.startswith(entry.text):
                 self._count("unsafe")
-                return None, None
+                return None
             n = len(entry.text)
             head, rest = full[:n], full[n:]
             if not self.tokenizer.boundary_safe(head, rest):
                 self._count("unsafe")
-                return None, None
-            ids = [*entry.ids, *self.tokenizer.encode_text(rest, add_special_tokens=False)]
-            ids = self._checked(ids, full, len(entry.ids))
-            return ids, None if self.disabled else entry.ids
+                return None
+            ids = entry.ids + array("i", self.tokenizer.encode_text(rest, False))
+            return self._checked(ids, full, len(entry.ids))
         self._count("misses")
-        return None, None
+        return None
 
-    def _checked(self, ids: list[int], full: str, reused: int) -> list[int]:
+    def _checked(self, ids: array[int], full: str, reused: int) -> Sequence[int]:
         with self._lock:
             self.stats.hits += 1
             self.stats.reused_tokens += reused
@@ -202,7 +200,7 @@ class CachedChatEncoder:
         whole = self.tokenizer.encode_text(full, add_special_tokens=False)
         with self._lock:
             self.stats.verified += 1
-            if whole != ids:
+            if array("i", whole) != ids:
                 self.stats.mismatches += 1
                 self.disabled = True
                 self.cache.clear()
@@ -217,14 +215,12 @@ class CachedChatEncoder:
         messages: Sequence[Message],
         key: bytes,
         full: str,
-        ids: list[int],
-        reused: array[int] | None,
+        ids: Sequence[int],
         add_generation_prompt: bool,
         tools: Tools | None,
         template_kwargs: dict[str, Any],
     ) -> None:
-        """Cache ``messages`` rendered as a finished conversation, its IDs cut from ``ids``
-        (which start with ``reused``, when given: only what follows it is converted)."""
+        """Cache ``messages`` rendered as a finished conversation, its IDs cut from ``ids``."""
         if self.disabled:
             return
         kwargs = {k: v for k, v in template_kwargs.items() if k != "continue_final_message"}
@@ -244,10 +240,8 @@ class CachedChatEncoder:
                 return
             tail_ids = self.tokenizer.encode_text(tail, add_special_tokens=False)
             end -= len(tail_ids)
-            if end < 0 or ids[end:] != tail_ids:
+            if end < 0 or list(ids[end:]) != tail_ids:
                 return
-        if reused is not None and len(reused) <= end:
-            packed = reused + array("i", ids[len(reused) : end])
-        else:
-            packed = array("i", ids[:end])
+        # an array's slice is a copy of its bytes; a list's is converted
+        packed = ids[:end] if isinstance(ids, array) else array("i", ids[:end])
         self.cache.put(key, _Entry(closed, packed))

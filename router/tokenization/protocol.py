@@ -74,6 +74,8 @@ class AsyncTokenizerLike(Protocol):
         add_generation_prompt: bool = True,
         tools: Tools | None = None,
         **template_kwargs: Any,
-    ) -> list[int]: ...
+    ) -> Sequence[int]:
+        """A list, or an ``array('i')`` when cached conversation prefixes were reused."""
+        ...
 
     async def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str: ...

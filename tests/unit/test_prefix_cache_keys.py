@@ -32,7 +32,7 @@ def test_each_turn_stores_the_ids_of_its_closed_conversation() -> None:
     messages: list[dict[str, Any]] = [{"role": "system", "content": "Be brief, café 中文."}]
     for turn in range(4):
         messages.append({"role": "user", "content": f"Question {turn}: what is a prefix?"})
-        assert enc.encode_chat(messages) == TOK.encode_chat(messages)
+        assert list(enc.encode_chat(messages)) == TOK.encode_chat(messages)
         key = message_prefix_keys(messages, {"tok": TOK.name, "tools": None, "kw": {}})[-1]
         entry = enc.cache.get(key)
         assert entry is not None

@@ -210,7 +210,7 @@ def test_turn_n_plus_one_reuses_turn_n_and_equals_a_fresh_encode(
     assert enc.encode_chat(turn) == TOK.encode_chat(turn)
     assert enc.stats.hits == 0
     nxt = [*turn, *more]
-    assert enc.encode_chat(nxt) == TOK.encode_chat(nxt)
+    assert list(enc.encode_chat(nxt)) == TOK.encode_chat(nxt)
     assert enc.stats.hits == 1
     assert enc.stats.reused_tokens == len(TOK.encode_chat(turn, add_generation_prompt=False))
 
@@ -227,7 +227,7 @@ def test_reuse_tokenizes_only_the_new_text() -> None:
     enc = CachedChatEncoder(tok, PrefixCache(), verify_every=0)
     enc.encode_chat(CHAT[:2])
     calls.clear()
-    assert enc.encode_chat(CHAT) == TOK.encode_chat(CHAT)
+    assert list(enc.encode_chat(CHAT)) == TOK.encode_chat(CHAT)
     assert CHAT[1]["content"] not in "".join(calls)  # turn 1 was not tokenized again
     assert any(CHAT[3]["content"] in c for c in calls)
 
@@ -311,9 +311,9 @@ async def test_pool_encodes_chat_with_the_prefix_cache_and_decodes() -> None:
     assert tok.chat is not None
     try:
         first, second = await asyncio.gather(tok.encode_chat(CHAT[:2]), tok.encode_chat(CHAT))
-        assert second == TOK.encode_chat(CHAT)
-        assert first == TOK.encode_chat(CHAT[:2])
-        assert await tok.encode_chat([*CHAT, {"role": "assistant", "content": "ok"}]) == (
+        assert list(second) == TOK.encode_chat(CHAT)
+        assert list(first) == TOK.encode_chat(CHAT[:2])
+        assert list(await tok.encode_chat([*CHAT, {"role": "assistant", "content": "ok"}])) == (
             TOK.encode_chat([*CHAT, {"role": "assistant", "content": "ok"}])
         )
         assert tok.chat.stats.hits >= 1
