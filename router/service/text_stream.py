@@ -29,7 +29,7 @@ class TextStream:
         self._tokenizer = tokenizer
         maker = getattr(tokenizer, "detokenizer", None)
         self._incremental: IncrementalDetokenizer | None = (
-            maker(list(prompt)) if maker is not None else None
+            maker(prompt) if maker is not None else None  # it keeps the last few IDs
         )
         self._ids: list[int] = []
         self._decoded = ""  # without the incremental detokenizer: all decoded so far
