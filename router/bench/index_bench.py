@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from policies.tiers import Tier
-from router.hashing import chain_hashes
+from router.hashing import PackedHashes, chain_hashes
 from router.index.base import IndexedInstance, PrefixIndex
 from router.index.memory_index import MemoryPrefixIndex
 from router.index.redis_index import RedisPrefixIndex, redact_url
@@ -129,7 +129,7 @@ def _instance(i: int) -> IndexedInstance:
 
 
 def _plan(
-    rng: random.Random, chain: list[int], others: list[list[int]], first: int, last: int
+    rng: random.Random, chain: Sequence[int], others: list[list[int]], first: int, last: int
 ) -> list[tuple[IndexedInstance, list[list[int]]]]:
     """Instances first..last-1 and the chains each stores (the probed prefix last)."""
     depths = _depth_choices(len(chain))
@@ -140,7 +140,7 @@ def _plan(
         for other in rng.sample(others, OTHERS_PER_INSTANCE):
             chains.append(other[: rng.randint(1, len(other))])
         if depth:
-            chains.append(chain[:depth])
+            chains.append(list(chain[:depth]))
         plan.append((_instance(i), chains))
     return plan
 
@@ -298,7 +298,10 @@ def run_index_bench(
     all_pings: list[float] = []
     try:
         for length in chain_lengths:
-            chain = [rng.getrandbits(64) for _ in range(length)]
+            # as the router hands a chain to the index: hashes packed alongside (chain_hashes)
+            chain = PackedHashes.of(
+                np.array([rng.getrandbits(64) for _ in range(length)], dtype=np.uint64)
+            )
             others = [
                 [rng.getrandbits(64) for _ in range(min(length, 256))] for _ in range(OTHER_CHAINS)
             ]
@@ -342,7 +345,7 @@ def run_index_bench(
 def _redis_figures(
     index: Any,
     plan: list[tuple[IndexedInstance, list[list[int]]]],
-    chain: list[int],
+    chain: Sequence[int],
     expected: dict[str, int],
     repeats: int,
     all_pings: list[float],

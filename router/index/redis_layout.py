@@ -58,6 +58,7 @@ from itertools import islice
 from typing import Any
 
 from policies.tiers import Tier
+from router.hashing import PackedHashes
 from router.index.base import Clock, IndexedInstance, UnknownInstanceError
 
 __all__ = ["SCRIPTS", "STORE_CALL_BLOCKS", "UNKNOWN", "Layout"]
@@ -113,6 +114,8 @@ def _hex_chain(chain: Sequence[int]) -> str:
 def _bin_chain(chain: Sequence[int]) -> bytes:
     """A chain as one string of 8 big-endian bytes per block: half the bytes of hex, and
     Redis's Lua hashes every byte of an argument."""
+    if isinstance(chain, PackedHashes):
+        return chain.packed
     return _words(chain).tobytes() if chain else b""
 
 
