@@ -8,7 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from router import hashing
-from router.hashing import BlockChain, chain_hashes
+from router.hashing import BlockChain, PackedHashes, chain_hashes
+from router.index.redis_layout import _bin_chain
 
 _M = (1 << 64) - 1
 
@@ -124,3 +125,13 @@ def test_a_chain_continued_from_its_parent_equals_the_whole_chain(
     head = chain_hashes(tokens[:split], 8, seed=7)
     tail = chain_hashes(tokens[split:], 8, seed=7, parent=head.hashes[-1])
     assert head.hashes + tail.hashes == whole.hashes
+
+
+def test_the_packed_hashes_are_the_bytes_the_redis_index_would_send() -> None:
+    chain = chain_hashes(list(range(1000)), 16).hashes
+    assert isinstance(chain, PackedHashes)
+    assert chain.packed == _bin_chain(list(chain))  # 8 big-endian bytes per block
+    assert chain.packed[:8] == chain[0].to_bytes(8, "big")
+    head = chain[:10]
+    assert type(head) is tuple  # a slice has no (stale) packed bytes
+    assert _bin_chain(head) == chain.packed[:80]
