@@ -63,14 +63,19 @@ def install_error_handlers(app: FastAPI) -> None:
         )
 
     @app.exception_handler(RequestValidationError)
-    async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+    async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
         errors = exc.errors()
         first: dict[str, Any] = dict(errors[0]) if errors else {"msg": "invalid request"}
+        status = 400 if first.get("type") in BAD_VALUE_ERRORS else 422
+        body_message = _body_error(first, request.headers.get("content-type"))
+        if body_message is not None:
+            return JSONResponse(
+                error_body(body_message, "invalid_request_error", None, status), status_code=status
+            )
         loc = [str(p) for p in first.get("loc", ()) if p != "body"]
         ctx: dict[str, Any] = first.get("ctx") or {}
         param = ".".join(loc) or ctx.get("param") or None
         message = f"{param}: {first['msg']}" if param else str(first["msg"])
-        status = 400 if first.get("type") in BAD_VALUE_ERRORS else 422
         return JSONResponse(
             error_body(message, "invalid_request_error", param, status), status_code=status
         )
@@ -85,6 +90,31 @@ def install_error_handlers(app: FastAPI) -> None:
             status_code=exc.status_code,
             headers=headers,
         )
+
+
+_WHOLE_BODY_ERRORS = frozenset({"missing", "model_attributes_type", "model_type", "dict_type"})
+"""Validation errors at the body itself: none was sent, or it is not a JSON object."""
+
+
+def _body_error(error: dict[str, Any], content_type: str | None) -> str | None:
+    """What is wrong with the request body as a whole (not valid JSON, missing, not a JSON
+    object), said in words; None when the error is about one field."""
+    loc = tuple(error.get("loc", ()))
+    if error.get("type") == "json_invalid":
+        reason = (error.get("ctx") or {}).get("error") or "malformed"
+        where = f" at character {loc[1]}" if len(loc) > 1 and isinstance(loc[1], int) else ""
+        return f"the request body is not valid JSON: {reason}{where}"
+    if loc != ("body",) or error.get("type") not in _WHOLE_BODY_ERRORS:
+        return None
+    if error.get("type") == "missing":
+        return "the request body is empty: send a JSON object (Content-Type: application/json)"
+    media = (content_type or "").split(";")[0].strip().lower()
+    if media and media != "application/json" and not media.endswith("+json"):
+        return (
+            "the request body must be a JSON object sent with Content-Type: "
+            f"application/json, not {media}"
+        )
+    return "the request body must be a JSON object"
 
 
 def _allowed_methods(app: FastAPI, request: Request) -> list[str]:

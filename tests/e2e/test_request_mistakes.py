@@ -1,0 +1,52 @@
+"""A client's mistakes on the OpenAI endpoints of the demo service: each answered with a
+4xx whose message says what was wrong in the words of the request."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from fastapi.testclient import TestClient
+
+from router.service.demo import DEMO_MODEL, demo_app, demo_settings
+from router.settings import Settings
+
+HI = [{"role": "user", "content": "hi"}]
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[TestClient]:
+    with TestClient(demo_app(demo_settings(Settings()))) as c:
+        yield c
+
+
+@pytest.mark.parametrize(
+    ("body", "headers", "status", "message"),
+    [
+        (b'{"model": "pdd-demo", "messages": [}', {"content-type": "application/json"}, 400,
+         "the request body is not valid JSON: Expecting value at character 35"),
+        (b"", {"content-type": "application/json"}, 422,
+         "the request body is empty: send a JSON object (Content-Type: application/json)"),
+        (b"[1, 2]", {"content-type": "application/json"}, 422,
+         "the request body must be a JSON object"),
+        (b'{"model": "pdd-demo", "messages": []}',
+         {"content-type": "application/x-www-form-urlencoded"}, 422,
+         "the request body must be a JSON object sent with Content-Type: application/json, "
+         "not application/x-www-form-urlencoded"),
+    ],
+)  # fmt: skip
+def test_a_body_that_is_not_a_json_object_is_named_as_such(
+    client: TestClient, body: bytes, headers: dict[str, str], status: int, message: str
+) -> None:
+    r = client.post("/v1/chat/completions", content=body, headers=headers)
+    assert r.status_code == status
+    assert r.json()["error"] == {
+        "message": message, "type": "invalid_request_error", "param": None, "code": status,
+    }  # fmt: skip
+
+
+def test_a_field_error_still_names_the_field(client: TestClient) -> None:
+    r = client.post("/v1/chat/completions", json={"model": DEMO_MODEL})
+    assert r.status_code == 422
+    assert r.json()["error"]["param"] == "messages"
+    assert r.json()["error"]["message"] == "messages: Field required"
