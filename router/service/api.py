@@ -93,15 +93,16 @@ async def decide_route(svc: ServiceState, body: FastRouteBody | RouteRequest) ->
 
 def job_of(
     svc: ServiceState, body: GenerationFields, model: ResolvedModel, prompt: Sequence[int],
-    max_tokens: int | None,
+    max_tokens: int | None, max_tokens_field: str = "max_tokens",
 ) -> Job:  # fmt: skip
-    """A generation job from a request's fields (ApiError for a limit it passes)."""
+    """A generation job from a request's fields (ApiError for a limit it passes, naming
+    ``max_tokens_field``, the field the request gave its output limit in)."""
     check_prompt(svc, prompt, "prompt")
     service = svc.settings.service
     wanted = max_tokens or service.max_tokens_default
     if wanted > service.max_tokens_limit:
-        raise ApiError(400, f"max_tokens {wanted} is over the limit of "
-                       f"{service.max_tokens_limit}", param="max_tokens")  # fmt: skip
+        raise ApiError(400, f"{max_tokens_field} {wanted} is over the limit of "
+                       f"{service.max_tokens_limit}", param=max_tokens_field)  # fmt: skip
     sampling = body.passed_through()
     if body.cache_salt is not None:
         sampling["cache_salt"] = body.cache_salt

@@ -58,7 +58,8 @@ async def chat_completions(body: ChatRequest, request: Request) -> object:
         )  # fmt: skip
     except (ChatTemplateError, ValueError, TypeError) as exc:
         raise ApiError(400, f"messages: {exc}", param="messages") from exc
-    job = job_of(svc, body, model, prompt, body.max_completion_tokens or body.max_tokens)
+    given = "max_tokens" if body.max_completion_tokens is None else "max_completion_tokens"
+    job = job_of(svc, body, model, prompt, body.max_completion_tokens or body.max_tokens, given)
     run = await Generation.start(svc, request, job)
     text = TextStream(tokenizer, job.prompt, body.stops())
     created = int(time.time())

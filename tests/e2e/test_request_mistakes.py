@@ -45,6 +45,18 @@ def test_a_body_that_is_not_a_json_object_is_named_as_such(
     }  # fmt: skip
 
 
+@pytest.mark.parametrize("field", ["max_tokens", "max_completion_tokens"])
+def test_an_output_limit_over_the_limit_names_the_field_the_request_used(
+    client: TestClient, field: str
+) -> None:
+    body = {"model": DEMO_MODEL, "messages": HI, field: 10_000_000}
+    r = client.post("/v1/chat/completions", json=body)
+    assert r.status_code == 400
+    error = r.json()["error"]
+    assert error["param"] == field
+    assert error["message"].startswith(f"{field} 10000000 is over the limit of ")
+
+
 def test_a_field_error_still_names_the_field(client: TestClient) -> None:
     r = client.post("/v1/chat/completions", json={"model": DEMO_MODEL})
     assert r.status_code == 422
