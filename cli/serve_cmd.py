@@ -12,7 +12,11 @@ from policies.registry import policy_names
 if TYPE_CHECKING:
     from router.settings import ServiceSettings
 
-__all__ = ["serve"]
+__all__ = ["DEFAULT_POLICY", "serve"]
+
+DEFAULT_POLICY = "pdd-adaptive"
+"""The policy `serve` decides with unless told otherwise (``PolicySettings.name``'s default;
+named here so that --help needs no settings import)."""
 
 
 def serve(
@@ -33,7 +37,7 @@ def serve(
         "redis+sentinel://HOST:26379[,HOST:PORT...]/SERVICE",
     ),
     policy: str | None = typer.Option(
-        None, help=f"Policy name: {', '.join(policy_names())} (default: pdd)"
+        None, help=f"Policy name: {', '.join(policy_names())} (default: {DEFAULT_POLICY})"
     ),
     config: Path | None = typer.Option(
         None, "--config", help="YAML settings file (also PDD_ROUTER_CONFIG)"
