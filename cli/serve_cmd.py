@@ -118,6 +118,7 @@ def serve(
         open_decision_log(settings.service.decision_log).close()  # fail fast, one line
     from router.service.auth import exposure_warning
 
+    _check_free(settings.service.host, settings.service.port)
     warning = exposure_warning(settings.service)
     if warning is not None:
         typer.echo(warning, err=True)
@@ -129,6 +130,30 @@ def serve(
     else:
         app = create_app(settings)
     uvicorn.run(app, host=settings.service.host, port=settings.service.port, log_level=log_level)
+
+
+def _check_free(host: str, port: int) -> None:
+    """A UserError naming --port when the address cannot be listened on (another process
+    holds the port), before anything is printed or started."""
+    import socket
+
+    from router.errors import UserError
+
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except socket.gaierror as exc:
+        raise UserError(f"--host {host}: {exc.strerror}") from None
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            raise UserError(
+                f"cannot listen on {host}:{port}: {exc.strerror} (another process holds it?); "
+                "pick another port with --port"
+            ) from None
 
 
 def _demo_banner(service: ServiceSettings, model: str) -> str:

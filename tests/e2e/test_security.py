@@ -257,8 +257,11 @@ def serve(
     what was printed on stderr."""
     import uvicorn
 
+    from cli import serve_cmd
+
     seen: dict[str, Any] = {}
     monkeypatch.setattr(uvicorn, "run", lambda app, **kwargs: seen.update(kwargs))
+    monkeypatch.setattr(serve_cmd, "_check_free", lambda host, port: None)  # listens on nothing
     code, _, err = run_cli(capsys, "serve", *args)
     assert code == 0, err
     return seen, err
