@@ -32,10 +32,25 @@ def _state(request: Request) -> ServiceState:
 async def list_models(request: Request) -> dict[str, Any]:
     """The models requests may name: configured ones and those instances declare."""
     svc = _state(request)
-    created = int(svc.started)
-    data = [{"id": name, "object": "model", "created": created, "owned_by": "pdd-router"}
-            for name in svc.models.names(svc.pool)]  # fmt: skip
-    return {"object": "list", "data": data}
+    return {"object": "list", "data": [_card(svc, name) for name in svc.models.names(svc.pool)]}
+
+
+@openai_router.get("/v1/models/{model:path}")
+async def retrieve_model(model: str, request: Request) -> dict[str, Any]:
+    """One model of the list (404 ``model_not_found`` for a model not served)."""
+    svc = _state(request)
+    names = svc.models.names(svc.pool)
+    if model not in names:
+        raise ApiError(
+            404, f"The model `{model}` does not exist. Known models: {', '.join(names)}",
+            param="model", code="model_not_found",
+        )  # fmt: skip
+    return _card(svc, model)
+
+
+def _card(svc: ServiceState, name: str) -> dict[str, Any]:
+    """A model as OpenAI's model endpoints describe it."""
+    return {"id": name, "object": "model", "created": int(svc.started), "owned_by": "pdd-router"}
 
 
 @openai_router.post(

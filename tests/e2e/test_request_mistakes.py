@@ -62,3 +62,16 @@ def test_a_field_error_still_names_the_field(client: TestClient) -> None:
     assert r.status_code == 422
     assert r.json()["error"]["param"] == "messages"
     assert r.json()["error"]["message"] == "messages: Field required"
+
+
+def test_a_model_is_retrieved_by_name_and_an_unknown_one_is_model_not_found(
+    client: TestClient,
+) -> None:
+    listed = client.get("/v1/models").json()["data"]
+    one = client.get(f"/v1/models/{DEMO_MODEL}")
+    assert one.status_code == 200
+    assert [one.json()] == listed
+    missing = client.get("/v1/models/org/no-such-model")
+    assert missing.status_code == 404
+    assert missing.json()["error"]["code"] == "model_not_found"
+    assert missing.json()["error"]["message"].startswith("The model `org/no-such-model` does")
