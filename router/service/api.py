@@ -93,11 +93,11 @@ async def decide_route(svc: ServiceState, body: FastRouteBody | RouteRequest) ->
 
 def job_of(
     svc: ServiceState, body: GenerationFields, model: ResolvedModel, prompt: Sequence[int],
-    max_tokens: int | None, max_tokens_field: str = "max_tokens",
+    max_tokens: int | None, max_tokens_field: str = "max_tokens", prompt_field: str = "prompt",
 ) -> Job:  # fmt: skip
-    """A generation job from a request's fields (ApiError for a limit it passes, naming
-    ``max_tokens_field``, the field the request gave its output limit in)."""
-    check_prompt(svc, prompt, "prompt")
+    """A generation job from a request's fields (ApiError for a limit it passes, naming the
+    fields the request gave its prompt and its output limit in)."""
+    check_prompt(svc, prompt, prompt_field)
     service = svc.settings.service
     wanted = max_tokens or service.max_tokens_default
     if wanted > service.max_tokens_limit:

@@ -74,7 +74,8 @@ async def chat_completions(body: ChatRequest, request: Request) -> object:
     except (ChatTemplateError, ValueError, TypeError) as exc:
         raise ApiError(400, f"messages: {exc}", param="messages") from exc
     given = "max_tokens" if body.max_completion_tokens is None else "max_completion_tokens"
-    job = job_of(svc, body, model, prompt, body.max_completion_tokens or body.max_tokens, given)
+    max_tokens = body.max_completion_tokens or body.max_tokens
+    job = job_of(svc, body, model, prompt, max_tokens, given, prompt_field="messages")
     run = await Generation.start(svc, request, job)
     text = TextStream(tokenizer, job.prompt, body.stops())
     created = int(time.time())

@@ -12,11 +12,12 @@ from router.service.demo import DEMO_MODEL, demo_app, demo_settings
 from router.settings import Settings
 
 HI = [{"role": "user", "content": "hi"}]
+SETTINGS = demo_settings(Settings())
 
 
 @pytest.fixture(scope="module")
 def client() -> Iterator[TestClient]:
-    with TestClient(demo_app(demo_settings(Settings()))) as c:
+    with TestClient(demo_app(SETTINGS)) as c:
         yield c
 
 
@@ -75,3 +76,14 @@ def test_a_model_is_retrieved_by_name_and_an_unknown_one_is_model_not_found(
     assert missing.status_code == 404
     assert missing.json()["error"]["code"] == "model_not_found"
     assert missing.json()["error"]["message"].startswith("The model `org/no-such-model` does")
+
+
+def test_a_conversation_over_the_prompt_limit_is_named_messages(client: TestClient) -> None:
+    limit = SETTINGS.service.max_prompt_tokens
+    words = [{"role": "user", "content": "word " * (limit + 1)}]
+    r = client.post("/v1/chat/completions", json={"model": DEMO_MODEL, "messages": words})
+    assert r.status_code == 400
+    error = r.json()["error"]
+    assert error["param"] == "messages"
+    assert error["message"].startswith("messages has ")
+    assert error["message"].endswith(f" tokens, over the limit of {limit}")
