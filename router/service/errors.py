@@ -75,7 +75,8 @@ def install_error_handlers(app: FastAPI) -> None:
         loc = [str(p) for p in first.get("loc", ()) if p != "body"]
         ctx: dict[str, Any] = first.get("ctx") or {}
         param = ".".join(loc) or ctx.get("param") or None
-        message = f"{param}: {first['msg']}" if param else str(first["msg"])
+        reason = str(first["msg"]).removeprefix("Value error, ")  # pydantic's, for a check's
+        message = f"{param}: {reason}" if param else reason
         return JSONResponse(
             error_body(message, "invalid_request_error", param, status), status_code=status
         )

@@ -87,3 +87,9 @@ def test_a_conversation_over_the_prompt_limit_is_named_messages(client: TestClie
     assert error["param"] == "messages"
     assert error["message"].startswith("messages has ")
     assert error["message"].endswith(f" tokens, over the limit of {limit}")
+
+
+def test_a_check_across_fields_says_only_what_is_missing(client: TestClient) -> None:
+    r = client.post("/v1/route", json={"model": DEMO_MODEL, "hash_ids": [1, 2]})
+    assert r.status_code == 422
+    assert r.json()["error"]["message"] == "hash_ids needs block_size"
