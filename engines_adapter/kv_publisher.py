@@ -1,4 +1,5 @@
-"""A ZMQ publisher of KV events in vLLM's wire format (used by the simulated engine server).
+"""A ZMQ publisher of KV events in vLLM's wire format (used by the simulated engine server;
+the KV relay publishes its compact payloads on the same framing).
 
 PUB socket: multipart ``[topic, 8-byte big-endian sequence, msgpack payload]``.
 Optional ROUTER replay socket, as vLLM's ``replay_endpoint``: a client sends the
@@ -62,11 +63,16 @@ class KVEventPublisher:
 
     async def publish(self, batch: KVEventBatch) -> int:
         """Send one batch; returns the sequence number it went out with."""
+        payload = encode_batch(batch.events, timestamp=batch.timestamp, form=self.form)
+        return await self.publish_payload(payload)
+
+    async def publish_payload(self, payload: bytes) -> int:
+        """Send one payload already encoded (another format on the same framing, sequence
+        numbers and replay); returns the sequence number it went out with."""
         if self._replay is not None and self._replay_task is None:
             self._replay_task = asyncio.create_task(self._serve_replay())
         seq = self._sequence
         self._sequence += 1
-        payload = encode_batch(batch.events, timestamp=batch.timestamp, form=self.form)
         self._buffer.append((seq, payload))
         await self._pub.send_multipart([self.topic, encode_sequence(seq), payload])
         return seq

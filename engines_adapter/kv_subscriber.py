@@ -15,7 +15,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
+from typing import Generic, Protocol, TypeVar
 
 import zmq
 import zmq.asyncio
@@ -23,17 +24,29 @@ import zmq.asyncio
 from engines_adapter.contract import KVEventBatch
 from engines_adapter.kv_events import KVEventDecoder, decode_sequence, encode_sequence, with_gap
 
-__all__ = ["KVEventSubscriber"]
+__all__ = ["KVEventSubscriber", "Sequenced", "SequencedSubscriber"]
 
 log = logging.getLogger(__name__)
 
 
-class KVEventSubscriber:
-    """Subscribes to one instance's KV-event publisher; iterate ``batches()``."""
+class Sequenced(Protocol):
+    """A decoded message that carries its publisher's sequence number."""
+
+    sequence: int | None
+
+
+BatchT = TypeVar("BatchT", bound=Sequenced)
+
+
+class SequencedSubscriber(Generic[BatchT]):
+    """Subscribes to one publisher of ``[topic, 8-byte sequence, payload]`` messages
+    (and its replay socket, if any); iterate ``batches()``. A subclass says how a message
+    is decoded (``decode_frames``, ValueError when it is malformed) and how a batch that
+    follows lost ones is marked (``mark_gap``)."""
 
     def __init__(
         self,
-        instance_id: str,
+        name: str,
         endpoint: str,
         *,
         replay_endpoint: str | None = None,
@@ -43,11 +56,10 @@ class KVEventSubscriber:
         retry_s: float = 0.5,
         replay_timeout_s: float = 1.0,
     ) -> None:
-        self.instance_id = instance_id
+        self.name = name
         self.endpoint = _connectable(endpoint)
         self.replay_endpoint = _connectable(replay_endpoint) if replay_endpoint else None
         self.topic = topic
-        self.decoder = KVEventDecoder(instance_id)
         self.idle_reconnect_s = idle_reconnect_s
         self.retry_s = retry_s
         self.replay_timeout_s = replay_timeout_s
@@ -60,6 +72,14 @@ class KVEventSubscriber:
         self.reconnects = 0
         self._closed = False
 
+    def decode_frames(self, frames: Sequence[bytes]) -> BatchT:
+        """One message as a batch carrying its sequence (ValueError: malformed)."""
+        raise NotImplementedError
+
+    def mark_gap(self, batch: BatchT, missed: int) -> BatchT:
+        """The batch marked as following ``missed`` lost ones (0: how many is unknown)."""
+        raise NotImplementedError
+
     def _socket(self) -> zmq.asyncio.Socket:
         sock = self._context.socket(zmq.SUB)
         sock.setsockopt(zmq.LINGER, 0)
@@ -69,7 +89,7 @@ class KVEventSubscriber:
         sock.connect(self.endpoint)
         return sock
 
-    async def batches(self) -> AsyncIterator[KVEventBatch]:
+    async def batches(self) -> AsyncIterator[BatchT]:
         """Batches as they arrive, forever (until ``close``); reconnects on failure.
 
         A dropped connection to the publisher counts as a gap: whatever it sent before
@@ -99,7 +119,7 @@ class KVEventSubscriber:
             except zmq.ZMQError as exc:
                 if self._closed:
                     return
-                log.warning("KV events of %s: %s; reconnecting", self.instance_id, exc)
+                log.warning("KV events of %s: %s; reconnecting", self.name, exc)
                 await asyncio.sleep(self.retry_s)
             finally:
                 with contextlib.suppress(zmq.ZMQError):
@@ -108,13 +128,13 @@ class KVEventSubscriber:
                 sock.close(linger=0)
             self.reconnects += 1
 
-    async def _accept(self, frames: list[bytes]) -> list[KVEventBatch]:
+    async def _accept(self, frames: list[bytes]) -> list[BatchT]:
         """Check the sequence of one message; fill a gap by replay or mark it."""
         try:
-            batch = self.decoder.decode_frames(frames)
+            batch = self.decode_frames(frames)
         except ValueError as exc:
             self.malformed += 1
-            log.warning("KV events of %s: malformed message skipped: %s", self.instance_id, exc)
+            log.warning("KV events of %s: malformed message skipped: %s", self.name, exc)
             if len(frames) >= 2:
                 with contextlib.suppress(ValueError):
                     self._last_sequence = decode_sequence(frames[-2])
@@ -123,7 +143,7 @@ class KVEventSubscriber:
         seq = batch.sequence
         assert seq is not None
         last = self._last_sequence
-        out: list[KVEventBatch] = []
+        out: list[BatchT] = []
         if last is not None and seq != last + 1:
             if seq > last + 1:
                 replayed = await self._replay(last + 1, seq)
@@ -135,7 +155,7 @@ class KVEventSubscriber:
                 self._note_gap(0)
         self._last_sequence = seq
         if self._pending_missed is not None:
-            batch, self._pending_missed = with_gap(batch, self._pending_missed), None
+            batch, self._pending_missed = self.mark_gap(batch, self._pending_missed), None
             self.gaps += 1
         out.append(batch)
         return out
@@ -143,14 +163,14 @@ class KVEventSubscriber:
     def _note_gap(self, missed: int) -> None:
         self._pending_missed = (self._pending_missed or 0) + missed
 
-    async def _replay(self, start: int, stop: int) -> list[KVEventBatch] | None:
+    async def _replay(self, start: int, stop: int) -> list[BatchT] | None:
         """Batches ``start <= seq < stop`` from the replay socket, or None if incomplete."""
         if self.replay_endpoint is None:
             return None
         sock = self._context.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
         sock.connect(self.replay_endpoint)
-        got: dict[int, KVEventBatch] = {}
+        got: dict[int, BatchT] = {}
         try:
             await sock.send_multipart([b"", encode_sequence(start)])
             while True:
@@ -164,7 +184,7 @@ class KVEventSubscriber:
                 if seq < 0:
                     break
                 if start <= seq < stop:
-                    got[seq] = self.decoder.decode_frames(body)
+                    got[seq] = self.decode_frames(body)
         except (zmq.ZMQError, ValueError) as exc:
             log.warning("KV-event replay from %s failed: %s", self.replay_endpoint, exc)
             return None
@@ -179,6 +199,36 @@ class KVEventSubscriber:
         self._closed = True
         if self._own_context:
             self._context.destroy(linger=0)
+
+
+class KVEventSubscriber(SequencedSubscriber[KVEventBatch]):
+    """Subscribes to one instance's KV-event publisher; iterate ``batches()``."""
+
+    def __init__(
+        self,
+        instance_id: str,
+        endpoint: str,
+        *,
+        replay_endpoint: str | None = None,
+        topic: bytes = b"",
+        context: zmq.asyncio.Context | None = None,
+        idle_reconnect_s: float | None = None,
+        retry_s: float = 0.5,
+        replay_timeout_s: float = 1.0,
+    ) -> None:
+        super().__init__(
+            instance_id, endpoint, replay_endpoint=replay_endpoint, topic=topic,
+            context=context, idle_reconnect_s=idle_reconnect_s, retry_s=retry_s,
+            replay_timeout_s=replay_timeout_s,
+        )  # fmt: skip
+        self.instance_id = instance_id
+        self.decoder = KVEventDecoder(instance_id)
+
+    def decode_frames(self, frames: Sequence[bytes]) -> KVEventBatch:
+        return self.decoder.decode_frames(frames)
+
+    def mark_gap(self, batch: KVEventBatch, missed: int) -> KVEventBatch:
+        return with_gap(batch, missed)
 
 
 def _connectable(endpoint: str) -> str:

@@ -18,9 +18,15 @@ import numpy as np
 
 from engines_adapter.contract import KVEvent, KVEventBatch
 from router.hashing import HashExtras, chain_hashes
-from router.index.base import PrefixIndex
 
-__all__ = ["CHUNK_COST", "IngestStats", "KVEventIngestor", "KVObserver", "event_extras"]
+__all__ = [
+    "CHUNK_COST",
+    "IndexWriter",
+    "IngestStats",
+    "KVEventIngestor",
+    "KVObserver",
+    "event_extras",
+]
 
 EngineHash = int | str
 _Run = tuple[list[int], int]  # a stored run not yet in the index: router hashes, engine block size
@@ -48,6 +54,17 @@ def event_extras(event: KVEvent) -> HashExtras | None:
     if lora is None and salt is None:
         return None
     return HashExtras(cache_salt=salt, lora_name=lora)
+
+
+class IndexWriter(Protocol):
+    """What the ingestor writes to: a prefix index's updates (or the KV relay, which
+    publishes them instead)."""
+
+    def store_many(self, items: Sequence[tuple[str, Sequence[int]]]) -> None: ...
+
+    def remove(self, instance_id: str, blocks: Sequence[int]) -> None: ...
+
+    def clear(self, instance_id: str) -> None: ...
 
 
 class KVObserver(Protocol):
@@ -82,7 +99,7 @@ class KVEventIngestor:
 
     def __init__(
         self,
-        index: PrefixIndex,
+        index: IndexWriter,
         *,
         block_size: int,
         seed: int = 0,
