@@ -21,6 +21,7 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
+from router.kv_relay.settings import KVRelaySettings, KVRelaySource
 from router.sla import SLA_TPOT_S, SLA_TTFT_S
 from router.tokenization.settings import ModelSettings
 
@@ -205,6 +206,21 @@ class ServiceSettings(BaseModel):
     )  # fmt: skip
     sla_ttft_s: float = Field(SLA_TTFT_S, gt=0, description="SLA on time to first token")
     sla_tpot_s: float = Field(SLA_TPOT_S, gt=0, description="SLA on time per output token")
+    kv_relays: list[KVRelaySource] = Field(
+        default_factory=list, description="KV relays (`pdd-router kv-relay`) in the other "
+        "datacenter: the KV events of the instances each one lists come from it, compact, "
+        "once, instead of from each instance's own endpoint",
+    )  # fmt: skip
+
+    @model_validator(mode="after")
+    def _one_relay_per_instance(self) -> ServiceSettings:
+        seen: set[str] = set()
+        for source in self.kv_relays:
+            twice = seen.intersection(source.instances)
+            if twice:
+                raise ValueError(f"instance {sorted(twice)[0]!r} is listed by two KV relays")
+            seen.update(source.instances)
+        return self
 
 
 class ClusterSettings(BaseModel):
@@ -256,6 +272,7 @@ class Settings(BaseSettings):
     service: ServiceSettings = ServiceSettings()
     cluster: ClusterSettings = ClusterSettings()
     policy: PolicySettings = PolicySettings()
+    relay: KVRelaySettings = KVRelaySettings()
     models: list[ModelSettings] = Field(
         default_factory=list,
         description="Served model names with their tokenizers (chat and text requests need "
