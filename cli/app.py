@@ -11,6 +11,7 @@ from cli.bench_cmd import bench_app
 from cli.calibrate_cmd import calibrate
 from cli.demo_cmd import demo
 from cli.engine_cmd import engine_app
+from cli.kv_relay_cmd import kv_relay
 from cli.predictor_cmd import predictor_app
 from cli.replay_cmd import replay_app
 from cli.serve_cmd import serve
@@ -38,6 +39,7 @@ app.add_typer(engine_app, name="engine-sim")
 app.command("demo")(demo)
 app.command("serve")(serve)
 app.command("calibrate")(calibrate)
+app.command("kv-relay")(kv_relay)
 
 
 @app.command("version")

@@ -36,6 +36,7 @@ from router.service.experiments import Experiments
 from router.service.index_lane import IndexLane
 from router.service.lifecycle import (
     attach_instance,
+    consume_relay,
     detach_instance,
     load_instances_file,
     poll_loads,
@@ -219,6 +220,8 @@ def create_app(
                     for config in load_instances_file(settings.service.instances_file):
                         await attach_instance(svc, config)
                 svc.background.append(asyncio.create_task(poll_loads(svc)))
+                for source in settings.service.kv_relays:
+                    svc.background.append(asyncio.create_task(consume_relay(svc, source)))
                 if svc.peers is not None:
                     await svc.lane.run(svc.peers.heartbeat)  # leases before the first events
                     svc.background.append(asyncio.create_task(svc.peers.run(svc.lane)))

@@ -12,11 +12,18 @@ import yaml
 from pydantic import TypeAdapter, ValidationError
 
 from router.errors import UserError
+from router.kv_relay.settings import KVRelaySource
 from router.service.pool import indexed_instance
 from router.service.schemas import InstanceConfig
 from router.service.state import ServiceState
 
-__all__ = ["attach_instance", "detach_instance", "load_instances_file", "poll_loads"]
+__all__ = [
+    "attach_instance",
+    "consume_relay",
+    "detach_instance",
+    "load_instances_file",
+    "poll_loads",
+]
 
 log = structlog.get_logger("pdd_router.service")
 _CONFIGS: TypeAdapter[list[InstanceConfig]] = TypeAdapter(list[InstanceConfig])
@@ -59,7 +66,8 @@ async def attach_instance(svc: ServiceState, config: InstanceConfig) -> None:
     svc.scheduler.refresh_instances()
     svc.experiments.refresh_instances()
     adapter = svc.pool.adapters[config.instance_id]
-    if config.kv_events_endpoint is not None or config.adapter == "sim":
+    relayed = any(config.instance_id in r.instances for r in svc.settings.service.kv_relays)
+    if not relayed and (config.kv_events_endpoint is not None or config.adapter == "sim"):
         task = asyncio.create_task(_consume_events(svc, config.instance_id, adapter.kv_events()))
         svc.event_tasks[config.instance_id] = task
     await _probe(svc, config.instance_id, svc.settings.service.probe_timeout_s)
@@ -106,6 +114,32 @@ async def _consume_events(svc: ServiceState, instance_id: str, events: object) -
         raise
     except Exception as exc:  # a broken event source must not take the service down
         log.warning("kv events stopped", instance=instance_id, error=str(exc))
+
+
+async def consume_relay(svc: ServiceState, source: KVRelaySource) -> None:
+    """Forever: apply a KV relay's batches, per instance it covers (those not registered
+    here are skipped), with the lease a replica needs to write an instance's events."""
+    from router.kv_relay.receiver import RelaySubscriber, apply_relayed, by_instance
+
+    subscriber = RelaySubscriber(source)
+    try:
+        async for batch in subscriber.batches():
+            for iid, events in by_instance(batch).items():
+                if iid not in svc.pool.configs:
+                    continue
+                if svc.peers is not None:
+                    await svc.lane.run(svc.peers.ingest_relayed, svc.ingestor, iid, events)
+                else:
+                    await svc.lane.run(apply_relayed, svc.ingestor, events)
+                svc.metrics.kv_events.labels(iid).inc()
+                if batch.gap:
+                    svc.metrics.kv_event_gaps.labels(iid).inc()
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:  # a broken relay must not take the service down
+        log.warning("kv relay stopped", relay=source.endpoint, error=str(exc))
+    finally:
+        subscriber.close()
 
 
 SUSPECT_REPROBE_S = 0.25

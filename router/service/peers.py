@@ -14,13 +14,15 @@ import os
 import secrets
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import structlog
 
 from engines_adapter.contract import KVEventBatch
 from router.index.resilient_index import ResilientIndex
 from router.kv_ingest import KVEventIngestor
+from router.kv_relay.receiver import apply_relayed
+from router.kv_relay.wire import RelayedEvent
 from router.replicas import PeerView, ReplicaSync
 from router.service.index_lane import IndexLane
 from router.service.metrics import ServiceMetrics
@@ -121,6 +123,13 @@ class Peers:
         index when this replica holds the instance's lease (on the lane)."""
         with self.index.kv_events_of(batch.instance_id):
             ingestor.apply(batch)
+
+    def ingest_relayed(
+        self, ingestor: KVEventIngestor, instance_id: str, events: Sequence[RelayedEvent]
+    ) -> None:
+        """The same for one instance's events from a KV relay (on the lane)."""
+        with self.index.kv_events_of(instance_id):
+            apply_relayed(ingestor, events)
 
     def forget(self, instance_id: str) -> None:
         self.index.forget_held(instance_id)
