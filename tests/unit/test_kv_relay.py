@@ -1,0 +1,390 @@
+"""The KV relay's compact stream: encoding, what a router's index ends up with through it,
+gaps on the relayed stream, and hostile input."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import msgspec
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+from cli.app import main
+from engines_adapter.contract import KVEvent, KVEventBatch
+from engines_adapter.kv_events import with_gap
+from engines_adapter.kv_publisher import KVEventPublisher
+from policies.tiers import Tier
+from router.hashing import chain_hashes
+from router.index.base import IndexedInstance
+from router.index.memory_index import MemoryPrefixIndex
+from router.kv_ingest import KVEventIngestor
+from router.kv_relay.receiver import RelaySubscriber, apply_relayed, by_instance
+from router.kv_relay.relay import KVRelay
+from router.kv_relay.settings import KVRelaySettings, KVRelaySource
+from router.kv_relay.wire import (
+    RelayDecoder,
+    RelayedBatch,
+    RelayedEvent,
+    RelayKind,
+    encode_relayed,
+    pack_hashes,
+)
+from router.settings import ServiceSettings
+
+BS = 16
+U64_MAX = (1 << 64) - 1
+
+
+def _roundtrip(events: list[RelayedEvent]) -> RelayedBatch:
+    return RelayDecoder().decode(encode_relayed(events, timestamp=12.5), sequence=7)
+
+
+# -- the encoding ------------------------------------------------------------------------
+
+
+def test_every_kind_round_trips_with_hashes_at_both_ends_of_64_bits() -> None:
+    events = [
+        RelayedEvent(RelayKind.STORED, "md0", (0, 1, U64_MAX, 0x8000_0000_0000_0000), 16),
+        RelayedEvent(RelayKind.STORED, "md1", (42,), None),
+        RelayedEvent(RelayKind.REMOVED, "md0", (U64_MAX,)),
+        RelayedEvent(RelayKind.LOST, "md1"),
+        RelayedEvent(RelayKind.CLEARED, "md0"),
+    ]
+    batch = _roundtrip(events)
+    assert batch.events == events
+    assert (batch.timestamp, batch.sequence, batch.gap) == (12.5, 7, False)
+    assert batch.instances == ("md0", "md1")  # each named once
+
+
+def test_a_stored_block_costs_eight_bytes_and_no_token_ids() -> None:
+    """64 blocks of one run: 8 bytes each, plus a few bytes for the event and the batch."""
+    blocks = tuple(chain_hashes(list(range(64 * BS)), BS).hashes)
+    one = len(encode_relayed([RelayedEvent(RelayKind.STORED, "md0", blocks, BS)]))
+    assert 64 * 8 < one < 64 * 8 + 40
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(list(RelayKind)),
+            st.sampled_from(["md0", "md-1", "b:md.2"]),
+            st.lists(st.integers(0, U64_MAX), max_size=20),
+            st.one_of(st.none(), st.integers(1, 4096)),
+        ),
+        max_size=30,
+    )
+)
+@settings(max_examples=60, deadline=None)
+def test_any_events_round_trip(raw: list[tuple[RelayKind, str, list[int], int | None]]) -> None:
+    events = []
+    for kind, iid, blocks, size in raw:
+        if kind == RelayKind.STORED:
+            events.append(RelayedEvent(kind, iid, tuple(blocks), size))
+        elif kind == RelayKind.REMOVED:
+            events.append(RelayedEvent(kind, iid, tuple(blocks)))
+        else:
+            events.append(RelayedEvent(kind, iid))
+    assert _roundtrip(events).events == events
+
+
+# -- the relay end to end, without sockets -------------------------------------------------
+
+
+class Captured:
+    """Stands for the publisher: keeps the payloads and numbers them."""
+
+    def __init__(self) -> None:
+        self.payloads: list[bytes] = []
+
+    async def publish_payload(self, payload: bytes) -> int:
+        self.payloads.append(payload)
+        return len(self.payloads) - 1
+
+
+def _stored(tokens: list[int], hashes: list[int | str], parent: int | str | None) -> KVEvent:
+    return KVEvent(type="BlockStored", block_hashes=hashes, parent_block_hash=parent,
+                   token_ids=tokens, block_size=BS)  # fmt: skip
+
+
+def _index() -> MemoryPrefixIndex:
+    index = MemoryPrefixIndex()
+    for iid in ("md0", "md1"):
+        index.register(IndexedInstance(iid, Tier.MD, "B"))
+    return index
+
+
+async def test_an_index_fed_through_the_relay_matches_one_fed_directly() -> None:
+    """Stored runs continuing a parent, a removal by engine hash, a gap on an engine's
+    stream, two instances: the relayed index answers every match as the direct one."""
+    prompt = [(7 * i + 3) % 50_000 for i in range(8 * BS)]
+    other = [(11 * i + 5) % 50_000 for i in range(4 * BS)]
+    batches = [
+        KVEventBatch(instance_id="md0", timestamp=1.0, events=[
+            _stored(prompt[: 4 * BS], [10, 11, 12, 13], None),
+            _stored(prompt[4 * BS :], [14, 15, 16, 17], 13),
+        ]),
+        KVEventBatch(instance_id="md1", timestamp=1.0, events=[
+            _stored(other, ["aa", "bb", "cc", "dd"], None),
+        ]),
+        KVEventBatch(instance_id="md0", timestamp=2.0, events=[
+            KVEvent(type="BlockRemoved", block_hashes=[17, 16, 999]),
+        ]),
+        with_gap(KVEventBatch(instance_id="md1", timestamp=3.0, events=[
+            _stored(other[: 2 * BS], ["ee", "ff"], None),
+        ]), missed=2),
+    ]  # fmt: skip
+    direct = _index()
+    ingest = KVEventIngestor(direct, block_size=BS)
+    relayed = _index()
+    receive = KVEventIngestor(relayed, block_size=BS)
+    relay = KVRelay(Captured(), {}, block_size=BS)  # type: ignore[arg-type]
+    for batch in batches:
+        ingest.apply(batch)
+        relay.accept(batch)
+        if batch.timestamp != 1.0:  # three engine batches in one relayed batch, then one
+            await relay.flush()
+    captured = relay.publisher
+    assert isinstance(captured, Captured)
+    assert len(captured.payloads) == 2
+    for payload in captured.payloads:
+        for events in by_instance(RelayDecoder().decode(payload)).values():
+            apply_relayed(receive, events)
+    for tokens in (prompt, prompt[: 5 * BS], other, other[: 2 * BS]):
+        chain = chain_hashes(tokens, BS).hashes
+        assert relayed.match(chain) == direct.match(chain)
+    assert direct.match(chain_hashes(prompt, BS).hashes)["md0"] == 6
+    assert direct.match(chain_hashes(other, BS).hashes)["md1"] == 2  # cleared, then 2 again
+    assert relay.stats.blocks_out == 8 + 4 + 2 + 2
+    assert (receive.stats.stored_blocks, receive.stats.removed_blocks) == (14, 2)
+    assert receive.stats.clears == 1
+
+
+# -- gaps on the relayed stream --------------------------------------------------------
+
+
+SOURCE_INSTANCES = ["md0", "md1"]
+
+
+async def _relayed(publisher: KVEventPublisher, blocks: tuple[int, ...] = (1, 2)) -> int:
+    event = RelayedEvent(RelayKind.STORED, "md0", blocks, BS)
+    return await publisher.publish_payload(encode_relayed([event]))
+
+
+class Tap:
+    def __init__(self, subscriber: RelaySubscriber) -> None:
+        self.subscriber = subscriber
+        self.queue: asyncio.Queue[RelayedBatch] = asyncio.Queue()
+        self.task = asyncio.create_task(self._run())
+
+    async def _run(self) -> None:
+        async for batch in self.subscriber.batches():
+            await self.queue.put(batch)
+
+    async def get(self, timeout: float = 5.0) -> RelayedBatch:
+        return await asyncio.wait_for(self.queue.get(), timeout)
+
+    async def aclose(self) -> None:
+        self.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.task
+        self.subscriber.close()
+
+
+@contextlib.asynccontextmanager
+async def relay_and_tap(*, replay: bool) -> AsyncIterator[tuple[KVEventPublisher, Tap]]:
+    publisher = KVEventPublisher(
+        "tcp://127.0.0.1:*", replay_endpoint="tcp://127.0.0.1:*" if replay else None
+    )
+    source = KVRelaySource(endpoint=publisher.endpoint, instances=SOURCE_INSTANCES,
+                           replay_endpoint=publisher.replay_endpoint)  # fmt: skip
+    tap = Tap(RelaySubscriber(source))
+    try:
+        async with asyncio.timeout(10):  # until the subscription is heard (slow joiner)
+            while True:
+                await _relayed(publisher)
+                with contextlib.suppress(TimeoutError):
+                    await tap.get(0.05)
+                    break
+        await asyncio.sleep(0.1)
+        while not tap.queue.empty():
+            tap.queue.get_nowait()
+        yield publisher, tap
+    finally:
+        await tap.aclose()
+        await publisher.aclose()
+
+
+def _skip(publisher: KVEventPublisher, n: int, *, keep: bool) -> None:
+    """``n`` batches the subscriber never hears (in the replay buffer if ``keep``)."""
+    for _ in range(n):
+        seq = publisher._sequence
+        if keep:
+            payload = encode_relayed([RelayedEvent(RelayKind.STORED, "md1", (seq,), BS)])
+            publisher._buffer.append((seq, payload))
+        publisher._sequence += 1
+
+
+async def test_a_gap_on_the_relayed_stream_clears_every_instance_the_relay_covers() -> None:
+    async with relay_and_tap(replay=False) as (publisher, tap):
+        await _relayed(publisher)
+        _skip(publisher, 3, keep=False)
+        await _relayed(publisher, (5,))
+        in_order, after = await tap.get(), await tap.get()
+    assert not in_order.gap
+    assert (after.gap, after.missed) == (True, 3)
+    lead = [(e.kind, e.instance_id) for e in after.events[:4]]
+    assert lead == [(RelayKind.LOST, "md0"), (RelayKind.CLEARED, "md0"),
+                    (RelayKind.LOST, "md1"), (RelayKind.CLEARED, "md1")]  # fmt: skip
+    assert after.events[4].blocks == (5,)
+    assert tap.subscriber.gaps == 1
+
+
+async def test_a_gap_is_filled_from_the_relays_replay_socket() -> None:
+    async with relay_and_tap(replay=True) as (publisher, tap):
+        _skip(publisher, 2, keep=True)
+        last = await _relayed(publisher, (9,))
+        got = [await tap.get() for _ in range(3)]
+    assert [b.sequence for b in got] == [last - 2, last - 1, last]
+    assert not any(b.gap for b in got)
+    assert [b.events[0].instance_id for b in got] == ["md1", "md1", "md0"]
+    assert tap.subscriber.gaps == 0
+
+
+async def test_a_relay_restarted_with_its_sequence_back_at_zero_is_a_gap() -> None:
+    async with relay_and_tap(replay=False) as (publisher, tap):
+        await _relayed(publisher)
+        publisher._sequence = 0
+        await _relayed(publisher)
+        await tap.get()
+        restarted = await tap.get()
+    assert (restarted.gap, restarted.missed, restarted.sequence) == (True, 0, 0)
+
+
+# -- hostile input ---------------------------------------------------------------------
+
+_enc = msgspec.msgpack.encode
+_GOOD = [1, 0.0, ["md0"], [[0, 0, pack_hashes([1, 2]), 16]]]
+
+
+@pytest.mark.parametrize(
+    ("payload", "message"),
+    [
+        (b"\xc1", "not valid msgpack"),
+        (_enc({"ts": 1}), "must be [version"),
+        (_enc([2, *_GOOD[1:]]), "format 2"),
+        (_enc([True, *_GOOD[1:]]), "format True"),
+        (_enc([1, "now", ["md0"], []]), "timestamp"),
+        (_enc([1, 0.0, ["md 0"], []]), "instance ids"),
+        (_enc([1, 0.0, ["x" * 65], []]), "instance ids"),
+        (_enc([1, 0.0, [7], []]), "instance ids"),
+        (_enc([1, 0.0, ["md0"], {}]), "events must be a list"),
+        (_enc([1, 0.0, ["md0"], [[9, 0]]]), "unknown kind"),
+        (_enc([1, 0.0, ["md0"], [[True, 0]]]), "unknown kind"),
+        (_enc([1, 0.0, ["md0"], [[2, 1]]]), "names instance 1"),
+        (_enc([1, 0.0, ["md0"], [[2, -1]]]), "names instance -1"),
+        (_enc([1, 0.0, ["md0"], [[0, 0, b"\x00" * 7, 16]]]), "multiple of 8"),
+        (_enc([1, 0.0, ["md0"], [[0, 0, [1, 2], 16]]]), "msgpack binary"),
+        (_enc([1, 0.0, ["md0"], [[0, 0, b"", 0]]]), "positive integer"),
+        (_enc([1, 0.0, ["md0"], [[0, 0, b""]]]), "4 fields"),
+        (_enc([1, 0.0, ["md0"], [[2, 0, b""]]]), "2 fields"),
+        (_enc([1, 0.0, ["md0"], [0, 0]]), "must be [kind"),
+        (_enc([1, 0.0, ["md0"], [[0, 0, b"\x00" * 80, 16]] * 3]), "more than 20 blocks"),
+    ],
+)
+def test_malformed_payloads_are_refused_with_a_value_error(payload: bytes, message: str) -> None:
+    with pytest.raises(ValueError, match=message.replace("[", r"\[")):
+        RelayDecoder(max_blocks=20).decode(payload)
+
+
+def test_garbled_payloads_raise_value_error_and_nothing_else() -> None:
+    """Every byte flipped, truncated or inserted at random in a good payload: each decode
+    either succeeds or raises ValueError (what the subscriber skips), never anything else."""
+    good = encode_relayed(
+        [RelayedEvent(RelayKind.STORED, "md0", (1, 2, 3), 16),
+         RelayedEvent(RelayKind.REMOVED, "md1", (4,)), RelayedEvent(RelayKind.CLEARED, "md0")]
+    )  # fmt: skip
+    rng = random.Random(5)
+    decoder = RelayDecoder()
+    refused = 0
+    for _ in range(3000):
+        data = bytearray(good)
+        at = rng.randrange(len(data))
+        choice = rng.randrange(3)
+        if choice == 0:
+            data[at] = rng.randrange(256)
+        elif choice == 1:
+            del data[at:]
+        else:
+            data[at:at] = bytes(rng.randrange(256) for _ in range(rng.randrange(1, 9)))
+        try:
+            decoder.decode(bytes(data))
+        except ValueError:
+            refused += 1
+    assert refused > 1000
+
+
+async def test_the_subscriber_skips_a_garbled_message_and_resyncs() -> None:
+    async with relay_and_tap(replay=False) as (publisher, tap):
+        await _relayed(publisher)
+        await publisher.publish_payload(b"\x94\x01\xcb\x00")  # garbled, with its sequence
+        await _relayed(publisher, (3,))
+        first, after = await tap.get(), await tap.get()
+    assert not first.gap
+    assert (after.gap, after.missed) == (True, 1)
+    assert [e.kind for e in after.events[:2]] == [RelayKind.LOST, RelayKind.CLEARED]
+    assert tap.subscriber.malformed == 1
+
+
+async def test_events_of_instances_the_router_did_not_assign_to_the_relay_are_dropped() -> None:
+    async with relay_and_tap(replay=False) as (publisher, tap):
+        events = [RelayedEvent(RelayKind.STORED, "p0", (1,), BS),
+                  RelayedEvent(RelayKind.CLEARED, "md1")]  # fmt: skip
+        await publisher.publish_payload(encode_relayed(events))
+        batch = await tap.get()
+    assert [e.instance_id for e in batch.events] == ["md1"]
+    assert tap.subscriber.foreign == 1
+
+
+# -- settings and the command --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "endpoint", ["tcp://host", "tcp://host:0", "tcp://host:70000", "udp://h:1", "ipc://", "h:1"]
+)
+def test_bad_endpoints_are_refused(endpoint: str) -> None:
+    with pytest.raises(ValidationError, match="publish_endpoint"):
+        KVRelaySettings(publish_endpoint=endpoint)
+
+
+def test_a_relay_source_needs_a_port_and_instances_and_an_instance_one_relay() -> None:
+    with pytest.raises(ValidationError, match="needs its port"):
+        KVRelaySource(endpoint="tcp://b:*", instances=["md0"])
+    with pytest.raises(ValidationError, match="at least 1"):
+        KVRelaySource(endpoint="tcp://b:5600", instances=[])
+    with pytest.raises(ValidationError, match="not an instance id"):
+        KVRelaySource(endpoint="tcp://b:5600", instances=["md 0"])
+    one = {"endpoint": "tcp://b:5600", "instances": ["md0", "md1"]}
+    two = {"endpoint": "tcp://c:5600", "instances": ["md1"]}
+    with pytest.raises(ValidationError, match="'md1' is listed by two KV relays"):
+        ServiceSettings.model_validate({"kv_relays": [one, two]})
+
+
+def test_the_command_names_bad_input(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    instances = tmp_path / "instances.json"
+    instances.write_text('[{"instance_id": "md0", "tier": "md", "url": "http://b:1"}]')
+    cases = [
+        ([], "give --instances"),
+        (["--instances", "nowhere.json"], "nowhere.json does not exist"),
+        (["--instances", str(instances), "--publish", "tcp://b"], "--publish: Value error"),
+        (["--instances", str(instances), "--replay", "tcp://*:1", "--no-replay"], "not both"),
+        (["--instances", str(instances)], "no instance has a kv_events_endpoint"),
+    ]
+    for args, message in cases:
+        assert main(["kv-relay", *args]) == 2
+        assert message in capsys.readouterr().err
