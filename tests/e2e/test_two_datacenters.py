@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import statistics
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from index_watch import Watcher, indexed_blocks
 from process_support import RedisServer, Stack, free_port, spawn, wait_for
 from wan_proxy import WanProxy
 
@@ -100,41 +100,7 @@ def two_dcs(tmp_path: Path) -> Iterator[TwoDatacenters]:
 
 
 def md_blocks(client: httpx.Client, router: str) -> int:
-    body = client.get(f"{router}/v1/instances/md0", timeout=5).json()
-    blocks: int = body["indexed_blocks"]
-    return blocks
-
-
-class Watcher:
-    """Polls one router's count of md0's blocks on its own thread, from before a request is
-    sent, and notes when it first reaches a target."""
-
-    def __init__(self, router: str) -> None:
-        self.router = router
-        self.client = httpx.Client()  # made once: a client costs tens of ms to make
-        self.target = 0
-        self.reached: float | None = None
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._poll)
-
-    def _poll(self) -> None:
-        while not self.stop.is_set():
-            if md_blocks(self.client, self.router) >= self.target:
-                self.reached = time.monotonic()
-                return
-            time.sleep(0.001)
-
-    def watch(self, target: int) -> None:
-        self.target, self.reached = target, None
-        self.stop.clear()
-        self.thread = threading.Thread(target=self._poll)
-        self.thread.start()
-
-    def wait(self, limit_s: float = 10) -> float:
-        self.thread.join(timeout=limit_s)
-        self.stop.set()
-        assert self.reached is not None, f"md0's blocks never reached {self.router}'s index"
-        return self.reached
+    return indexed_blocks(client, router)
 
 
 def test_a_sees_bs_mds_cache_one_line_delay_after_b(two_dcs: TwoDatacenters) -> None:
@@ -155,7 +121,7 @@ def test_a_sees_bs_mds_cache_one_line_delay_after_b(two_dcs: TwoDatacenters) -> 
                 lags[dc].append(watcher.wait() - done)
         final = {dc: md_blocks(client, url) for dc, url in routers.items()}
     for watcher in watchers.values():
-        watcher.client.close()
+        watcher.close()
     line_bytes = two_dcs.md_events.to_client
     per_block = line_bytes / final["A"]
     a, b = statistics.median(lags["A"]), statistics.median(lags["B"])
