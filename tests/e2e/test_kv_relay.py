@@ -1,0 +1,215 @@
+"""B's MD cache made visible to A's router through the KV relay, against subscribing to
+B's engine directly: the bytes each costs on the line and the staleness each implies,
+through the same emulated line (100 ms each way), in one run.
+
+Processes: P in A, MD in B, `pdd-router kv-relay` in B beside MD, and two routers in A
+with a Redis each: one subscribed to MD's KV events across the line (today's design),
+one subscribed to the relay across the line. Requests go through the first; both watch
+MD's blocks reach their index. Two prompt shapes: the simulated engine's small token IDs
+(under 512), and token IDs spread over a 151,936-token vocabulary as a real model's are
+(each then takes 3 or 5 bytes of msgpack in an engine's events, as in vLLM's). The
+figures are printed (``pytest -s``).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import statistics
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+from index_watch import Watcher, indexed_blocks
+from process_support import RedisServer, Stack, free_port, spawn, wait_for
+from wan_proxy import WanProxy
+
+pytestmark = pytest.mark.slow
+
+DELAY_S = 0.1  # one way, A <-> B
+PROMPT_TOKENS = 1024  # 64 blocks of 16
+REQUESTS = 6
+VOCAB = 151_936
+
+
+@dataclass
+class Line:
+    """A's two routers and what crosses the line to each."""
+
+    stack: Stack
+    direct: str  # router subscribed to md0 across the line
+    relayed: str  # router subscribed to the relay across the line
+    md_events: WanProxy
+    relay_events: WanProxy
+
+
+def _instances(stack: Stack, md_events: str | None) -> list[dict[str, object]]:
+    rows: list[dict[str, object]] = []
+    for e in stack.engines.values():
+        row: dict[str, object] = {
+            "instance_id": e.instance_id, "tier": e.tier, "adapter": "vllm", "url": e.url,
+            "datacenter": "B" if e.tier == "md" else "A",
+        }  # fmt: skip
+        events = e.events if e.tier != "md" else md_events
+        if events is not None:
+            row["kv_events_endpoint"] = events
+        rows.append(row)
+    return rows
+
+
+def _router(stack: Stack, name: str, rows: list[dict[str, object]], env: dict[str, str]) -> str:
+    path = stack.folder / f"instances-{name}.json"
+    path.write_text(json.dumps(rows))
+    port = free_port()
+    log = stack.folder / f"router-{name}.log"
+    args = ["serve", "--port", str(port), "--instances", str(path), "--log-level", "warning"]
+    stack.procs.append((spawn(args, log, env), log))
+    url = f"http://127.0.0.1:{port}"
+    wait_for(f"{url}/readyz", stack.procs)
+    return url
+
+
+def _relay(stack: Stack, publish: int, replay: int) -> None:
+    """`pdd-router kv-relay` in B, on B's instances file, until its first line is logged."""
+    path = stack.folder / "instances-B.json"
+    path.write_text(json.dumps(_instances(stack, stack.engines["md0"].events)))
+    log = stack.folder / "kv-relay.log"
+    args = ["kv-relay", "--instances", str(path), "--datacenter", "B",
+            "--publish", f"tcp://127.0.0.1:{publish}",
+            "--replay", f"tcp://127.0.0.1:{replay}"]  # fmt: skip
+    stack.procs.append((spawn(args, log), log))
+    deadline = time.time() + 30
+    while "relayed on" not in log.read_text():
+        for proc, plog in stack.procs:
+            assert proc.poll() is None, f"{plog.name} exited:\n{plog.read_text()}"
+        assert time.time() < deadline, "kv-relay never started"
+        time.sleep(0.1)
+
+
+@pytest.fixture
+def line(tmp_path: Path) -> Iterator[Line]:
+    stack = Stack(tmp_path)
+    servers: list[RedisServer] = []
+    proxies: list[WanProxy] = []
+    try:
+        stack.engine("p0", "p", "--vocab-size", str(VOCAB))
+        md0 = stack.engine("md0", "md", "--vocab-size", str(VOCAB))
+        for engine in stack.engines.values():
+            wait_for(f"{engine.url}/health", stack.procs)
+        publish, replay = free_port(), free_port()
+        _relay(stack, publish, replay)
+        servers = [RedisServer.start(), RedisServer.start()]
+        md_events = WanProxy(free_port(), int(md0.events.rsplit(":", 1)[1]), DELAY_S)
+        relay_events = WanProxy(free_port(), publish, DELAY_S)
+        relay_replay = WanProxy(free_port(), replay, DELAY_S)
+        proxies = [md_events, relay_events, relay_replay]
+        common = {
+            "PDD_ROUTER_INDEX__BACKEND": "redis",
+            "PDD_ROUTER_POLICY__NAME": "pdd",
+            "PDD_ROUTER_POLICY__PARAMS": json.dumps({"wan_budget_s": 1e6}),  # P-MD
+        }
+        direct = _router(
+            stack, "A-direct", _instances(stack, f"tcp://127.0.0.1:{md_events.port}"),
+            {**common, "PDD_ROUTER_REDIS__URL": servers[0].url},
+        )  # fmt: skip
+        source = {"endpoint": f"tcp://127.0.0.1:{relay_events.port}",
+                  "replay_endpoint": f"tcp://127.0.0.1:{relay_replay.port}",
+                  "instances": ["md0"]}  # fmt: skip
+        relayed = _router(
+            stack, "A-relayed", _instances(stack, None),
+            {**common, "PDD_ROUTER_REDIS__URL": servers[1].url,
+             "PDD_ROUTER_SERVICE__KV_RELAYS": json.dumps([source])},
+        )  # fmt: skip
+        yield Line(stack, direct, relayed, md_events, relay_events)
+    finally:
+        stack.close()
+        for proxy in proxies:
+            proxy.close()
+        for server in servers:
+            server.stop()
+
+
+@dataclass
+class Figures:
+    blocks: int
+    direct_bytes: int
+    relay_bytes: int
+    direct_lag_s: float  # median, response end -> md0's blocks in the router's index
+    relay_lag_s: float
+
+
+def _prompt(shape: str, k: int) -> list[int]:
+    if shape == "small":
+        return [(97 * k + 7 * i + 1) % 512 for i in range(PROMPT_TOKENS)]
+    rng = random.Random(k)
+    return [rng.randrange(VOCAB) for _ in range(PROMPT_TOKENS)]
+
+
+def _measure(line: Line, client: httpx.Client, shape: str, first: int) -> Figures:
+    routers = {"direct": line.direct, "relayed": line.relayed}
+    watchers = {name: Watcher(url) for name, url in routers.items()}
+    before = {name: indexed_blocks(client, url) for name, url in routers.items()}
+    bytes_before = (line.md_events.to_client, line.relay_events.to_client)
+    lags: dict[str, list[float]] = {name: [] for name in routers}
+    for k in range(first, first + REQUESTS):
+        for name, watcher in watchers.items():
+            watcher.watch(indexed_blocks(client, routers[name]) + PROMPT_TOKENS // 16)
+        body = {"prompt": _prompt(shape, k), "max_tokens": 2, "ignore_eos": True}
+        response = client.post(f"{line.direct}/v1/completions", json=body, timeout=30)
+        done = time.monotonic()
+        assert response.status_code == 200, response.text
+        assert response.json()["pdd"]["instances"]["md"] == "md0"
+        for name, watcher in watchers.items():
+            lags[name].append(watcher.wait() - done)
+    for watcher in watchers.values():
+        watcher.close()
+    time.sleep(3 * DELAY_S)  # anything still on the line arrives
+    after = {name: indexed_blocks(client, url) for name, url in routers.items()}
+    blocks = after["direct"] - before["direct"]
+    assert after["relayed"] - before["relayed"] == blocks >= REQUESTS * PROMPT_TOKENS // 16
+    return Figures(
+        blocks,
+        line.md_events.to_client - bytes_before[0],
+        line.relay_events.to_client - bytes_before[1],
+        statistics.median(lags["direct"]),
+        statistics.median(lags["relayed"]),
+    )
+
+
+def _connected(line: Line, client: httpx.Client) -> None:
+    """Requests until both routers hear md0's events: a subscriber that has just connected
+    (through the line: two round trips) misses what was published before it was there."""
+    deadline = time.monotonic() + 30
+    for k in range(1000, 1100):
+        body = {"prompt": _prompt("small", k), "max_tokens": 2, "ignore_eos": True}
+        assert client.post(f"{line.direct}/v1/completions", json=body, timeout=30).is_success
+        time.sleep(1)
+        if all(indexed_blocks(client, url) > 0 for url in (line.direct, line.relayed)):
+            return
+        assert time.monotonic() < deadline, "a router of A never heard md0's events"
+
+
+def test_the_relay_carries_bs_mds_blocks_in_a_fraction_of_the_bytes(line: Line) -> None:
+    with httpx.Client() as client:
+        _connected(line, client)
+        small = _measure(line, client, "small", 0)
+        wide = _measure(line, client, "wide", 100)
+    for shape, f in (("small token IDs", small), ("token IDs of a 151,936 vocabulary", wide)):
+        print(f"\n{shape}: {f.blocks} blocks; on the line direct {f.direct_bytes} bytes "
+              f"({f.direct_bytes / f.blocks:.1f} per block), relayed {f.relay_bytes} bytes "
+              f"({f.relay_bytes / f.blocks:.1f} per block, "
+              f"{f.direct_bytes / f.relay_bytes:.1f}x fewer); "
+              f"median lag after the response: direct {f.direct_lag_s * 1e3:.0f} ms, "
+              f"relayed {f.relay_lag_s * 1e3:.0f} ms")  # fmt: skip
+
+    for f in (small, wide):  # (both routers gained the same blocks: checked in _measure)
+        # 8 bytes of hash a block, plus the event's and the batch's framing
+        assert f.relay_bytes / f.blocks < 12
+        assert f.relay_bytes < f.direct_bytes / 3
+        # staleness: the line's one-way delay, and the relay's batch window (2 ms) at most
+        assert DELAY_S * 0.5 <= f.relay_lag_s <= DELAY_S + 0.25
+        assert f.relay_lag_s - f.direct_lag_s < 0.05
+    assert wide.direct_bytes > small.direct_bytes  # wider token IDs, more bytes direct
