@@ -50,6 +50,11 @@ def kv_relay(
     PDD_ROUTER_SERVICE__KV_RELAYS='[{"endpoint": "tcp://RELAY:5600", "replay_endpoint":
     "tcp://RELAY:5601", "instances": ["md0", "md1"]}]'.
 
+    With several router replicas there, run a second relay in their datacenter that
+    forwards the first (PDD_ROUTER_RELAY__UPSTREAM, the same list as KV_RELAYS above; no
+    --instances needed) and subscribe the replicas to it: the line then carries each event
+    once, not once per replica.
+
     Other settings: PDD_ROUTER_RELAY__* variables or --config (section relay)."""
     import asyncio
     import contextlib
@@ -58,9 +63,12 @@ def kv_relay(
 
     settings = _settings(config, instances, datacenter, publish, replay, no_replay)
     relay_settings = settings.relay
-    if relay_settings.instances_file is None:
-        raise UserError("give --instances (or PDD_ROUTER_RELAY__INSTANCES_FILE)")
-    sources = _sources(relay_settings)
+    if relay_settings.instances_file is None and not relay_settings.upstream:
+        raise UserError(
+            "give --instances (or PDD_ROUTER_RELAY__INSTANCES_FILE), or relays to forward "
+            "(PDD_ROUTER_RELAY__UPSTREAM)"
+        )
+    sources = _sources(relay_settings) if relay_settings.instances_file is not None else {}
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(_run(settings, sources))
 
@@ -154,11 +162,14 @@ async def _run(settings: Settings, sources: dict[str, str]) -> None:
     runner = KVRelay(
         publisher, sources, block_size=settings.block_size, seed=settings.hash_seed,
         batch_window_s=relay.batch_window_s, max_batch_blocks=relay.max_batch_blocks,
+        upstream=relay.upstream,
     )  # fmt: skip
     replay = f", replay on {publisher.replay_endpoint}" if publisher.replay_endpoint else ""
+    covered = sorted([*sources, *(i for up in relay.upstream for i in up.instances)])
+    forwarded = "".join(f", forwarding {up.endpoint}" for up in relay.upstream)
     typer.echo(
-        f"kv-relay: {len(sources)} instance(s) ({', '.join(sorted(sources))}) relayed on "
-        f"{publisher.endpoint}{replay}",
+        f"kv-relay: {len(covered)} instance(s) ({', '.join(covered)}) relayed on "
+        f"{publisher.endpoint}{replay}{forwarded}",
         err=True,
     )
     try:

@@ -23,7 +23,9 @@ from engines_adapter.contract import KVEventBatch
 from engines_adapter.kv_publisher import KVEventPublisher
 from engines_adapter.kv_subscriber import KVEventSubscriber
 from router.kv_ingest import KVEventIngestor
-from router.kv_relay.wire import RelayedEvent, RelayKind, encode_relayed
+from router.kv_relay.receiver import RelaySubscriber
+from router.kv_relay.settings import KVRelaySource
+from router.kv_relay.wire import RelayedBatch, RelayedEvent, RelayKind, encode_relayed
 
 __all__ = ["KVRelay", "RelayStats"]
 
@@ -80,9 +82,11 @@ class KVRelay:
         seed: int = 0,
         batch_window_s: float = 0.002,
         max_batch_blocks: int = 65_536,
+        upstream: Sequence[KVRelaySource] = (),
     ) -> None:
         self.publisher = publisher
         self.sources = dict(sources)
+        self.upstream = list(upstream)
         self.batch_window_s = batch_window_s
         self.max_batch_blocks = max_batch_blocks
         recorder = _Recorder(self._add)
@@ -109,6 +113,9 @@ class KVRelay:
         except Exception as exc:  # one bad batch must not stop the relay: its blocks are lost
             log.error("kv relay: batch not applied", instance=batch.instance_id, error=repr(exc))
             self._add(RelayedEvent(RelayKind.LOST, batch.instance_id))
+        self._woken()
+
+    def _woken(self) -> None:
         if self._pending:
             self._wake.set()
             if self._pending_blocks >= self.max_batch_blocks:
@@ -131,6 +138,7 @@ class KVRelay:
     async def run(self) -> None:
         """Subscribe to every source and publish batches, until cancelled."""
         tasks = [asyncio.create_task(self._consume(iid, ep)) for iid, ep in self.sources.items()]
+        tasks += [asyncio.create_task(self._forward(source)) for source in self.upstream]
         try:
             await self._flush_loop()
         finally:
@@ -146,6 +154,23 @@ class KVRelay:
         try:
             async for batch in subscriber.batches():
                 self.accept(batch)
+        finally:
+            subscriber.close()
+
+    def forward(self, batch: RelayedBatch) -> None:
+        """One batch of an upstream relay: its events join the next batch as they are (after
+        a gap upstream, led by a loss and a clear of each instance that relay covers)."""
+        self.stats.batches_in += 1
+        self.stats.gaps_in += int(batch.gap)
+        for event in batch.events:
+            self._add(event)
+        self._woken()
+
+    async def _forward(self, source: KVRelaySource) -> None:
+        subscriber = RelaySubscriber(source)
+        try:
+            async for batch in subscriber.batches():
+                self.forward(batch)
         finally:
             subscriber.close()
 

@@ -27,6 +27,38 @@ def check_endpoint(endpoint: str) -> str:
     return endpoint
 
 
+class KVRelaySource(BaseModel):
+    """A KV relay a router subscribes to instead of to the instances it covers: their
+    events reach the router from it, compact, and their own kv_events_endpoint is not used."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    endpoint: str = Field(description="The relay's publish endpoint, as seen from here")
+    replay_endpoint: str | None = Field(None, description="The relay's replay endpoint")
+    instances: list[str] = Field(
+        min_length=1, description="The instances whose KV events come from this relay"
+    )
+
+    @field_validator("endpoint", "replay_endpoint")
+    @classmethod
+    def _endpoint(cls, endpoint: str | None) -> str | None:
+        if endpoint is None:
+            return None
+        if ":*" in endpoint:
+            raise ValueError("a relay to connect to needs its port, not *")
+        return check_endpoint(endpoint)
+
+    @field_validator("instances")
+    @classmethod
+    def _instance_ids(cls, ids: list[str]) -> list[str]:
+        bad = [i for i in ids if not _INSTANCE_ID.match(i)]
+        if bad:
+            raise ValueError(f"not an instance id: {bad[0]!r:.80}")
+        if len(set(ids)) != len(ids):
+            raise ValueError("an instance is listed twice")
+        return ids
+
+
 class KVRelaySettings(BaseModel):
     """``pdd-router kv-relay``: runs beside a datacenter's engines, subscribes to their KV
     events, re-hashes them under the router's chain hash (``block_size`` and ``hash_seed``
@@ -59,6 +91,11 @@ class KVRelaySettings(BaseModel):
     buffer_batches: int = Field(
         10_000, gt=0, description="Batches kept for replay (the oldest are dropped)"
     )
+    upstream: list[KVRelaySource] = Field(
+        default_factory=list, description="Relays of the other datacenter to forward: run "
+        "one relay in A subscribed to B's across the line, and A's router replicas subscribed "
+        "to it, so the line carries B's events once whatever the number of replicas",
+    )  # fmt: skip
 
     @field_validator("publish_endpoint", "replay_endpoint")
     @classmethod
@@ -70,35 +107,3 @@ class KVRelaySettings(BaseModel):
         if self.replay_endpoint is not None and self.replay_endpoint == self.publish_endpoint:
             raise ValueError("replay_endpoint must differ from publish_endpoint")
         return self
-
-
-class KVRelaySource(BaseModel):
-    """A KV relay a router subscribes to instead of to the instances it covers: their
-    events reach the router from it, compact, and their own kv_events_endpoint is not used."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    endpoint: str = Field(description="The relay's publish endpoint, as seen from here")
-    replay_endpoint: str | None = Field(None, description="The relay's replay endpoint")
-    instances: list[str] = Field(
-        min_length=1, description="The instances whose KV events come from this relay"
-    )
-
-    @field_validator("endpoint", "replay_endpoint")
-    @classmethod
-    def _endpoint(cls, endpoint: str | None) -> str | None:
-        if endpoint is None:
-            return None
-        if ":*" in endpoint:
-            raise ValueError("a relay to connect to needs its port, not *")
-        return check_endpoint(endpoint)
-
-    @field_validator("instances")
-    @classmethod
-    def _instance_ids(cls, ids: list[str]) -> list[str]:
-        bad = [i for i in ids if not _INSTANCE_ID.match(i)]
-        if bad:
-            raise ValueError(f"not an instance id: {bad[0]!r:.80}")
-        if len(set(ids)) != len(ids):
-            raise ValueError("an instance is listed twice")
-        return ids

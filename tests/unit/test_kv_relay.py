@@ -379,7 +379,7 @@ def test_the_command_names_bad_input(capsys: pytest.CaptureFixture[str], tmp_pat
     instances = tmp_path / "instances.json"
     instances.write_text('[{"instance_id": "md0", "tier": "md", "url": "http://b:1"}]')
     cases = [
-        ([], "give --instances"),
+        ([], "give --instances (or PDD_ROUTER_RELAY__INSTANCES_FILE), or relays to forward"),
         (["--instances", "nowhere.json"], "nowhere.json does not exist"),
         (["--instances", str(instances), "--publish", "tcp://b"], "--publish: Value error"),
         (["--instances", str(instances), "--replay", "tcp://*:1", "--no-replay"], "not both"),
@@ -388,3 +388,19 @@ def test_the_command_names_bad_input(capsys: pytest.CaptureFixture[str], tmp_pat
     for args, message in cases:
         assert main(["kv-relay", *args]) == 2
         assert message in capsys.readouterr().err
+
+
+async def test_a_forwarding_relay_passes_an_upstream_gap_on_as_clears() -> None:
+    """A relay forwarding another marks nothing itself downstream: what its subscription
+    lost upstream reaches the routers as a loss and a clear of each instance covered."""
+    captured = Captured()
+    relay = KVRelay(captured, {}, block_size=BS)  # type: ignore[arg-type]
+    stored = RelayedEvent(RelayKind.STORED, "md0", (1, 2), BS)
+    relay.forward(RelayedBatch(1.0, [stored]).marked_gap(3, ["md0", "md1"]))
+    await relay.flush()
+    events = RelayDecoder().decode(captured.payloads[0]).events
+    assert [(e.kind, e.instance_id) for e in events] == [
+        (RelayKind.LOST, "md0"), (RelayKind.CLEARED, "md0"),
+        (RelayKind.LOST, "md1"), (RelayKind.CLEARED, "md1"), (RelayKind.STORED, "md0"),
+    ]  # fmt: skip
+    assert relay.stats.gaps_in == 1
