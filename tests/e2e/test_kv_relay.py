@@ -44,6 +44,7 @@ class Line:
     relayed: str  # router subscribed to the relay across the line
     md_events: WanProxy
     relay_events: WanProxy
+    relay_args: list[str]
 
 
 def _instances(stack: Stack, md_events: str | None) -> list[dict[str, object]]:
@@ -72,14 +73,19 @@ def _router(stack: Stack, name: str, rows: list[dict[str, object]], env: dict[st
     return url
 
 
-def _relay(stack: Stack, publish: int, replay: int) -> None:
-    """`pdd-router kv-relay` in B, on B's instances file, until its first line is logged."""
+def _relay(stack: Stack, publish: int, replay: int) -> list[str]:
+    """`pdd-router kv-relay` in B, on B's instances file, until its first line is logged;
+    its arguments."""
     path = stack.folder / "instances-B.json"
     path.write_text(json.dumps(_instances(stack, stack.engines["md0"].events)))
-    log = stack.folder / "kv-relay.log"
     args = ["kv-relay", "--instances", str(path), "--datacenter", "B",
             "--publish", f"tcp://127.0.0.1:{publish}",
             "--replay", f"tcp://127.0.0.1:{replay}"]  # fmt: skip
+    _start_relay(stack, args, stack.folder / "kv-relay.log")
+    return args
+
+
+def _start_relay(stack: Stack, args: list[str], log: Path) -> None:
     stack.procs.append((spawn(args, log), log))
     deadline = time.time() + 30
     while "relayed on" not in log.read_text():
@@ -100,7 +106,7 @@ def line(tmp_path: Path) -> Iterator[Line]:
         for engine in stack.engines.values():
             wait_for(f"{engine.url}/health", stack.procs)
         publish, replay = free_port(), free_port()
-        _relay(stack, publish, replay)
+        relay_args = _relay(stack, publish, replay)
         servers = [RedisServer.start(), RedisServer.start()]
         md_events = WanProxy(free_port(), int(md0.events.rsplit(":", 1)[1]), DELAY_S)
         relay_events = WanProxy(free_port(), publish, DELAY_S)
@@ -123,7 +129,7 @@ def line(tmp_path: Path) -> Iterator[Line]:
             {**common, "PDD_ROUTER_REDIS__URL": servers[1].url,
              "PDD_ROUTER_SERVICE__KV_RELAYS": json.dumps([source])},
         )  # fmt: skip
-        yield Line(stack, direct, relayed, md_events, relay_events)
+        yield Line(stack, direct, relayed, md_events, relay_events, relay_args)
     finally:
         stack.close()
         for proxy in proxies:
@@ -213,3 +219,41 @@ def test_the_relay_carries_bs_mds_blocks_in_a_fraction_of_the_bytes(line: Line) 
         assert DELAY_S * 0.5 <= f.relay_lag_s <= DELAY_S + 0.25
         assert f.relay_lag_s - f.direct_lag_s < 0.05
     assert wide.direct_bytes > small.direct_bytes  # wider token IDs, more bytes direct
+
+
+def _gaps(router: str) -> float:
+    text = httpx.get(f"{router}/metrics", timeout=5).text
+    for row in text.splitlines():
+        if row.startswith('pdd_router_kv_event_gaps_total{instance="md0"}'):
+            return float(row.split()[-1])
+    return 0.0
+
+
+def test_a_restarted_relay_makes_a_forget_md0_until_new_events_arrive(line: Line) -> None:
+    """The relay restarts (its sequence back at 0, what it knew of MD gone): A's router
+    sees the dropped connection as a gap, clears md0, and then holds only what MD stored
+    since; the router subscribed to MD directly keeps everything."""
+    with httpx.Client() as client:
+        _connected(line, client)
+        before = indexed_blocks(client, line.relayed)
+        assert before > 0
+        assert _gaps(line.relayed) == 0
+        relay = next(p for p, log in line.stack.procs if log.name == "kv-relay.log")
+        relay.kill()
+        relay.wait(timeout=10)
+        line.stack.procs = [(p, log) for p, log in line.stack.procs if p is not relay]
+        _start_relay(line.stack, line.relay_args, line.stack.folder / "kv-relay-2.log")
+        sent = 0
+        deadline = time.monotonic() + 30
+        while _gaps(line.relayed) == 0 or indexed_blocks(client, line.relayed) == 0:
+            assert time.monotonic() < deadline, "A's router never resynced md0 from the relay"
+            body = {"prompt": _prompt("small", 2000 + sent), "max_tokens": 2, "ignore_eos": True}
+            assert client.post(f"{line.direct}/v1/completions", json=body, timeout=30).is_success
+            sent += 1
+            time.sleep(1)
+        after = indexed_blocks(client, line.relayed)
+        direct = indexed_blocks(client, line.direct)
+    print(f"\nmd0 in A's index: {before} blocks before the relay restarted; then "
+          f"{sent} request(s) of 64 blocks: {after} blocks through the relay, "
+          f"{direct} subscribed directly")  # fmt: skip
+    assert 0 < after <= sent * PROMPT_TOKENS // 16 < direct
