@@ -98,7 +98,6 @@ class KVRelay:
         self._pending_blocks = 0
         self._wake = asyncio.Event()
         self._full = asyncio.Event()
-        self._subscribers: list[KVEventSubscriber] = []
 
     def _add(self, event: RelayedEvent) -> None:
         self._pending.append(event)
@@ -150,7 +149,6 @@ class KVRelay:
 
     async def _consume(self, instance_id: str, endpoint: str) -> None:
         subscriber = KVEventSubscriber(instance_id, endpoint)
-        self._subscribers.append(subscriber)
         try:
             async for batch in subscriber.batches():
                 self.accept(batch)
@@ -183,7 +181,3 @@ class KVRelay:
             self._wake.clear()
             self._full.clear()
             await self.flush()
-
-    def gaps(self) -> dict[str, int]:
-        """Gaps each engine's subscription saw so far."""
-        return {s.instance_id: s.gaps for s in self._subscribers}
