@@ -22,6 +22,7 @@ from router.errors import UserError
 __all__ = ["app", "main", "run"]
 
 app = typer.Typer(
+    rich_markup_mode="markdown",
     name="pdd-router",
     help=(
         "Control plane for two-datacenter PDD serving (Prefill / RelayDecode / MainDecode): "

@@ -6,7 +6,9 @@ import typer
 
 __all__ = ["bench_app"]
 
-bench_app = typer.Typer(help="Benchmarks that print figures.", no_args_is_help=True)
+bench_app = typer.Typer(
+    rich_markup_mode="markdown", help="Benchmarks that print figures.", no_args_is_help=True
+)
 
 
 @bench_app.command("index")

@@ -9,6 +9,7 @@ from policies.tiers import Tier
 __all__ = ["engine_app"]
 
 engine_app = typer.Typer(
+    rich_markup_mode="markdown",
     help="Simulated engines (no GPU) speaking the vLLM API subset the router drives.",
     no_args_is_help=True,
 )

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 __all__ = ["predictor_app"]
 
 predictor_app = typer.Typer(
+    rich_markup_mode="markdown",
     help="Hit-rate predictor: train on decision logs, evaluate against the raw index match.",
     no_args_is_help=True,
 )

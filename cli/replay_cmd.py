@@ -29,7 +29,9 @@ if TYPE_CHECKING:
 __all__ = ["replay_app"]
 
 replay_app = typer.Typer(
-    help="Replay traces through the two-datacenter cluster simulator.", no_args_is_help=True
+    rich_markup_mode="markdown",
+    help="Replay traces through the two-datacenter cluster simulator.",
+    no_args_is_help=True,
 )
 
 

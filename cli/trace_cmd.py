@@ -21,7 +21,11 @@ from replay.trace.defaults import DEFAULT_ODD_MAX_OUTPUT, DEFAULT_ODD_MIN_INPUT,
 
 __all__ = ["trace_app"]
 
-trace_app = typer.Typer(help="Read, summarize and synthesize request traces.", no_args_is_help=True)
+trace_app = typer.Typer(
+    rich_markup_mode="markdown",
+    help="Read, summarize and synthesize request traces.",
+    no_args_is_help=True,
+)
 
 _INTEGER = re.compile(r"^\d[\d_]*$")
 
