@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -33,6 +34,13 @@ def kv_relay(
         None, "--replay", help="ZMQ address serving missed batches again (default tcp://*:5601)"
     ),
     no_replay: bool = typer.Option(False, "--no-replay", help="Serve no replay"),
+    upstream: str | None = typer.Option(
+        None,
+        "--upstream",
+        help="Relays to forward, as JSON: the list service.kv_relays takes, e.g. "
+        '\'[{"endpoint": "tcp://RELAY:5600", "replay_endpoint": "tcp://RELAY:5601", '
+        '"instances": ["md0"]}]\' (also PDD_ROUTER_RELAY__UPSTREAM)',
+    ),
     config: Path | None = typer.Option(
         None, "--config", help="YAML settings file (also PDD_ROUTER_CONFIG)"
     ),
@@ -51,7 +59,7 @@ def kv_relay(
     "tcp://RELAY:5601", "instances": ["md0", "md1"]}]'.
 
     With several router replicas there, run a second relay in their datacenter that
-    forwards the first (PDD_ROUTER_RELAY__UPSTREAM, the same list as KV_RELAYS above; no
+    forwards the first (--upstream, the same list as KV_RELAYS above; no
     --instances needed) and subscribe the replicas to it: the line then carries each event
     once, not once per replica.
 
@@ -61,12 +69,12 @@ def kv_relay(
 
     from router.errors import UserError
 
-    settings = _settings(config, instances, datacenter, publish, replay, no_replay)
+    settings = _settings(config, instances, datacenter, publish, replay, no_replay, upstream)
     relay_settings = settings.relay
     if relay_settings.instances_file is None and not relay_settings.upstream:
         raise UserError(
             "give --instances (or PDD_ROUTER_RELAY__INSTANCES_FILE), or relays to forward "
-            "(PDD_ROUTER_RELAY__UPSTREAM)"
+            "(--upstream or PDD_ROUTER_RELAY__UPSTREAM)"
         )
     sources = _sources(relay_settings) if relay_settings.instances_file is not None else {}
     with contextlib.suppress(KeyboardInterrupt):
@@ -80,6 +88,7 @@ def _settings(
     publish: str | None,
     replay: str | None,
     no_replay: bool,
+    upstream: str | None = None,
 ) -> Settings:
     """The settings, the options over them; a UserError naming what is wrong."""
     import os
@@ -108,16 +117,21 @@ def _settings(
         "publish_endpoint": publish,
         "replay_endpoint": replay,
     }
-    updates: dict[str, str | None] = {k: v for k, v in given.items() if v is not None}
+    updates: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
     if no_replay:
         updates["replay_endpoint"] = None
+    if upstream is not None:
+        try:
+            updates["upstream"] = json.loads(upstream)
+        except ValueError as exc:
+            raise UserError(f"--upstream is not valid JSON: {exc}") from None
     try:
         relay = KVRelaySettings.model_validate({**settings.relay.model_dump(), **updates})
     except ValidationError as exc:
         first = exc.errors()[0]
         field = str(first["loc"][0]) if first["loc"] else ""
         options = {"publish_endpoint": "--publish", "replay_endpoint": "--replay",
-                   "datacenter": "--datacenter"}  # fmt: skip
+                   "datacenter": "--datacenter", "upstream": "--upstream"}  # fmt: skip
         where = options.get(field) or "PDD_ROUTER_RELAY"
         raise UserError(f"{where}: {first['msg']} (got {first.get('input')!r:.80})") from None
     return settings.model_copy(update={"relay": relay})

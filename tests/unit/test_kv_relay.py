@@ -384,6 +384,8 @@ def test_the_command_names_bad_input(capsys: pytest.CaptureFixture[str], tmp_pat
         (["--instances", str(instances), "--publish", "tcp://b"], "--publish: Value error"),
         (["--instances", str(instances), "--replay", "tcp://*:1", "--no-replay"], "not both"),
         (["--instances", str(instances)], "no instance has a kv_events_endpoint"),
+        (["--upstream", "[{endpoint"], "--upstream is not valid JSON"),
+        (["--upstream", '[{"instances": ["md0"]}]'], "--upstream: Field required"),
     ]
     for args, message in cases:
         assert main(["kv-relay", *args]) == 2
@@ -404,3 +406,15 @@ async def test_a_forwarding_relay_passes_an_upstream_gap_on_as_clears() -> None:
         (RelayKind.LOST, "md1"), (RelayKind.CLEARED, "md1"), (RelayKind.STORED, "md0"),
     ]  # fmt: skip
     assert relay.stats.gaps_in == 1
+
+
+def test_upstream_relays_come_from_the_command_line() -> None:
+    from cli.kv_relay_cmd import _settings
+
+    given = (
+        '[{"endpoint": "tcp://b:5600", "replay_endpoint": "tcp://b:5601", "instances": ["md0"]}]'
+    )
+    upstream = _settings(None, None, None, None, None, False, given).relay.upstream
+    assert [(u.endpoint, u.replay_endpoint, list(u.instances)) for u in upstream] == [
+        ("tcp://b:5600", "tcp://b:5601", ["md0"])
+    ]
