@@ -169,7 +169,7 @@ class KVEventDecoder:
         """A msgpack payload ``[timestamp, [events...], ...]`` (or a map with ts/events)."""
         try:
             raw = _msgpack_decoder.decode(payload)
-        except msgspec.DecodeError as exc:
+        except (msgspec.DecodeError, RecursionError) as exc:  # nested past msgspec's limit
             raise ValueError(f"KV-event payload is not valid msgpack: {exc}") from exc
         if isinstance(raw, Mapping):
             timestamp, events = raw.get("ts"), raw.get("events")

@@ -127,7 +127,7 @@ class RelayDecoder:
     def decode(self, payload: bytes, *, sequence: int | None = None) -> RelayedBatch:
         try:
             raw = _decoder.decode(payload)
-        except msgspec.DecodeError as exc:
+        except (msgspec.DecodeError, RecursionError) as exc:  # nested past msgspec's limit
             raise ValueError(f"relayed payload is not valid msgpack: {exc}") from exc
         if not isinstance(raw, list) or len(raw) != 4:
             raise ValueError("relayed payload must be [version, timestamp, instances, events]")

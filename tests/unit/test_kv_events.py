@@ -87,6 +87,8 @@ def test_unknown_event_types_are_skipped_and_counted() -> None:
         (pack([1.0, [{"type": "BlockStored", "token_ids": [1]}]]), "without block_hashes"),
         (pack([1.0, [["BlockStored", [1.5], None, [1], 1]]]), "block hash"),
         (pack([1.0, [["BlockStored", [1], None, ["a"], 1]]]), "list of integers"),
+        (b"\x91" * 5000 + b"\xc0", "not valid msgpack"),  # past msgspec's recursion limit
+        (b"\x81\x01" * 5000 + b"\xc0", "not valid msgpack"),
     ],
 )
 def test_malformed_payloads_raise_a_clear_value_error(payload: bytes, message: str) -> None:

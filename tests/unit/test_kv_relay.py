@@ -329,6 +329,25 @@ def test_garbled_payloads_raise_value_error_and_nothing_else() -> None:
     assert refused > 1000
 
 
+def test_deeply_nested_payloads_raise_value_error() -> None:
+    """msgpack nested past msgspec's recursion limit (a few KB of bytes) is malformed
+    input, refused like any other, not a RecursionError that ends the subscription."""
+    for prefix in (b"\x91", b"\x81\x01"):  # arrays in arrays, maps in maps
+        with pytest.raises(ValueError, match="not valid msgpack"):
+            RelayDecoder().decode(prefix * 5000 + b"\xc0")
+
+
+async def test_the_subscriber_skips_a_deeply_nested_message_and_resyncs() -> None:
+    async with relay_and_tap(replay=False) as (publisher, tap):
+        await _relayed(publisher)
+        await publisher.publish_payload(b"\x91" * 5000 + b"\xc0")
+        await _relayed(publisher, (3,))
+        first, after = await tap.get(), await tap.get()
+    assert not first.gap
+    assert (after.gap, after.missed) == (True, 1)
+    assert tap.subscriber.malformed == 1
+
+
 async def test_the_subscriber_skips_a_garbled_message_and_resyncs() -> None:
     async with relay_and_tap(replay=False) as (publisher, tap):
         await _relayed(publisher)
