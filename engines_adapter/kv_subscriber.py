@@ -7,7 +7,11 @@ with its sequence going back) and the publisher's replay socket cannot fill the 
 the next batch is marked ``gap`` and led by an AllBlocksCleared, so the router's
 view of the instance is rebuilt rather than left with blocks the engine may have
 evicted. A socket that fails, or stays silent longer than ``idle_reconnect_s``, is
-closed and connected again.
+closed and connected again. The subscriber pings the publisher every ``heartbeat_s``
+(ZMTP heartbeats, answered by the publisher's ZMQ itself): a connection that stops
+answering (a peer host gone without closing it, a firewall that dropped it) is
+dropped, counted as a gap and made again, where a SUB socket, which never sends,
+would otherwise wait on it for ever.
 """
 
 from __future__ import annotations
@@ -24,9 +28,12 @@ import zmq.asyncio
 from engines_adapter.contract import KVEventBatch
 from engines_adapter.kv_events import KVEventDecoder, decode_sequence, encode_sequence, with_gap
 
-__all__ = ["KVEventSubscriber", "Sequenced", "SequencedSubscriber"]
+__all__ = ["HEARTBEAT_S", "KVEventSubscriber", "Sequenced", "SequencedSubscriber"]
 
 log = logging.getLogger(__name__)
+
+HEARTBEAT_S = 5.0
+"""How often a subscriber pings its publisher; three pings unanswered drop the connection."""
 
 
 class Sequenced(Protocol):
@@ -55,6 +62,7 @@ class SequencedSubscriber(Generic[BatchT]):
         idle_reconnect_s: float | None = None,
         retry_s: float = 0.5,
         replay_timeout_s: float = 1.0,
+        heartbeat_s: float | None = HEARTBEAT_S,
     ) -> None:
         self.name = name
         self.endpoint = _connectable(endpoint)
@@ -63,6 +71,7 @@ class SequencedSubscriber(Generic[BatchT]):
         self.idle_reconnect_s = idle_reconnect_s
         self.retry_s = retry_s
         self.replay_timeout_s = replay_timeout_s
+        self.heartbeat_s = heartbeat_s
         self._own_context = context is None
         self._context = context or zmq.asyncio.Context()
         self._last_sequence: int | None = None
@@ -85,6 +94,11 @@ class SequencedSubscriber(Generic[BatchT]):
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.RECONNECT_IVL, 100)
         sock.setsockopt(zmq.RECONNECT_IVL_MAX, 500)  # a restarted engine: back within 0.5 s
+        if self.heartbeat_s is not None:
+            every_ms = max(1, int(self.heartbeat_s * 1000))
+            sock.setsockopt(zmq.HEARTBEAT_IVL, every_ms)
+            sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, 3 * every_ms)  # three pings unanswered
+            sock.setsockopt(zmq.HEARTBEAT_TTL, 3 * every_ms)  # the publisher drops us too
         sock.setsockopt(zmq.SUBSCRIBE, self.topic)
         sock.connect(self.endpoint)
         return sock
@@ -215,11 +229,12 @@ class KVEventSubscriber(SequencedSubscriber[KVEventBatch]):
         idle_reconnect_s: float | None = None,
         retry_s: float = 0.5,
         replay_timeout_s: float = 1.0,
+        heartbeat_s: float | None = HEARTBEAT_S,
     ) -> None:
         super().__init__(
             instance_id, endpoint, replay_endpoint=replay_endpoint, topic=topic,
             context=context, idle_reconnect_s=idle_reconnect_s, retry_s=retry_s,
-            replay_timeout_s=replay_timeout_s,
+            replay_timeout_s=replay_timeout_s, heartbeat_s=heartbeat_s,
         )  # fmt: skip
         self.instance_id = instance_id
         self.decoder = KVEventDecoder(instance_id)

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import zmq.asyncio
 
-from engines_adapter.kv_subscriber import SequencedSubscriber
+from engines_adapter.kv_subscriber import HEARTBEAT_S, SequencedSubscriber
 from router.kv_ingest import KVEventIngestor
 from router.kv_relay.settings import KVRelaySource
 from router.kv_relay.wire import RelayDecoder, RelayedBatch, RelayedEvent, RelayKind
@@ -33,10 +33,11 @@ class RelaySubscriber(SequencedSubscriber[RelayedBatch]):
         *,
         context: zmq.asyncio.Context | None = None,
         replay_timeout_s: float = 2.0,
+        heartbeat_s: float | None = HEARTBEAT_S,
     ) -> None:
         super().__init__(
             f"relay {source.endpoint}", source.endpoint, replay_endpoint=source.replay_endpoint,
-            context=context, replay_timeout_s=replay_timeout_s,
+            context=context, replay_timeout_s=replay_timeout_s, heartbeat_s=heartbeat_s,
         )  # fmt: skip
         self.covered = tuple(source.instances)
         self._covered = frozenset(source.instances)

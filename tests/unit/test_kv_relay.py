@@ -266,6 +266,89 @@ async def test_a_relay_restarted_with_its_sequence_back_at_zero_is_a_gap() -> No
     assert (restarted.gap, restarted.missed, restarted.sequence) == (True, 0, 0)
 
 
+class Blackhole:
+    """A TCP proxy whose connections can go dead without closing: bytes are dropped both
+    ways, as when the line's firewall forgets a connection or the relay's host is gone.
+    Connections made afterwards work."""
+
+    def __init__(self, target: int) -> None:
+        self.target = target
+        self.dead: list[list[bool]] = []
+        self.handlers: list[asyncio.Task[None]] = []
+        self.server: asyncio.Server | None = None
+        self.port = 0
+
+    async def start(self) -> None:
+        self.server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
+        self.port = self.server.sockets[0].getsockname()[1]
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self.handlers.append(task)
+        dead = [False]
+        self.dead.append(dead)
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            while data := await src.read(65536):
+                if not dead[0]:
+                    dst.write(data)
+                    await dst.drain()
+
+        up_writer = None
+        try:
+            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target)
+            await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+        except (asyncio.CancelledError, OSError):
+            pass  # closed by the test (a handler ending on cancel keeps asyncio quiet)
+        finally:
+            for w in (writer, up_writer):
+                if w is not None:
+                    w.close()
+
+    def kill_connections(self) -> None:
+        for dead in self.dead:
+            dead[0] = True
+
+    async def aclose(self) -> None:
+        assert self.server is not None
+        self.server.close()
+        for task in self.handlers:
+            task.cancel()
+        await asyncio.gather(*self.handlers, return_exceptions=True)
+
+
+async def test_a_connection_gone_dead_without_closing_is_dropped_and_made_again() -> None:
+    """A SUB socket never sends: without heartbeats it waits on a dead connection for ever
+    and the relayed instances are never updated again. With them, the connection is
+    dropped, made again, and the next batch clears what the relay covers."""
+    publisher = KVEventPublisher("tcp://127.0.0.1:*")
+    proxy = Blackhole(int(publisher.endpoint.rsplit(":", 1)[1]))
+    await proxy.start()
+    source = KVRelaySource(endpoint=f"tcp://127.0.0.1:{proxy.port}", instances=SOURCE_INSTANCES)
+    tap = Tap(RelaySubscriber(source, heartbeat_s=0.1))
+    try:
+        async with asyncio.timeout(10):  # until the subscription is heard (slow joiner)
+            while True:
+                await _relayed(publisher)
+                with contextlib.suppress(TimeoutError):
+                    await tap.get(0.05)
+                    break
+        proxy.kill_connections()
+        async with asyncio.timeout(5):
+            while True:
+                await _relayed(publisher, (7,))
+                with contextlib.suppress(TimeoutError):
+                    after = await tap.get(0.1)
+                    break
+    finally:
+        await tap.aclose()
+        await publisher.aclose()
+        await proxy.aclose()
+    assert after.gap
+    assert [e.kind for e in after.events[:2]] == [RelayKind.LOST, RelayKind.CLEARED]
+
+
 # -- hostile input ---------------------------------------------------------------------
 
 _enc = msgspec.msgpack.encode
