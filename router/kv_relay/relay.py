@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -30,6 +31,9 @@ from router.kv_relay.wire import RelayedBatch, RelayedEvent, RelayKind, encode_r
 __all__ = ["KVRelay", "RelayStats"]
 
 log = structlog.get_logger("pdd_router.kv_relay")
+
+RETRY_S = 1.0
+"""How long after an unexpected failure a source is subscribed to again."""
 
 
 @dataclass(slots=True)
@@ -148,12 +152,25 @@ class KVRelay:
                     await task
 
     async def _consume(self, instance_id: str, endpoint: str) -> None:
-        subscriber = KVEventSubscriber(instance_id, endpoint)
-        try:
-            async for batch in subscriber.batches():
-                self.accept(batch)
-        finally:
-            subscriber.close()
+        """An engine's events, until cancelled; after an unexpected failure the instance
+        is relayed as lost and cleared, and subscribed to again after ``RETRY_S``."""
+        while True:
+            subscriber = KVEventSubscriber(instance_id, endpoint)
+            try:
+                async for batch in subscriber.batches():
+                    self.accept(batch)
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.error("kv relay: subscription failed, subscribing again",
+                          instance=instance_id, error=repr(exc), retry_s=RETRY_S)  # fmt: skip
+            finally:
+                subscriber.close()
+            self._add(RelayedEvent(RelayKind.LOST, instance_id))
+            self._add(RelayedEvent(RelayKind.CLEARED, instance_id))
+            self._woken()
+            await asyncio.sleep(RETRY_S)
 
     def forward(self, batch: RelayedBatch) -> None:
         """One batch of an upstream relay: its events join the next batch as they are (after
@@ -165,12 +182,23 @@ class KVRelay:
         self._woken()
 
     async def _forward(self, source: KVRelaySource) -> None:
-        subscriber = RelaySubscriber(source)
-        try:
-            async for batch in subscriber.batches():
-                self.forward(batch)
-        finally:
-            subscriber.close()
+        """An upstream relay's batches, until cancelled; after an unexpected failure its
+        instances are relayed as lost and cleared, and it is subscribed to again."""
+        while True:
+            subscriber = RelaySubscriber(source)
+            try:
+                async for batch in subscriber.batches():
+                    self.forward(batch)
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.error("kv relay: upstream subscription failed, subscribing again",
+                          relay=source.endpoint, error=repr(exc), retry_s=RETRY_S)  # fmt: skip
+            finally:
+                subscriber.close()
+            self.forward(RelayedBatch(time.time(), []).marked_gap(0, tuple(source.instances)))
+            await asyncio.sleep(RETRY_S)
 
     async def _flush_loop(self) -> None:
         while True:

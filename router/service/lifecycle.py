@@ -13,6 +13,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from router.errors import UserError
 from router.kv_relay.settings import KVRelaySource
+from router.kv_relay.wire import RelayedBatch
 from router.service.pool import indexed_instance
 from router.service.schemas import InstanceConfig
 from router.service.state import ServiceState
@@ -116,30 +117,54 @@ async def _consume_events(svc: ServiceState, instance_id: str, events: object) -
         log.warning("kv events stopped", instance=instance_id, error=str(exc))
 
 
+RELAY_RETRY_S = 1.0
+"""How long after an unexpected failure a KV relay is subscribed to again."""
+
+
 async def consume_relay(svc: ServiceState, source: KVRelaySource) -> None:
     """Forever: apply a KV relay's batches, per instance it covers (those not registered
-    here are skipped), with the lease a replica needs to write an instance's events."""
-    from router.kv_relay.receiver import RelaySubscriber, apply_relayed, by_instance
+    here are skipped), with the lease a replica needs to write an instance's events. An
+    unexpected failure is logged, the relay's instances are cleared (what they hold
+    meanwhile is unknown, as after a gap) and the relay is subscribed to again after
+    ``RELAY_RETRY_S``: a broken relay never takes the service down, nor stops for good."""
+    import time
 
-    subscriber = RelaySubscriber(source)
-    try:
-        async for batch in subscriber.batches():
-            for iid, events in by_instance(batch).items():
-                if iid not in svc.pool.configs:
-                    continue
-                if svc.peers is not None:
-                    await svc.lane.run(svc.peers.ingest_relayed, svc.ingestor, iid, events)
-                else:
-                    await svc.lane.run(apply_relayed, svc.ingestor, events)
-                svc.metrics.kv_events.labels(iid).inc()
-                if batch.gap:
-                    svc.metrics.kv_event_gaps.labels(iid).inc()
-    except asyncio.CancelledError:
-        raise
-    except Exception as exc:  # a broken relay must not take the service down
-        log.warning("kv relay stopped", relay=source.endpoint, error=str(exc))
-    finally:
-        subscriber.close()
+    from router.kv_relay.receiver import RelaySubscriber
+
+    while True:
+        subscriber = RelaySubscriber(source)
+        try:
+            async for batch in subscriber.batches():
+                await _apply_relay_batch(svc, batch)
+            return
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.error("kv relay failed: its instances are cleared and it is subscribed again",
+                      relay=source.endpoint, error=repr(exc), retry_s=RELAY_RETRY_S)  # fmt: skip
+        finally:
+            subscriber.close()
+        lost = RelayedBatch(time.time(), []).marked_gap(0, tuple(source.instances))
+        try:
+            await _apply_relay_batch(svc, lost)
+        except Exception as exc:  # e.g. the index unreachable: the next gap clears them
+            log.warning("kv relay: its instances could not be cleared", error=repr(exc))
+        await asyncio.sleep(RELAY_RETRY_S)
+
+
+async def _apply_relay_batch(svc: ServiceState, batch: RelayedBatch) -> None:
+    from router.kv_relay.receiver import apply_relayed, by_instance
+
+    for iid, events in by_instance(batch).items():
+        if iid not in svc.pool.configs:
+            continue
+        if svc.peers is not None:
+            await svc.lane.run(svc.peers.ingest_relayed, svc.ingestor, iid, events)
+        else:
+            await svc.lane.run(apply_relayed, svc.ingestor, events)
+        svc.metrics.kv_events.labels(iid).inc()
+        if batch.gap:
+            svc.metrics.kv_event_gaps.labels(iid).inc()
 
 
 SUSPECT_REPROBE_S = 0.25

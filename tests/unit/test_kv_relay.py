@@ -8,6 +8,7 @@ import contextlib
 import random
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
@@ -520,3 +521,97 @@ def test_upstream_relays_come_from_the_command_line() -> None:
     assert [(u.endpoint, u.replay_endpoint, list(u.instances)) for u in upstream] == [
         ("tcp://b:5600", "tcp://b:5601", ["md0"])
     ]
+
+
+async def test_a_failed_engine_subscription_is_relayed_as_a_clear_and_made_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An unexpected error in one engine's subscription neither stops the relay nor leaves
+    that instance's blocks standing downstream: a loss and a clear go out, then the events
+    of the new subscription."""
+    import router.kv_relay.relay as relay_module
+
+    prompt = [(3 * i + 1) % 50_000 for i in range(2 * BS)]
+    attempts: list[str] = []
+
+    class Flaky:
+        def __init__(self, instance_id: str, endpoint: str) -> None:
+            self.instance_id = instance_id
+
+        async def batches(self) -> AsyncIterator[KVEventBatch]:
+            attempts.append(self.instance_id)
+            if len(attempts) == 1:
+                raise RuntimeError("subscription broke")
+            yield KVEventBatch(instance_id=self.instance_id, timestamp=1.0,
+                               events=[_stored(prompt, [1, 2], None)])  # fmt: skip
+            await asyncio.sleep(3600)
+
+        def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(relay_module, "KVEventSubscriber", Flaky)
+    monkeypatch.setattr(relay_module, "RETRY_S", 0.0)
+    captured = Captured()
+    relay = KVRelay(captured, {"md0": "tcp://engine:5557"}, block_size=BS, batch_window_s=0)  # type: ignore[arg-type]
+    task = asyncio.create_task(relay.run())
+    try:
+        async with asyncio.timeout(5):
+            while sum(len(RelayDecoder().decode(p).events) for p in captured.payloads) < 3:
+                await asyncio.sleep(0.01)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    events = [e for p in captured.payloads for e in RelayDecoder().decode(p).events]
+    assert attempts == ["md0", "md0"]
+    assert [(e.kind, e.instance_id) for e in events] == [
+        (RelayKind.LOST, "md0"), (RelayKind.CLEARED, "md0"), (RelayKind.STORED, "md0"),
+    ]  # fmt: skip
+    assert events[2].blocks == chain_hashes(prompt, BS).hashes
+
+
+async def test_the_router_clears_a_failed_relays_instances_and_subscribes_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """consume_relay after an unexpected error: md0's blocks are cleared (not left as they
+    were) and the relay's next subscription is applied."""
+    from types import SimpleNamespace
+
+    import router.kv_relay.receiver as receiver_module
+    import router.service.lifecycle as lifecycle
+
+    index = _index()
+    ingestor = KVEventIngestor(index, block_size=BS)
+    index.store("md0", [101, 102, 103])
+    attempts: list[int] = []
+
+    class Flaky:
+        def __init__(self, source: KVRelaySource) -> None:
+            pass
+
+        async def batches(self) -> AsyncIterator[RelayedBatch]:
+            attempts.append(len(attempts))
+            if len(attempts) == 1:
+                raise RuntimeError("relay stream broke")
+            yield RelayedBatch(2.0, [RelayedEvent(RelayKind.STORED, "md0", (7, 8), BS)])
+
+        def close(self) -> None:
+            pass
+
+    class Lane:
+        async def run(self, fn: Any, *args: Any) -> Any:
+            return fn(*args)
+
+    counter = SimpleNamespace(labels=lambda _iid: SimpleNamespace(inc=lambda: None))
+    svc = SimpleNamespace(
+        pool=SimpleNamespace(configs={"md0": object()}), peers=None, lane=Lane(),
+        ingestor=ingestor, metrics=SimpleNamespace(kv_events=counter, kv_event_gaps=counter),
+    )  # fmt: skip
+    monkeypatch.setattr(receiver_module, "RelaySubscriber", Flaky)
+    monkeypatch.setattr(lifecycle, "RELAY_RETRY_S", 0.0)
+    source = KVRelaySource(endpoint="tcp://relay:5600", instances=["md0"])
+    async with asyncio.timeout(5):
+        await lifecycle.consume_relay(svc, source)  # type: ignore[arg-type]
+    assert attempts == [0, 1]
+    assert index.match([101, 102, 103]) == {"md0": 0, "md1": 0}  # cleared
+    assert index.match([7, 8]) == {"md0": 2, "md1": 0}
