@@ -32,6 +32,11 @@ __all__ = ["HEARTBEAT_S", "KVEventSubscriber", "Sequenced", "SequencedSubscriber
 
 log = logging.getLogger(__name__)
 
+MAX_MESSAGE_BYTES = 64 << 20
+"""A message (frame) above this is refused by ZMQ, which drops the sender's connection:
+the next batch is a gap, so the instances are cleared rather than an oversized payload
+decoded on the event loop. A batch of a 128K-token prompt with its token IDs is well
+under 1 MB."""
 HEARTBEAT_S = 5.0
 """How often a subscriber pings its publisher; three pings unanswered drop the connection."""
 
@@ -92,6 +97,7 @@ class SequencedSubscriber(Generic[BatchT]):
     def _socket(self) -> zmq.asyncio.Socket:
         sock = self._context.socket(zmq.SUB)
         sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
         sock.setsockopt(zmq.RECONNECT_IVL, 100)
         sock.setsockopt(zmq.RECONNECT_IVL_MAX, 500)  # a restarted engine: back within 0.5 s
         if self.heartbeat_s is not None:
@@ -124,8 +130,15 @@ class SequencedSubscriber(Generic[BatchT]):
                         break  # silent for too long: reconnect
                     if monitor in ready:
                         await monitor.recv_multipart()
+                        # what arrived before the connection dropped, then a fresh socket:
+                        # ZMQ reconnects by itself after most drops, but not after a
+                        # refused message (MAX_MESSAGE_BYTES)
+                        while await sock.poll(0):
+                            for batch in await self._accept(await sock.recv_multipart()):
+                                yield batch
                         if self._last_sequence is not None:
                             self._note_gap(0)
+                        break
                     if sock in ready:
                         frames = await sock.recv_multipart()
                         for batch in await self._accept(frames):
@@ -183,6 +196,7 @@ class SequencedSubscriber(Generic[BatchT]):
             return None
         sock = self._context.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
         sock.connect(self.replay_endpoint)
         got: dict[int, BatchT] = {}
         try:

@@ -98,7 +98,7 @@ class ErrorDetail(BaseModel):
     message: str
     type: str
     param: str | None = None
-    code: int
+    code: int | str  # OpenAI's code where it has one (model_not_found), else the HTTP status
 
 
 class ErrorResponse(BaseModel):

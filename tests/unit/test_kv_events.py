@@ -287,3 +287,31 @@ async def test_subscriber_fills_a_gap_from_the_replay_socket() -> None:
     assert [b.sequence for b in got] == [lost, lost + 1, lost + 2]
     assert not any(b.gap for b in got)
     assert tap.subscriber.gaps == 0
+
+
+async def test_an_oversized_message_drops_the_connection_and_counts_as_a_gap(
+    pub: tuple[zmq.asyncio.Socket, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A message above MAX_MESSAGE_BYTES is never decoded: ZMQ drops the connection, and
+    what comes after it is a gap (the instance is cleared)."""
+    from engines_adapter import kv_subscriber
+
+    monkeypatch.setattr(kv_subscriber, "MAX_MESSAGE_BYTES", 4096)
+    sock, endpoint = pub
+    tap = Tap(KVEventSubscriber("i0", endpoint))
+    try:
+        await tap.connect(lambda: _send(sock, 0))
+        await _send(sock, 1)
+        assert (await tap.get()).gap is False
+        await sock.send_multipart([b"", (2).to_bytes(8, "big"), b"\x00" * 100_000])
+        async with asyncio.timeout(10):  # the subscriber reconnects within half a second
+            while True:
+                await _send(sock, 3)
+                with contextlib.suppress(TimeoutError):
+                    after = await tap.get(0.05)
+                    break
+        assert after.gap is True
+        assert after.events[0].type == "AllBlocksCleared"
+        assert tap.subscriber.malformed == 0  # refused by ZMQ, not decoded
+    finally:
+        await tap.aclose()
