@@ -35,6 +35,7 @@ class KVEventPublisher:
         topic: bytes = b"",
         form: WireForm = "map",
         buffer_batches: int = 10_000,
+        buffer_bytes: int = 64 << 20,
         context: zmq.asyncio.Context | None = None,
     ) -> None:
         self.topic = topic
@@ -52,7 +53,11 @@ class KVEventPublisher:
             self._replay.setsockopt(zmq.LINGER, 0)
             self._replay.bind(replay_endpoint)
             self.replay_endpoint = self._replay.getsockopt_string(zmq.LAST_ENDPOINT)
-        self._buffer: deque[tuple[int, bytes]] = deque(maxlen=buffer_batches)
+        # the latest batches for replay: at most buffer_batches of them and buffer_bytes
+        self._buffer: deque[tuple[int, bytes]] = deque()
+        self._buffer_batches = buffer_batches
+        self._buffer_bytes = buffer_bytes
+        self._buffered = 0  # bytes of payload in the buffer
         self._sequence = 0
         self._replay_task: asyncio.Task[None] | None = None
 
@@ -74,6 +79,11 @@ class KVEventPublisher:
         seq = self._sequence
         self._sequence += 1
         self._buffer.append((seq, payload))
+        self._buffered += len(payload)
+        while self._buffer and (
+            len(self._buffer) > self._buffer_batches or self._buffered > self._buffer_bytes
+        ):
+            self._buffered -= len(self._buffer.popleft()[1])
         await self._pub.send_multipart([self.topic, encode_sequence(seq), payload])
         return seq
 
@@ -85,11 +95,15 @@ class KVEventPublisher:
                 continue
             client, _, start_frame = frames
             start = int.from_bytes(start_frame, "big")
+            sent = 0
             for seq, payload in list(self._buffer):
                 if seq >= start:
                     await self._replay.send_multipart(
                         [client, b"", self.topic, encode_sequence(seq), payload]
                     )
+                    sent += 1
+                    if sent % 64 == 0:
+                        await asyncio.sleep(0)  # a long replay shares the loop
             await self._replay.send_multipart([client, b"", b"", _END, b""])
 
     async def aclose(self) -> None:

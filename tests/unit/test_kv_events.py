@@ -315,3 +315,15 @@ async def test_an_oversized_message_drops_the_connection_and_counts_as_a_gap(
         assert tap.subscriber.malformed == 0  # refused by ZMQ, not decoded
     finally:
         await tap.aclose()
+
+
+async def test_the_replay_buffer_keeps_the_latest_batches_within_its_bytes() -> None:
+    publisher = KVEventPublisher("tcp://127.0.0.1:*", buffer_batches=100, buffer_bytes=1000)
+    try:
+        for i in range(10):
+            await publisher.publish_payload(bytes([i]) * 300)
+    finally:
+        await publisher.aclose()
+    kept = list(publisher._buffer)
+    assert [seq for seq, _ in kept] == [7, 8, 9]  # 900 bytes; a fourth would be 1,200
+    assert all(payload == bytes([seq]) * 300 for seq, payload in kept)
