@@ -204,6 +204,11 @@ class ServiceSettings(BaseModel):
         0.5, ge=0, description="With a decision log: how long an outcome whose hit is read "
         "from KV events waits for the request's last stored events after it ends",
     )  # fmt: skip
+    experiment_samples: int = Field(
+        50_000, gt=0, description="Outcomes each arm of an online experiment keeps for its "
+        "figures (TTFT, TPOT, SLA attainment, prediction error): beyond, a uniform sample of "
+        "the arm's requests; its request count and pipeline mix stay exact",
+    )  # fmt: skip
     sla_ttft_s: float = Field(SLA_TTFT_S, gt=0, description="SLA on time to first token")
     sla_tpot_s: float = Field(SLA_TPOT_S, gt=0, description="SLA on time per output token")
     kv_relays: list[KVRelaySource] = Field(

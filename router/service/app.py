@@ -167,7 +167,7 @@ def build_state(
             observer=realizations,
         ),
         metrics=metrics, http=http, tracer=provider.get_tracer("pdd_router"),
-        experiments=Experiments(schedulers),
+        experiments=Experiments(schedulers, max_samples=settings.service.experiment_samples),
         models=ModelRegistry.of(settings.models, http),
         realizations=realizations,
         lane=lane,

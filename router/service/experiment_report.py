@@ -9,7 +9,6 @@ subsampled (seeded) for the intervals only.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -89,14 +88,13 @@ def experiment_report(
                 entry["ci95"] = [float(low), float(high)]
                 entry["significant"] = bool(low > 0 or high < 0)
             metrics[name] = entry
-        pipelines = Counter(o.pipeline for o in arm.outcomes)
         arms_out.append({
             "name": arm.spec.name,
             "policy": arm.spec.policy,
             "params": arm.spec.params,
             "weight": arm.spec.weight,
-            "requests": len(arm.outcomes),
-            "pipelines": dict(sorted(pipelines.items())),
+            "requests": arm.requests,
+            "pipelines": dict(sorted(arm.pipelines.items())),
             "metrics": metrics,
         })  # fmt: skip
     return {

@@ -9,8 +9,10 @@ router replica, for as long as the experiment runs.
 from __future__ import annotations
 
 import hashlib
+import random
 import time
 import uuid
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -21,9 +23,18 @@ from policies.types import RequestView
 from router.scheduler import Scheduler
 from router.scheduler_factory import SchedulerFactory
 
-__all__ = ["Arm", "ArmSample", "ArmSpec", "Experiment", "ExperimentSpec", "Experiments"]
+__all__ = [
+    "DEFAULT_ARM_SAMPLES",
+    "Arm",
+    "ArmSample",
+    "ArmSpec",
+    "Experiment",
+    "ExperimentSpec",
+    "Experiments",
+]
 
 PREFIX_TOKENS = 1024
+DEFAULT_ARM_SAMPLES = 50_000  # outcomes an arm keeps for its figures (service.experiment_samples)
 
 
 class ArmSpec(BaseModel):
@@ -63,10 +74,31 @@ class ArmSample:
 
 @dataclass
 class Arm:
+    """An arm of a running or stopped experiment and what its requests did.
+
+    ``requests`` and ``pipelines`` count every outcome; ``outcomes`` keeps at most
+    ``max_samples`` of them, a uniform sample of all the arm's outcomes beyond that
+    (reservoir sampling), so an experiment that runs for days holds bounded memory."""
+
     spec: ArmSpec
     policy: Policy
     scheduler: Scheduler
+    max_samples: int = DEFAULT_ARM_SAMPLES
     outcomes: list[ArmSample] = field(default_factory=list)
+    requests: int = 0
+    pipelines: Counter[str] = field(default_factory=Counter)
+    _rng: random.Random = field(default_factory=lambda: random.Random(0), repr=False)
+
+    def record(self, sample: ArmSample) -> None:
+        """One request of the arm finished."""
+        self.requests += 1
+        self.pipelines[sample.pipeline] += 1
+        if len(self.outcomes) < self.max_samples:
+            self.outcomes.append(sample)
+            return
+        kept = self._rng.randrange(self.requests)
+        if kept < self.max_samples:
+            self.outcomes[kept] = sample
 
 
 @dataclass
@@ -99,11 +131,16 @@ class Experiment:
 class Experiments:
     """The service's experiments; at most one runs at a time and receives the traffic."""
 
-    def __init__(self, schedulers: SchedulerFactory) -> None:
+    def __init__(
+        self, schedulers: SchedulerFactory, *, max_samples: int = DEFAULT_ARM_SAMPLES
+    ) -> None:
         """Arms decide as the service does (``schedulers``: its index, predictor, mode and
         decision log); their decision lines are tagged with the experiment's id and the
-        arm's name."""
+        arm's name. Each arm keeps at most ``max_samples`` outcomes (see ``Arm``)."""
+        if max_samples <= 0:
+            raise ValueError(f"max_samples must be positive, got {max_samples}")
         self._schedulers = schedulers
+        self.max_samples = max_samples
         self.by_id: dict[str, Experiment] = {}
 
     def create(self, spec: ExperimentSpec) -> Experiment:
@@ -116,7 +153,7 @@ class Experiments:
                 scheduler = self._schedulers.build(arm.policy, arm.params, log_fields=tags)
             except ValueError as exc:
                 raise ValueError(f"arm {arm.name}: {exc}") from exc
-            arms.append(Arm(arm, scheduler.policy, scheduler))
+            arms.append(Arm(arm, scheduler.policy, scheduler, max_samples=self.max_samples))
         running = self.running()
         if running is not None:
             self.stop(running.id)

@@ -140,7 +140,7 @@ def record_outcome(
         svc.metrics.ttft.labels(arm.spec.name if arm is not None else "default").observe(ttft)
         if arm is not None:
             arm_outcome = ArmSample(ttft, tpot, outcome.pipeline.value, None)
-            arm.outcomes.append(arm_outcome)
+            arm.record(arm_outcome)
 
     def line() -> None:
         _log_outcome(svc, view, decision, outcome, scheduler, timing, finished_s, arm_outcome)
