@@ -97,6 +97,12 @@ class Scheduler:
                 if inst.instance_id not in self._tier_of:
                     self._routes.unregister(inst.instance_id)
 
+    def release(self) -> None:
+        """Forget what is kept of past requests (session history, the record of routes): the
+        scheduler decides nothing more (the arm of a stopped experiment)."""
+        self.sessions = SessionTracker()
+        self._routes = None
+
     def matches(self, request: RequestView) -> dict[Tier, dict[str, int]]:
         """The index's answer for the request's chain, grouped by tier."""
         raw = self.index.match(request.chain)

@@ -209,6 +209,10 @@ class ServiceSettings(BaseModel):
         "figures (TTFT, TPOT, SLA attainment, prediction error): beyond, a uniform sample of "
         "the arm's requests; its request count and pipeline mix stay exact",
     )  # fmt: skip
+    experiments_kept: int = Field(
+        20, ge=0, description="Stopped experiments whose reports stay available; stopping "
+        "one more forgets the oldest",
+    )  # fmt: skip
     sla_ttft_s: float = Field(SLA_TTFT_S, gt=0, description="SLA on time to first token")
     sla_tpot_s: float = Field(SLA_TPOT_S, gt=0, description="SLA on time per output token")
     kv_relays: list[KVRelaySource] = Field(

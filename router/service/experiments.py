@@ -25,6 +25,7 @@ from router.scheduler_factory import SchedulerFactory
 
 __all__ = [
     "DEFAULT_ARM_SAMPLES",
+    "DEFAULT_STOPPED_KEPT",
     "Arm",
     "ArmSample",
     "ArmSpec",
@@ -35,6 +36,7 @@ __all__ = [
 
 PREFIX_TOKENS = 1024
 DEFAULT_ARM_SAMPLES = 50_000  # outcomes an arm keeps for its figures (service.experiment_samples)
+DEFAULT_STOPPED_KEPT = 20  # stopped experiments whose reports stay (service.experiments_kept)
 
 
 class ArmSpec(BaseModel):
@@ -132,15 +134,24 @@ class Experiments:
     """The service's experiments; at most one runs at a time and receives the traffic."""
 
     def __init__(
-        self, schedulers: SchedulerFactory, *, max_samples: int = DEFAULT_ARM_SAMPLES
+        self,
+        schedulers: SchedulerFactory,
+        *,
+        max_samples: int = DEFAULT_ARM_SAMPLES,
+        max_stopped: int = DEFAULT_STOPPED_KEPT,
     ) -> None:
         """Arms decide as the service does (``schedulers``: its index, predictor, mode and
         decision log); their decision lines are tagged with the experiment's id and the
-        arm's name. Each arm keeps at most ``max_samples`` outcomes (see ``Arm``)."""
+        arm's name. Each arm keeps at most ``max_samples`` outcomes (see ``Arm``); the
+        reports of the last ``max_stopped`` stopped experiments are kept, older ones are
+        forgotten."""
         if max_samples <= 0:
             raise ValueError(f"max_samples must be positive, got {max_samples}")
+        if max_stopped < 0:
+            raise ValueError(f"max_stopped must be 0 or more, got {max_stopped}")
         self._schedulers = schedulers
         self.max_samples = max_samples
+        self.max_stopped = max_stopped
         self.by_id: dict[str, Experiment] = {}
 
     def create(self, spec: ExperimentSpec) -> Experiment:
@@ -165,10 +176,19 @@ class Experiments:
         return next((e for e in self.by_id.values() if e.status == "running"), None)
 
     def stop(self, experiment_id: str) -> Experiment:
+        """Stop the experiment: its arms' schedulers forget their sessions and routes (its
+        outcomes stay for the report), and the oldest stopped experiments beyond
+        ``max_stopped`` are forgotten."""
         experiment = self.by_id[experiment_id]
         if experiment.status == "running":
             experiment.status = "stopped"
             experiment.stopped = time.time()
+            for arm in experiment.arms:
+                arm.scheduler.release()
+            stopped = [e for e in self.by_id.values() if e.status == "stopped"]
+            for old in stopped[: max(len(stopped) - self.max_stopped, 0)]:
+                if old is not experiment:
+                    del self.by_id[old.id]
         return experiment
 
     def refresh_instances(self) -> None:

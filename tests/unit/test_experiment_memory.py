@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from policies.types import RequestView
 from router.index.memory_index import MemoryPrefixIndex
+from router.scheduler import Scheduler
 from router.scheduler_factory import SchedulerFactory
 from router.service.experiment_report import experiment_report
 from router.service.experiments import ArmSample, Experiments, ExperimentSpec
@@ -38,3 +40,27 @@ def test_the_report_counts_every_request_of_a_sampled_arm() -> None:
     assert [a["requests"] for a in report["arms"]] == [50, 50]
     assert [a["pipelines"] for a in report["arms"]] == [{"P-MD": 50}, {"P-MD": 50}]
     assert report["arms"][0]["metrics"]["sla_attainment"]["value"] == 1.0
+
+
+def _arrive(scheduler: Scheduler, sessions: int) -> None:
+    for s in range(sessions):
+        scheduler.sessions.arrived(RequestView((s,), 16, 16, 8, f"s{s}"), 0.0)
+
+
+def test_a_stopped_experiments_arms_forget_their_sessions() -> None:
+    experiments = Experiments(SchedulerFactory.create(MemoryPrefixIndex()))
+    experiment = experiments.create(SPEC)
+    for arm in experiment.arms:
+        _arrive(arm.scheduler, 1_000)
+        arm.record(ArmSample(0.1, None, "P-MD", None))
+    experiments.stop(experiment.id)
+    assert [len(arm.scheduler.sessions) for arm in experiment.arms] == [0, 0]
+    assert [arm.requests for arm in experiment.arms] == [1, 1]  # the report's data stays
+
+
+def test_only_the_last_max_stopped_experiments_are_kept() -> None:
+    experiments = Experiments(SchedulerFactory.create(MemoryPrefixIndex()), max_stopped=3)
+    ids = [experiments.create(SPEC).id for _ in range(10)]  # each stops the one before
+    assert list(experiments.by_id) == ids[-4:]  # three stopped, and the running one
+    experiments.stop(ids[-1])
+    assert list(experiments.by_id) == ids[-3:]
