@@ -91,6 +91,7 @@ async def detach_instance(svc: ServiceState, instance_id: str, *, shutdown: bool
         await svc.lane.run(svc.index.unregister, instance_id)
     svc.scheduler.refresh_instances()
     svc.experiments.refresh_instances()
+    svc.metrics.forget_instance(instance_id)
     with contextlib.suppress(Exception):
         await adapter.aclose()
 
@@ -221,5 +222,6 @@ async def _probe(svc: ServiceState, instance_id: str, timeout: float) -> bool:
         )  # fmt: skip
         with contextlib.suppress(Exception):
             blocks = await svc.lane.run(svc.index.num_blocks, instance_id)
-            svc.metrics.index_blocks.labels(instance_id).set(blocks)
+            if instance_id in svc.pool.configs:  # not removed meanwhile (its series is gone)
+                svc.metrics.index_blocks.labels(instance_id).set(blocks)
     return healthy

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 __all__ = ["ServiceMetrics"]
@@ -80,3 +82,13 @@ class ServiceMetrics:
             "brought up to date (set by the index when its state changes)",
             registry=r,
         )
+
+    def forget_instance(self, instance_id: str) -> None:
+        """Drop the instance's series (it was removed): instances come and go under their
+        own names, and each one's series would otherwise stay for as long as the router
+        runs (a removed instance's block count, frozen, among them)."""
+        per_instance = (self.requests, self.errors, self.index_blocks, self.kv_events,
+                        self.kv_event_gaps)  # fmt: skip
+        for metric in per_instance:
+            with contextlib.suppress(KeyError):  # never had a series
+                metric.remove(instance_id)

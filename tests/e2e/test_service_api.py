@@ -201,6 +201,16 @@ def test_metrics_count_decisions_by_pipeline(client: TestClient) -> None:
     assert "pdd_router_decision_seconds_count 1.0" in text
 
 
+def test_a_removed_instance_leaves_no_series(client: TestClient) -> None:
+    """Instances come and go under their own names: a removed one's series go with it."""
+    client.post("/v1/completions", json={"prompt": PROMPT, "max_tokens": 4})
+    assert 'instance="md0"' in client.get("/metrics").text  # upstream calls, KV events
+    assert client.delete("/v1/instances/md0").status_code == 204
+    text = client.get("/metrics").text
+    assert 'instance="md0"' not in text
+    assert 'pdd_router_upstream_requests_total{instance="p0"}' in text
+
+
 def test_a_span_per_decision_and_per_upstream_call() -> None:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
