@@ -18,7 +18,8 @@ replica count, in the same run:
    as the client sees it, errors (a status other than 200, an error event, a stream
    without ``[DONE]``);
 3. a soak (optional): routes and streaming completions at steady rates for minutes,
-   with the resident memory of every replica (and of the Redis) sampled along the way.
+   with the resident memory of every replica (and of the Redis) sampled along the way,
+   and the blocks the index records then (its size follows the engines' caches).
 
 Before the routes, one completion per conversation prefix fills the engines' caches,
 so the routers' index holds the shared prefixes the routes then match. Between two
@@ -43,6 +44,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Protocol
 
+import httpx
 import numpy as np
 
 from router.bench.http_load import content_length, http_request, status_of
@@ -63,6 +65,7 @@ __all__ = [
     "PhaseResult",
     "ReplicaRun",
     "SoakResult",
+    "index_blocks_of",
     "render_load_config",
     "render_load_results",
     "render_soak",
@@ -96,6 +99,8 @@ class SoakResult:
     baseline_s: float  # the sample growth is counted from
     growth_mb: list[float]  # last sample minus the baseline, per process
     late: int  # requests sent later than their slot (the rates were not kept up)
+    # blocks the first replica's index records, summed over instances, at each sample
+    index_blocks: list[float] = field(default_factory=list)
 
 
 @dataclass
@@ -369,17 +374,37 @@ async def closed_loop(
             conn.close()
 
 
+def index_blocks_of(metrics: str) -> float:
+    """The blocks a replica's index records, summed over instances (its /metrics text)."""
+    name = "pdd_router_index_blocks{"
+    return sum(float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
+               if line.startswith(name))  # fmt: skip
+
+
+async def _index_blocks(client: httpx.AsyncClient, port: int) -> float:
+    try:
+        answer = await client.get(f"http://127.0.0.1:{port}/metrics")
+        answer.raise_for_status()
+    except httpx.HTTPError:
+        return float("nan")
+    return index_blocks_of(answer.text)
+
+
 async def _sampler(
-    pids: list[int], every: float, start: float, until: float,
-    samples: list[tuple[float, list[float]]],
+    pids: list[int], port: int, every: float, start: float, until: float,
+    samples: list[tuple[float, list[float]]], blocks: list[float],
 ) -> None:  # fmt: skip
-    while True:
-        now = time.monotonic()
-        rss = [rss_mb(pid) for pid in pids]
-        samples.append((now - start, [float("nan") if r is None else r for r in rss]))
-        if now >= until:
-            return
-        await asyncio.sleep(min(every, max(0.0, until - now)))
+    """Every ``every`` seconds: the resident memory of ``pids`` and the blocks the index
+    of the replica on ``port`` records."""
+    async with httpx.AsyncClient(timeout=5.0, headers=auth_headers()) as client:
+        while True:
+            now = time.monotonic()
+            rss = [rss_mb(pid) for pid in pids]
+            samples.append((now - start, [float("nan") if r is None else r for r in rss]))
+            blocks.append(await _index_blocks(client, port))
+            if now >= until:
+                return
+            await asyncio.sleep(min(every, max(0.0, until - now)))
 
 
 async def soak(
@@ -398,6 +423,7 @@ async def soak(
     start = time.monotonic()
     until = start + seconds
     samples: list[tuple[float, list[float]]] = []
+    blocks: list[float] = []
     for workers, rate, call, cycle, tally in plan:
         period = workers / rate
         for w in range(workers):
@@ -408,7 +434,8 @@ async def soak(
     pids = [pid for _, pid in sampled]
     ticker = asyncio.create_task(_ticker(progress, what, start, seconds))
     try:
-        await asyncio.gather(_sampler(pids, config.sample_s, start, until, samples), *tasks)
+        sampler = _sampler(pids, ports[0], config.sample_s, start, until, samples, blocks)
+        await asyncio.gather(sampler, *tasks)
     finally:
         ticker.cancel()
         for conn in conns:
@@ -419,7 +446,7 @@ async def soak(
     return SoakResult(
         config.soak_minutes, route_tally.result(elapsed), completion_tally.result(elapsed),
         [name for name, _ in sampled], samples, samples[base][0], growth,
-        route_tally.late + completion_tally.late,
+        route_tally.late + completion_tally.late, blocks,
     )  # fmt: skip
 
 
@@ -611,11 +638,18 @@ def render_soak(run: ReplicaRun) -> list[Any]:
                         str(phase.errors))  # fmt: skip
     summary.caption = f"requests sent later than their slot: {soak.late}"
     memory = Table(title="Resident memory (MB)")
+    memory.caption = "index blocks: the blocks the first replica's index records (all instances)"
     memory.add_column("seconds", justify="right")
     for name in soak.processes:
         memory.add_column(name, justify="right")
-    for t, values in soak.samples:
-        memory.add_row(f"{t:,.0f}", *(f"{v:,.1f}" for v in values))
+    blocks = soak.index_blocks if len(soak.index_blocks) == len(soak.samples) else []
+    if blocks:
+        memory.add_column("index blocks", justify="right")
+    for i, (t, values) in enumerate(soak.samples):
+        extra = [f"{blocks[i]:,.0f}"] if blocks else []
+        memory.add_row(f"{t:,.0f}", *(f"{v:,.1f}" for v in values), *extra)
+    first = next((i for i, (t, _) in enumerate(soak.samples) if t >= soak.baseline_s), 0)
+    extra = [f"{blocks[-1] - blocks[first]:+,.0f}"] if blocks else []
     memory.add_row(f"growth since {soak.baseline_s:,.0f} s",
-                   *(f"{g:+,.1f}" for g in soak.growth_mb), style="bold")  # fmt: skip
+                   *(f"{g:+,.1f}" for g in soak.growth_mb), *extra, style="bold")  # fmt: skip
     return [summary, memory]
