@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Generic, Protocol, TypeVar
 
 import zmq
@@ -28,7 +28,7 @@ import zmq.asyncio
 from engines_adapter.contract import KVEventBatch
 from engines_adapter.kv_events import KVEventDecoder, decode_sequence, encode_sequence, with_gap
 
-__all__ = ["HEARTBEAT_S", "KVEventSubscriber", "Sequenced", "SequencedSubscriber"]
+__all__ = ["HEARTBEAT_S", "KVEventSubscriber", "Sequenced", "SequencedSubscriber", "follow"]
 
 log = logging.getLogger(__name__)
 
@@ -263,3 +263,31 @@ class KVEventSubscriber(SequencedSubscriber[KVEventBatch]):
 def _connectable(endpoint: str) -> str:
     """A bind address such as ``tcp://*:5557`` as an address to connect to."""
     return endpoint.replace("://*:", "://127.0.0.1:").replace("://0.0.0.0:", "://127.0.0.1:")
+
+
+async def follow(
+    subscribe: Callable[[], SequencedSubscriber[BatchT]],
+    apply: Callable[[BatchT], Awaitable[None]],
+    lost: Callable[[], Awaitable[None]],
+    *,
+    retry_s: float,
+) -> None:
+    """Apply a publisher's batches until cancelled, whatever fails: after an unexpected
+    error (in applying a batch, say) it is logged, ``lost`` is awaited (what the missed
+    batches said is unknown: clear what they covered) and a new subscription starts
+    after ``retry_s``. A subscription's own faults (gaps, drops) it handles itself."""
+    while True:
+        subscriber = subscribe()
+        try:
+            async for batch in subscriber.batches():
+                await apply(batch)
+            return
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.error("KV events of %s failed: %r; subscribing again in %s s",
+                      subscriber.name, exc, retry_s)  # fmt: skip
+        finally:
+            subscriber.close()
+        await lost()
+        await asyncio.sleep(retry_s)

@@ -22,7 +22,7 @@ import structlog
 
 from engines_adapter.contract import KVEventBatch
 from engines_adapter.kv_publisher import KVEventPublisher
-from engines_adapter.kv_subscriber import KVEventSubscriber
+from engines_adapter.kv_subscriber import KVEventSubscriber, follow
 from router.kv_ingest import KVEventIngestor
 from router.kv_relay.receiver import RelaySubscriber
 from router.kv_relay.settings import KVRelaySource
@@ -154,23 +154,17 @@ class KVRelay:
     async def _consume(self, instance_id: str, endpoint: str) -> None:
         """An engine's events, until cancelled; after an unexpected failure the instance
         is relayed as lost and cleared, and subscribed to again after ``RETRY_S``."""
-        while True:
-            subscriber = KVEventSubscriber(instance_id, endpoint)
-            try:
-                async for batch in subscriber.batches():
-                    self.accept(batch)
-                return
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                log.error("kv relay: subscription failed, subscribing again",
-                          instance=instance_id, error=repr(exc), retry_s=RETRY_S)  # fmt: skip
-            finally:
-                subscriber.close()
+
+        async def apply(batch: KVEventBatch) -> None:
+            self.accept(batch)
+
+        async def lost() -> None:
             self._add(RelayedEvent(RelayKind.LOST, instance_id))
             self._add(RelayedEvent(RelayKind.CLEARED, instance_id))
             self._woken()
-            await asyncio.sleep(RETRY_S)
+
+        await follow(lambda: KVEventSubscriber(instance_id, endpoint), apply, lost,
+                     retry_s=RETRY_S)  # fmt: skip
 
     def forward(self, batch: RelayedBatch) -> None:
         """One batch of an upstream relay: its events join the next batch as they are (after
@@ -184,21 +178,14 @@ class KVRelay:
     async def _forward(self, source: KVRelaySource) -> None:
         """An upstream relay's batches, until cancelled; after an unexpected failure its
         instances are relayed as lost and cleared, and it is subscribed to again."""
-        while True:
-            subscriber = RelaySubscriber(source)
-            try:
-                async for batch in subscriber.batches():
-                    self.forward(batch)
-                return
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                log.error("kv relay: upstream subscription failed, subscribing again",
-                          relay=source.endpoint, error=repr(exc), retry_s=RETRY_S)  # fmt: skip
-            finally:
-                subscriber.close()
+
+        async def apply(batch: RelayedBatch) -> None:
+            self.forward(batch)
+
+        async def lost() -> None:
             self.forward(RelayedBatch(time.time(), []).marked_gap(0, tuple(source.instances)))
-            await asyncio.sleep(RETRY_S)
+
+        await follow(lambda: RelaySubscriber(source), apply, lost, retry_s=RETRY_S)
 
     async def _flush_loop(self) -> None:
         while True:

@@ -6,10 +6,11 @@ import re
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-__all__ = ["KVRelaySettings", "KVRelaySource", "check_endpoint"]
+__all__ = ["INSTANCE_ID", "KVRelaySettings", "KVRelaySource", "check_endpoint"]
 
 _TCP = re.compile(r"^tcp://(?P<host>\*|[A-Za-z0-9_.-]+|\[[0-9A-Fa-f:.]+\]):(?P<port>\*|\d{1,5})$")
-_INSTANCE_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")  # as an instance config names one
+INSTANCE_ID = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
+"""What an instance id may be (use ``fullmatch``); an instance config holds to it too."""
 
 
 def check_endpoint(endpoint: str) -> str:
@@ -51,7 +52,7 @@ class KVRelaySource(BaseModel):
     @field_validator("instances")
     @classmethod
     def _instance_ids(cls, ids: list[str]) -> list[str]:
-        bad = [i for i in ids if not _INSTANCE_ID.match(i)]
+        bad = [i for i in ids if not INSTANCE_ID.fullmatch(i)]
         if bad:
             raise ValueError(f"not an instance id: {bad[0]!r:.80}")
         if len(set(ids)) != len(ids):

@@ -20,7 +20,6 @@ hash names its whole prefix, so no parent travels either).
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -31,6 +30,7 @@ import msgspec
 import numpy as np
 
 from engines_adapter.kv_events import decode_sequence
+from router.kv_relay.settings import INSTANCE_ID
 
 __all__ = [
     "FORMAT_VERSION",
@@ -44,7 +44,6 @@ __all__ = [
 ]
 
 FORMAT_VERSION = 1
-_INSTANCE_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 _U64 = np.dtype("<u8")
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder()
@@ -137,7 +136,7 @@ class RelayDecoder:
         if not isinstance(timestamp, int | float) or isinstance(timestamp, bool):
             raise ValueError("relayed batch timestamp must be a number")
         if not isinstance(names, list) or not all(
-            isinstance(n, str) and _INSTANCE_ID.match(n) for n in names
+            isinstance(n, str) and INSTANCE_ID.fullmatch(n) for n in names
         ):
             raise ValueError("relayed batch instances must be a list of instance ids")
         if not isinstance(events, list):

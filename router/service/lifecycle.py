@@ -5,13 +5,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import time
 from pathlib import Path
 
 import structlog
 import yaml
 from pydantic import TypeAdapter, ValidationError
 
+from engines_adapter.kv_subscriber import follow
 from router.errors import UserError
+from router.kv_relay.receiver import RelaySubscriber, apply_relayed, by_instance
 from router.kv_relay.settings import KVRelaySource
 from router.kv_relay.wire import RelayedBatch
 from router.service.pool import indexed_instance
@@ -128,44 +131,26 @@ async def consume_relay(svc: ServiceState, source: KVRelaySource) -> None:
     unexpected failure is logged, the relay's instances are cleared (what they hold
     meanwhile is unknown, as after a gap) and the relay is subscribed to again after
     ``RELAY_RETRY_S``: a broken relay never takes the service down, nor stops for good."""
-    import time
 
-    from router.kv_relay.receiver import RelaySubscriber
+    async def apply(batch: RelayedBatch) -> None:
+        for iid, events in by_instance(batch).items():
+            if iid not in svc.pool.configs:
+                continue
+            if svc.peers is not None:
+                await svc.lane.run(svc.peers.ingest_relayed, svc.ingestor, iid, events)
+            else:
+                await svc.lane.run(apply_relayed, svc.ingestor, events)
+            svc.metrics.kv_events.labels(iid).inc()
+            if batch.gap:
+                svc.metrics.kv_event_gaps.labels(iid).inc()
 
-    while True:
-        subscriber = RelaySubscriber(source)
+    async def lost() -> None:
         try:
-            async for batch in subscriber.batches():
-                await _apply_relay_batch(svc, batch)
-            return
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            log.error("kv relay failed: its instances are cleared and it is subscribed again",
-                      relay=source.endpoint, error=repr(exc), retry_s=RELAY_RETRY_S)  # fmt: skip
-        finally:
-            subscriber.close()
-        lost = RelayedBatch(time.time(), []).marked_gap(0, tuple(source.instances))
-        try:
-            await _apply_relay_batch(svc, lost)
+            await apply(RelayedBatch(time.time(), []).marked_gap(0, tuple(source.instances)))
         except Exception as exc:  # e.g. the index unreachable: the next gap clears them
             log.warning("kv relay: its instances could not be cleared", error=repr(exc))
-        await asyncio.sleep(RELAY_RETRY_S)
 
-
-async def _apply_relay_batch(svc: ServiceState, batch: RelayedBatch) -> None:
-    from router.kv_relay.receiver import apply_relayed, by_instance
-
-    for iid, events in by_instance(batch).items():
-        if iid not in svc.pool.configs:
-            continue
-        if svc.peers is not None:
-            await svc.lane.run(svc.peers.ingest_relayed, svc.ingestor, iid, events)
-        else:
-            await svc.lane.run(apply_relayed, svc.ingestor, events)
-        svc.metrics.kv_events.labels(iid).inc()
-        if batch.gap:
-            svc.metrics.kv_event_gaps.labels(iid).inc()
+    await follow(lambda: RelaySubscriber(source), apply, lost, retry_s=RELAY_RETRY_S)
 
 
 SUSPECT_REPROBE_S = 0.25

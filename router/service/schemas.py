@@ -23,6 +23,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from policies.tiers import Tier
+from router.kv_relay.settings import INSTANCE_ID
 from router.settings import ServiceSettings
 
 __all__ = [
@@ -303,7 +304,7 @@ class InstanceConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    instance_id: str = Field(pattern=r"^[A-Za-z0-9_.:-]{1,64}$")
+    instance_id: str = Field(pattern=rf"^{INSTANCE_ID.pattern}$")
     tier: Tier
     datacenter: str = Field("A", min_length=1, max_length=64)
     url: str = Field("inproc://", description="Engine base URL; inproc:// for a built-in sim")
