@@ -1,0 +1,147 @@
+"""The KV relay's wire format: round trips, and malformed or garbled payloads refused."""
+
+from __future__ import annotations
+
+import random
+
+import msgspec
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from router.hashing import chain_hashes
+from router.kv_relay.wire import (
+    RelayDecoder,
+    RelayedBatch,
+    RelayedEvent,
+    RelayKind,
+    encode_relayed,
+    pack_hashes,
+)
+
+BS = 16
+U64_MAX = (1 << 64) - 1
+
+
+def _roundtrip(events: list[RelayedEvent]) -> RelayedBatch:
+    return RelayDecoder().decode(encode_relayed(events, timestamp=12.5), sequence=7)
+
+
+# -- the encoding ------------------------------------------------------------------------
+
+
+def test_every_kind_round_trips_with_hashes_at_both_ends_of_64_bits() -> None:
+    events = [
+        RelayedEvent(RelayKind.STORED, "md0", (0, 1, U64_MAX, 0x8000_0000_0000_0000), 16),
+        RelayedEvent(RelayKind.STORED, "md1", (42,), None),
+        RelayedEvent(RelayKind.REMOVED, "md0", (U64_MAX,)),
+        RelayedEvent(RelayKind.LOST, "md1"),
+        RelayedEvent(RelayKind.CLEARED, "md0"),
+    ]
+    batch = _roundtrip(events)
+    assert batch.events == events
+    assert (batch.timestamp, batch.sequence, batch.gap) == (12.5, 7, False)
+    assert batch.instances == ("md0", "md1")  # each named once
+
+
+def test_a_stored_block_costs_eight_bytes_and_no_token_ids() -> None:
+    """64 blocks of one run: 8 bytes each, plus a few bytes for the event and the batch."""
+    blocks = tuple(chain_hashes(list(range(64 * BS)), BS).hashes)
+    one = len(encode_relayed([RelayedEvent(RelayKind.STORED, "md0", blocks, BS)]))
+    assert 64 * 8 < one < 64 * 8 + 40
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(list(RelayKind)),
+            st.sampled_from(["md0", "md-1", "b:md.2"]),
+            st.lists(st.integers(0, U64_MAX), max_size=20),
+            st.one_of(st.none(), st.integers(1, 4096)),
+        ),
+        max_size=30,
+    )
+)
+@settings(max_examples=60, deadline=None)
+def test_any_events_round_trip(raw: list[tuple[RelayKind, str, list[int], int | None]]) -> None:
+    events = []
+    for kind, iid, blocks, size in raw:
+        if kind == RelayKind.STORED:
+            events.append(RelayedEvent(kind, iid, tuple(blocks), size))
+        elif kind == RelayKind.REMOVED:
+            events.append(RelayedEvent(kind, iid, tuple(blocks)))
+        else:
+            events.append(RelayedEvent(kind, iid))
+    assert _roundtrip(events).events == events
+
+
+# -- the relay end to end, without sockets -------------------------------------------------
+
+
+_enc = msgspec.msgpack.encode
+_GOOD = [1, 0.0, ["md0"], [[0, 0, pack_hashes([1, 2]), 16]]]
+
+
+@pytest.mark.parametrize(
+    ("payload", "message"),
+    [
+        (b"\xc1", "not valid msgpack"),
+        (_enc({"ts": 1}), "must be [version"),
+        (_enc([2, *_GOOD[1:]]), "format 2"),
+        (_enc([True, *_GOOD[1:]]), "format True"),
+        (_enc([1, "now", ["md0"], []]), "timestamp"),
+        (_enc([1, 0.0, ["md 0"], []]), "instance ids"),
+        (_enc([1, 0.0, ["x" * 65], []]), "instance ids"),
+        (_enc([1, 0.0, [7], []]), "instance ids"),
+        (_enc([1, 0.0, ["md0"], {}]), "events must be a list"),
+        (_enc([1, 0.0, ["md0"], [[9, 0]]]), "unknown kind"),
+        (_enc([1, 0.0, ["md0"], [[True, 0]]]), "unknown kind"),
+        (_enc([1, 0.0, ["md0"], [[2, 1]]]), "names instance 1"),
+        (_enc([1, 0.0, ["md0"], [[2, -1]]]), "names instance -1"),
+        (_enc([1, 0.0, ["md0"], [[0, 0, b"\x00" * 7, 16]]]), "multiple of 8"),
+        (_enc([1, 0.0, ["md0"], [[0, 0, [1, 2], 16]]]), "msgpack binary"),
+        (_enc([1, 0.0, ["md0"], [[0, 0, b"", 0]]]), "positive integer"),
+        (_enc([1, 0.0, ["md0"], [[0, 0, b""]]]), "4 fields"),
+        (_enc([1, 0.0, ["md0"], [[2, 0, b""]]]), "2 fields"),
+        (_enc([1, 0.0, ["md0"], [0, 0]]), "must be [kind"),
+        (_enc([1, 0.0, ["md0"], [[0, 0, b"\x00" * 80, 16]] * 3]), "more than 20 blocks"),
+    ],
+)
+def test_malformed_payloads_are_refused_with_a_value_error(payload: bytes, message: str) -> None:
+    with pytest.raises(ValueError, match=message.replace("[", r"\[")):
+        RelayDecoder(max_blocks=20).decode(payload)
+
+
+def test_garbled_payloads_raise_value_error_and_nothing_else() -> None:
+    """Every byte flipped, truncated or inserted at random in a good payload: each decode
+    either succeeds or raises ValueError (what the subscriber skips), never anything else."""
+    good = encode_relayed(
+        [RelayedEvent(RelayKind.STORED, "md0", (1, 2, 3), 16),
+         RelayedEvent(RelayKind.REMOVED, "md1", (4,)), RelayedEvent(RelayKind.CLEARED, "md0")]
+    )  # fmt: skip
+    rng = random.Random(5)
+    decoder = RelayDecoder()
+    refused = 0
+    for _ in range(3000):
+        data = bytearray(good)
+        at = rng.randrange(len(data))
+        choice = rng.randrange(3)
+        if choice == 0:
+            data[at] = rng.randrange(256)
+        elif choice == 1:
+            del data[at:]
+        else:
+            data[at:at] = bytes(rng.randrange(256) for _ in range(rng.randrange(1, 9)))
+        try:
+            decoder.decode(bytes(data))
+        except ValueError:
+            refused += 1
+    assert refused > 1000
+
+
+def test_deeply_nested_payloads_raise_value_error() -> None:
+    """msgpack nested past msgspec's recursion limit (a few KB of bytes) is malformed
+    input, refused like any other, not a RecursionError that ends the subscription."""
+    for prefix in (b"\x91", b"\x81\x01"):  # arrays in arrays, maps in maps
+        with pytest.raises(ValueError, match="not valid msgpack"):
+            RelayDecoder().decode(prefix * 5000 + b"\xc0")
