@@ -49,7 +49,8 @@ def kv_relay(
 
     Run it beside the engines (datacenter B's, say). It subscribes to each engine's KV
     events, re-hashes every stored block under the router's chain hash (so block_size and
-    hash_seed, PDD_ROUTER_BLOCK_SIZE and PDD_ROUTER_HASH_SEED, must be the routers'), and
+    hash_seed, PDD_ROUTER_BLOCK_SIZE and PDD_ROUTER_HASH_SEED, must be the routers': each
+    batch names them, and a router hashing otherwise refuses it and logs both), and
     publishes one compact stream: per event the instance, its kind and the blocks' 64-bit
     hashes, batched every PDD_ROUTER_RELAY__BATCH_WINDOW_S (0.002 s), with its own sequence
     numbers and a replay socket. No token IDs cross the line.

@@ -161,7 +161,9 @@ class SequencedSubscriber(Generic[BatchT]):
             batch = self.decode_frames(frames)
         except ValueError as exc:
             self.malformed += 1
-            log.warning("KV events of %s: malformed message skipped: %s", self.name, exc)
+            if self.malformed & (self.malformed - 1) == 0:  # the 1st, 2nd, 4th, 8th...
+                log.warning("KV events of %s: malformed message skipped (%d so far): %s",
+                            self.name, self.malformed, exc)  # fmt: skip
             if len(frames) >= 2:
                 with contextlib.suppress(ValueError):
                     self._last_sequence = decode_sequence(frames[-2])

@@ -6,7 +6,9 @@ and otherwise (or after a dropped connection, or a relay restarted with its sequ
 back at 0) the next batch is led by a loss and a clear of every instance the relay
 covers, as an engine's gap leads with AllBlocksCleared: the index under-counts those
 instances until their next stored events, rather than keeping blocks they may have
-evicted meanwhile.
+evicted meanwhile. A batch the relay hashed under other ``block_size``/``hash_seed`` than
+the subscriber's is refused (logged, counted as malformed): its blocks would match none
+of this side's prompts.
 """
 
 from __future__ import annotations
@@ -18,19 +20,21 @@ import zmq.asyncio
 from engines_adapter.kv_subscriber import HEARTBEAT_S, SequencedSubscriber
 from router.kv_ingest import KVEventIngestor
 from router.kv_relay.settings import KVRelaySource
-from router.kv_relay.wire import RelayDecoder, RelayedBatch, RelayedEvent, RelayKind
+from router.kv_relay.wire import Hashing, RelayDecoder, RelayedBatch, RelayedEvent, RelayKind
 
 __all__ = ["RelaySubscriber", "apply_relayed", "by_instance"]
 
 
 class RelaySubscriber(SequencedSubscriber[RelayedBatch]):
-    """Subscribes to one KV relay; iterate ``batches()``. Events of instances the source
-    does not list are dropped (``foreign`` counts them)."""
+    """Subscribes to one KV relay whose blocks are hashed under ``hashing`` (others are
+    refused); iterate ``batches()``. Events of instances the source does not list are
+    dropped (``foreign`` counts them)."""
 
     def __init__(
         self,
         source: KVRelaySource,
         *,
+        hashing: Hashing,
         context: zmq.asyncio.Context | None = None,
         replay_timeout_s: float = 2.0,
         heartbeat_s: float | None = HEARTBEAT_S,
@@ -41,7 +45,7 @@ class RelaySubscriber(SequencedSubscriber[RelayedBatch]):
         )  # fmt: skip
         self.covered = tuple(source.instances)
         self._covered = frozenset(source.instances)
-        self.decoder = RelayDecoder()
+        self.decoder = RelayDecoder(expect=hashing)
         self.foreign = 0
 
     def decode_frames(self, frames: Sequence[bytes]) -> RelayedBatch:

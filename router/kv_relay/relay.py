@@ -17,6 +17,7 @@ import contextlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 import structlog
 
@@ -26,7 +27,7 @@ from engines_adapter.kv_subscriber import KVEventSubscriber, follow
 from router.kv_ingest import KVEventIngestor
 from router.kv_relay.receiver import RelaySubscriber
 from router.kv_relay.settings import KVRelaySource
-from router.kv_relay.wire import RelayedBatch, RelayedEvent, RelayKind, encode_relayed
+from router.kv_relay.wire import Hashing, RelayedBatch, RelayedEvent, RelayKind, encode_relayed
 
 __all__ = ["KVRelay", "RelayStats"]
 
@@ -91,6 +92,7 @@ class KVRelay:
         self.publisher = publisher
         self.sources = dict(sources)
         self.upstream = list(upstream)
+        self.hashing = Hashing(block_size, seed)
         self.batch_window_s = batch_window_s
         self.max_batch_blocks = max_batch_blocks
         recorder = _Recorder(self._add)
@@ -129,7 +131,7 @@ class KVRelay:
         events, self._pending, self._pending_blocks = self._pending, [], 0
         if not events:
             return None
-        payload = encode_relayed(events)
+        payload = encode_relayed(events, hashing=self.hashing)
         seq = await self.publisher.publish_payload(payload)
         stats = self.stats
         stats.batches_out += 1
@@ -185,7 +187,8 @@ class KVRelay:
         async def lost() -> None:
             self.forward(RelayedBatch(time.time(), []).marked_gap(0, tuple(source.instances)))
 
-        await follow(lambda: RelaySubscriber(source), apply, lost, retry_s=RETRY_S)
+        subscribe = partial(RelaySubscriber, source, hashing=self.hashing)
+        await follow(subscribe, apply, lost, retry_s=RETRY_S)
 
     async def _flush_loop(self) -> None:
         while True:

@@ -4,7 +4,7 @@ A relay publishes ZMQ multipart messages ``[topic, 8-byte big-endian sequence, p
 the framing engines use (so the same subscriber checks its sequence, and the same
 replay socket fills a gap). The payload is msgpack::
 
-    [1, timestamp, [instance ids...], [event...]]
+    [2, timestamp, [block_size, hash_seed], [instance ids...], [event...]]
 
     [0, instance, hashes, engine_block_size]   stored: a run, parent first
     [1, instance, hashes]                      removed
@@ -15,7 +15,10 @@ replay socket fills a gap). The payload is msgpack::
 own chain hashes packed as little-endian unsigned 64-bit integers (8 bytes a block, as
 msgpack binary). The relay has already re-hashed the engines' token IDs under the
 router's chain hash (so no token IDs travel) and resolved each run's parent (a chained
-hash names its whole prefix, so no parent travels either).
+hash names its whole prefix, so no parent travels either). ``[block_size, hash_seed]``
+are the chain hash's parameters the relay hashed under: a router or a forwarding relay
+hashing under others would match none of its prompts against those blocks, so it refuses
+the batch (``HashingMismatch``) instead of filling its index with them.
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ from router.kv_relay.settings import INSTANCE_ID
 
 __all__ = [
     "FORMAT_VERSION",
+    "Hashing",
+    "HashingMismatch",
     "RelayDecoder",
     "RelayKind",
     "RelayedBatch",
@@ -43,10 +48,33 @@ __all__ = [
     "unpack_hashes",
 ]
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 _U64 = np.dtype("<u8")
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder()
+
+
+@dataclass(frozen=True, slots=True)
+class Hashing:
+    """The router's chain hash parameters: tokens per block and the hash's seed."""
+
+    block_size: int
+    seed: int
+
+    def describe(self) -> str:
+        return f"blocks of {self.block_size} tokens, hash seed {self.seed}"
+
+
+class HashingMismatch(ValueError):
+    """A relayed batch hashed under other parameters than the receiver's."""
+
+    def __init__(self, sent: Hashing, expected: Hashing) -> None:
+        self.sent, self.expected = sent, expected
+        super().__init__(
+            f"the relay hashes {sent.describe()}, this side {expected.describe()}: "
+            "set block_size and hash_seed (PDD_ROUTER_BLOCK_SIZE, PDD_ROUTER_HASH_SEED) the "
+            "same on the relay and on every router; its batches are refused until then"
+        )
 
 
 class RelayKind(IntEnum):
@@ -98,8 +126,11 @@ def unpack_hashes(data: bytes) -> tuple[int, ...]:
     return tuple(np.frombuffer(data, dtype=_U64).tolist())
 
 
-def encode_relayed(events: Sequence[RelayedEvent], *, timestamp: float | None = None) -> bytes:
-    """The msgpack payload of one batch (instances named once each, by position)."""
+def encode_relayed(
+    events: Sequence[RelayedEvent], *, hashing: Hashing, timestamp: float | None = None
+) -> bytes:
+    """The msgpack payload of one batch (instances named once each, by position), its
+    blocks hashed under ``hashing``."""
     names: dict[str, int] = {}
     wire: list[list[Any]] = []
     for event in events:
@@ -111,15 +142,36 @@ def encode_relayed(events: Sequence[RelayedEvent], *, timestamp: float | None = 
         else:
             wire.append([int(event.kind), at])
     ts = time.time() if timestamp is None else timestamp
-    return _encoder.encode([FORMAT_VERSION, ts, list(names), wire])
+    params = [hashing.block_size, hashing.seed]
+    return _encoder.encode([FORMAT_VERSION, ts, params, list(names), wire])
+
+
+def _hashing(params: object) -> Hashing:
+    if (
+        not isinstance(params, list)
+        or len(params) != 2
+        or not all(isinstance(v, int) and not isinstance(v, bool) for v in params)
+        or params[0] <= 0
+        or params[1] < 0
+    ):
+        raise ValueError("relayed batch hashing must be [block_size > 0, hash_seed >= 0]")
+    return Hashing(params[0], params[1])
 
 
 class RelayDecoder:
     """Decodes the compact stream, refusing anything malformed with a ValueError (never
     another exception) and bounded work: at most ``max_events`` events and ``max_blocks``
-    blocks a message."""
+    blocks a message. With ``expect``, a batch hashed under other parameters is refused
+    (``HashingMismatch``, a ValueError)."""
 
-    def __init__(self, *, max_events: int = 1_000_000, max_blocks: int = 16_000_000) -> None:
+    def __init__(
+        self,
+        *,
+        expect: Hashing | None = None,
+        max_events: int = 1_000_000,
+        max_blocks: int = 16_000_000,
+    ) -> None:
+        self.expect = expect
         self.max_events = max_events
         self.max_blocks = max_blocks
 
@@ -128,11 +180,23 @@ class RelayDecoder:
             raw = _decoder.decode(payload)
         except (msgspec.DecodeError, RecursionError) as exc:  # nested past msgspec's limit
             raise ValueError(f"relayed payload is not valid msgpack: {exc}") from exc
-        if not isinstance(raw, list) or len(raw) != 4:
-            raise ValueError("relayed payload must be [version, timestamp, instances, events]")
-        version, timestamp, names, events = raw
+        if not isinstance(raw, list) or not raw:
+            raise ValueError("relayed payload must be a list, led by its format version")
+        version = raw[0]
         if version != FORMAT_VERSION or isinstance(version, bool):
-            raise ValueError(f"relayed payload of format {version!r:.20}, not {FORMAT_VERSION}")
+            raise ValueError(
+                f"relayed payload of format {version!r:.20}, not {FORMAT_VERSION}: "
+                "the relay and this side run different versions"
+            )
+        if len(raw) != 5:
+            raise ValueError(
+                "relayed payload must be [version, timestamp, [block_size, hash_seed], "
+                "instances, events]"
+            )
+        _, timestamp, params, names, events = raw
+        hashing = _hashing(params)
+        if self.expect is not None and hashing != self.expect:
+            raise HashingMismatch(hashing, self.expect)
         if not isinstance(timestamp, int | float) or isinstance(timestamp, bool):
             raise ValueError("relayed batch timestamp must be a number")
         if not isinstance(names, list) or not all(

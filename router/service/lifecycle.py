@@ -16,7 +16,7 @@ from engines_adapter.kv_subscriber import follow
 from router.errors import UserError
 from router.kv_relay.receiver import RelaySubscriber, apply_relayed, by_instance
 from router.kv_relay.settings import KVRelaySource
-from router.kv_relay.wire import RelayedBatch
+from router.kv_relay.wire import Hashing, RelayedBatch
 from router.service.pool import indexed_instance
 from router.service.schemas import InstanceConfig
 from router.service.state import ServiceState
@@ -150,7 +150,9 @@ async def consume_relay(svc: ServiceState, source: KVRelaySource) -> None:
         except Exception as exc:  # e.g. the index unreachable: the next gap clears them
             log.warning("kv relay: its instances could not be cleared", error=repr(exc))
 
-    await follow(lambda: RelaySubscriber(source), apply, lost, retry_s=RELAY_RETRY_S)
+    hashing = Hashing(svc.ingestor.block_size, svc.ingestor.seed)  # what the index holds
+    await follow(lambda: RelaySubscriber(source, hashing=hashing), apply, lost,
+                 retry_s=RELAY_RETRY_S)  # fmt: skip
 
 
 SUSPECT_REPROBE_S = 0.25

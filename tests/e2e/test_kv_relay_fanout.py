@@ -18,7 +18,7 @@ from engines_adapter.kv_publisher import KVEventPublisher
 from router.kv_relay.receiver import RelaySubscriber
 from router.kv_relay.relay import KVRelay
 from router.kv_relay.settings import KVRelaySource
-from router.kv_relay.wire import RelayedBatch
+from router.kv_relay.wire import Hashing, RelayedBatch
 
 DELAY_S = 0.05
 BS = 16
@@ -29,7 +29,9 @@ class Replica:
     """A subscriber to a relay, counting the blocks it heard."""
 
     def __init__(self, endpoint: str) -> None:
-        self.subscriber = RelaySubscriber(KVRelaySource(endpoint=endpoint, instances=["md0"]))
+        self.subscriber = RelaySubscriber(
+            KVRelaySource(endpoint=endpoint, instances=["md0"]), hashing=Hashing(BS, 0)
+        )
         self.blocks = 0
         self.batches: list[RelayedBatch] = []
         self.task = asyncio.create_task(self._run())

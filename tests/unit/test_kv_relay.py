@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -23,6 +24,7 @@ from router.kv_relay.receiver import RelaySubscriber, apply_relayed, by_instance
 from router.kv_relay.relay import KVRelay
 from router.kv_relay.settings import KVRelaySource
 from router.kv_relay.wire import (
+    Hashing,
     RelayDecoder,
     RelayedBatch,
     RelayedEvent,
@@ -31,6 +33,7 @@ from router.kv_relay.wire import (
 )
 
 BS = 16
+HASHING = Hashing(BS, 0)
 
 
 class Captured:
@@ -110,7 +113,7 @@ SOURCE_INSTANCES = ["md0", "md1"]
 
 async def _relayed(publisher: KVEventPublisher, blocks: tuple[int, ...] = (1, 2)) -> int:
     event = RelayedEvent(RelayKind.STORED, "md0", blocks, BS)
-    return await publisher.publish_payload(encode_relayed([event]))
+    return await publisher.publish_payload(encode_relayed([event], hashing=HASHING))
 
 
 class Tap:
@@ -140,7 +143,7 @@ async def relay_and_tap(*, replay: bool) -> AsyncIterator[tuple[KVEventPublisher
     )
     source = KVRelaySource(endpoint=publisher.endpoint, instances=SOURCE_INSTANCES,
                            replay_endpoint=publisher.replay_endpoint)  # fmt: skip
-    tap = Tap(RelaySubscriber(source))
+    tap = Tap(RelaySubscriber(source, hashing=HASHING))
     try:
         async with asyncio.timeout(10):  # until the subscription is heard (slow joiner)
             while True:
@@ -162,7 +165,9 @@ def _skip(publisher: KVEventPublisher, n: int, *, keep: bool) -> None:
     for _ in range(n):
         seq = publisher._sequence
         if keep:
-            payload = encode_relayed([RelayedEvent(RelayKind.STORED, "md1", (seq,), BS)])
+            payload = encode_relayed(
+                [RelayedEvent(RelayKind.STORED, "md1", (seq,), BS)], hashing=HASHING
+            )
             publisher._buffer.append((seq, payload))
         publisher._sequence += 1
 
@@ -180,6 +185,29 @@ async def test_a_gap_on_the_relayed_stream_clears_every_instance_the_relay_cover
                     (RelayKind.LOST, "md1"), (RelayKind.CLEARED, "md1")]  # fmt: skip
     assert after.events[4].blocks == (5,)
     assert tap.subscriber.gaps == 1
+
+
+async def test_batches_hashed_under_other_parameters_are_refused_then_the_next_is_a_gap(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A relay started with another block size: none of its batches reach the index, the
+    log says which settings differ (once per doubling, not once per batch), and once it
+    hashes as the routers do its first batch comes as a gap, clearing what it covers."""
+    async with relay_and_tap(replay=False) as (publisher, tap):
+        wrong = [RelayedEvent(RelayKind.STORED, "md0", (1, 2), 32)]
+        with caplog.at_level(logging.WARNING):
+            for _ in range(5):
+                await publisher.publish_payload(encode_relayed(wrong, hashing=Hashing(32, 0)))
+            await _relayed(publisher, (5,))
+            after = await tap.get()
+    assert tap.queue.empty()
+    assert tap.subscriber.malformed == 5
+    refusals = [r.getMessage() for r in caplog.records if "malformed" in r.getMessage()]
+    assert len(refusals) == 3  # the 1st, 2nd and 4th
+    assert "blocks of 32 tokens, hash seed 0, this side blocks of 16 tokens" in refusals[0]
+    assert (after.gap, after.missed) == (True, 5)
+    assert [e.kind for e in after.events[:2]] == [RelayKind.LOST, RelayKind.CLEARED]
+    assert after.events[-1].blocks == (5,)
 
 
 async def test_a_gap_is_filled_from_the_relays_replay_socket() -> None:
@@ -263,7 +291,7 @@ async def test_a_connection_gone_dead_without_closing_is_dropped_and_made_again(
     proxy = Blackhole(int(publisher.endpoint.rsplit(":", 1)[1]))
     await proxy.start()
     source = KVRelaySource(endpoint=f"tcp://127.0.0.1:{proxy.port}", instances=SOURCE_INSTANCES)
-    tap = Tap(RelaySubscriber(source, heartbeat_s=0.1))
+    tap = Tap(RelaySubscriber(source, hashing=HASHING, heartbeat_s=0.1))
     try:
         async with asyncio.timeout(10):  # until the subscription is heard (slow joiner)
             while True:
@@ -316,7 +344,7 @@ async def test_events_of_instances_the_router_did_not_assign_to_the_relay_are_dr
     async with relay_and_tap(replay=False) as (publisher, tap):
         events = [RelayedEvent(RelayKind.STORED, "p0", (1,), BS),
                   RelayedEvent(RelayKind.CLEARED, "md1")]  # fmt: skip
-        await publisher.publish_payload(encode_relayed(events))
+        await publisher.publish_payload(encode_relayed(events, hashing=HASHING))
         batch = await tap.get()
     assert [e.instance_id for e in batch.events] == ["md1"]
     assert tap.subscriber.foreign == 1
@@ -407,8 +435,8 @@ async def test_the_router_clears_a_failed_relays_instances_and_subscribes_again(
     class Flaky:
         name = "flaky"  # as a subscriber names its publisher in logs
 
-        def __init__(self, source: KVRelaySource) -> None:
-            pass
+        def __init__(self, source: KVRelaySource, *, hashing: Hashing) -> None:
+            assert hashing == HASHING
 
         async def batches(self) -> AsyncIterator[RelayedBatch]:
             attempts.append(len(attempts))

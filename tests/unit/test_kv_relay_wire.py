@@ -11,6 +11,8 @@ from hypothesis import strategies as st
 
 from router.hashing import chain_hashes
 from router.kv_relay.wire import (
+    Hashing,
+    HashingMismatch,
     RelayDecoder,
     RelayedBatch,
     RelayedEvent,
@@ -20,11 +22,14 @@ from router.kv_relay.wire import (
 )
 
 BS = 16
+HASHING = Hashing(BS, 0)
 U64_MAX = (1 << 64) - 1
 
 
 def _roundtrip(events: list[RelayedEvent]) -> RelayedBatch:
-    return RelayDecoder().decode(encode_relayed(events, timestamp=12.5), sequence=7)
+    return RelayDecoder().decode(
+        encode_relayed(events, timestamp=12.5, hashing=HASHING), sequence=7
+    )
 
 
 # -- the encoding ------------------------------------------------------------------------
@@ -47,7 +52,7 @@ def test_every_kind_round_trips_with_hashes_at_both_ends_of_64_bits() -> None:
 def test_a_stored_block_costs_eight_bytes_and_no_token_ids() -> None:
     """64 blocks of one run: 8 bytes each, plus a few bytes for the event and the batch."""
     blocks = tuple(chain_hashes(list(range(64 * BS)), BS).hashes)
-    one = len(encode_relayed([RelayedEvent(RelayKind.STORED, "md0", blocks, BS)]))
+    one = len(encode_relayed([RelayedEvent(RelayKind.STORED, "md0", blocks, BS)], hashing=HASHING))
     assert 64 * 8 < one < 64 * 8 + 40
 
 
@@ -79,32 +84,39 @@ def test_any_events_round_trip(raw: list[tuple[RelayKind, str, list[int], int | 
 
 
 _enc = msgspec.msgpack.encode
-_GOOD = [1, 0.0, ["md0"], [[0, 0, pack_hashes([1, 2]), 16]]]
+H = [BS, 0]
+_GOOD = [2, 0.0, H, ["md0"], [[0, 0, pack_hashes([1, 2]), 16]]]
 
 
 @pytest.mark.parametrize(
     ("payload", "message"),
     [
         (b"\xc1", "not valid msgpack"),
-        (_enc({"ts": 1}), "must be [version"),
-        (_enc([2, *_GOOD[1:]]), "format 2"),
+        (_enc({"ts": 1}), "must be a list"),
+        (_enc([1, 0.0, ["md0"], []]), "format 1, not 2: the relay and this side run"),
+        (_enc([3, *_GOOD[1:]]), "format 3"),
+        (_enc(_GOOD[:4]), "must be [version"),
         (_enc([True, *_GOOD[1:]]), "format True"),
-        (_enc([1, "now", ["md0"], []]), "timestamp"),
-        (_enc([1, 0.0, ["md 0"], []]), "instance ids"),
-        (_enc([1, 0.0, ["x" * 65], []]), "instance ids"),
-        (_enc([1, 0.0, [7], []]), "instance ids"),
-        (_enc([1, 0.0, ["md0"], {}]), "events must be a list"),
-        (_enc([1, 0.0, ["md0"], [[9, 0]]]), "unknown kind"),
-        (_enc([1, 0.0, ["md0"], [[True, 0]]]), "unknown kind"),
-        (_enc([1, 0.0, ["md0"], [[2, 1]]]), "names instance 1"),
-        (_enc([1, 0.0, ["md0"], [[2, -1]]]), "names instance -1"),
-        (_enc([1, 0.0, ["md0"], [[0, 0, b"\x00" * 7, 16]]]), "multiple of 8"),
-        (_enc([1, 0.0, ["md0"], [[0, 0, [1, 2], 16]]]), "msgpack binary"),
-        (_enc([1, 0.0, ["md0"], [[0, 0, b"", 0]]]), "positive integer"),
-        (_enc([1, 0.0, ["md0"], [[0, 0, b""]]]), "4 fields"),
-        (_enc([1, 0.0, ["md0"], [[2, 0, b""]]]), "2 fields"),
-        (_enc([1, 0.0, ["md0"], [0, 0]]), "must be [kind"),
-        (_enc([1, 0.0, ["md0"], [[0, 0, b"\x00" * 80, 16]] * 3]), "more than 20 blocks"),
+        (_enc([2, "now", H, ["md0"], []]), "timestamp"),
+        (_enc([2, 0.0, [16], ["md0"], []]), "hashing must be"),
+        (_enc([2, 0.0, [0, 0], ["md0"], []]), "hashing must be"),
+        (_enc([2, 0.0, [16, -1], ["md0"], []]), "hashing must be"),
+        (_enc([2, 0.0, [16, True], ["md0"], []]), "hashing must be"),
+        (_enc([2, 0.0, H, ["md 0"], []]), "instance ids"),
+        (_enc([2, 0.0, H, ["x" * 65], []]), "instance ids"),
+        (_enc([2, 0.0, H, [7], []]), "instance ids"),
+        (_enc([2, 0.0, H, ["md0"], {}]), "events must be a list"),
+        (_enc([2, 0.0, H, ["md0"], [[9, 0]]]), "unknown kind"),
+        (_enc([2, 0.0, H, ["md0"], [[True, 0]]]), "unknown kind"),
+        (_enc([2, 0.0, H, ["md0"], [[2, 1]]]), "names instance 1"),
+        (_enc([2, 0.0, H, ["md0"], [[2, -1]]]), "names instance -1"),
+        (_enc([2, 0.0, H, ["md0"], [[0, 0, b"\x00" * 7, 16]]]), "multiple of 8"),
+        (_enc([2, 0.0, H, ["md0"], [[0, 0, [1, 2], 16]]]), "msgpack binary"),
+        (_enc([2, 0.0, H, ["md0"], [[0, 0, b"", 0]]]), "positive integer"),
+        (_enc([2, 0.0, H, ["md0"], [[0, 0, b""]]]), "4 fields"),
+        (_enc([2, 0.0, H, ["md0"], [[2, 0, b""]]]), "2 fields"),
+        (_enc([2, 0.0, H, ["md0"], [0, 0]]), "must be [kind"),
+        (_enc([2, 0.0, H, ["md0"], [[0, 0, b"\x00" * 80, 16]] * 3]), "more than 20 blocks"),
     ],
 )
 def test_malformed_payloads_are_refused_with_a_value_error(payload: bytes, message: str) -> None:
@@ -112,12 +124,31 @@ def test_malformed_payloads_are_refused_with_a_value_error(payload: bytes, messa
         RelayDecoder(max_blocks=20).decode(payload)
 
 
+def test_a_batch_hashed_under_other_parameters_is_refused_naming_both() -> None:
+    """A relay run with another block size or seed than the routers' would fill their
+    index with blocks no prompt of theirs can match: refused, with the settings to fix."""
+    events = [RelayedEvent(RelayKind.STORED, "md0", (1, 2), 32)]
+    for sent in (Hashing(32, 0), Hashing(BS, 7)):
+        payload = encode_relayed(events, hashing=sent)
+        with pytest.raises(HashingMismatch) as refused:
+            RelayDecoder(expect=HASHING).decode(payload)
+        assert refused.value.sent == sent
+        message = str(refused.value)
+        assert sent.describe() in message
+        assert HASHING.describe() in message
+        assert "PDD_ROUTER_BLOCK_SIZE" in message
+        assert RelayDecoder().decode(payload).events == events  # no expectation: accepted
+    assert RelayDecoder(expect=HASHING).decode(
+        encode_relayed(events, hashing=HASHING)).events == events  # fmt: skip
+
+
 def test_garbled_payloads_raise_value_error_and_nothing_else() -> None:
     """Every byte flipped, truncated or inserted at random in a good payload: each decode
     either succeeds or raises ValueError (what the subscriber skips), never anything else."""
     good = encode_relayed(
         [RelayedEvent(RelayKind.STORED, "md0", (1, 2, 3), 16),
-         RelayedEvent(RelayKind.REMOVED, "md1", (4,)), RelayedEvent(RelayKind.CLEARED, "md0")]
+         RelayedEvent(RelayKind.REMOVED, "md1", (4,)), RelayedEvent(RelayKind.CLEARED, "md0")],
+        hashing=HASHING,
     )  # fmt: skip
     rng = random.Random(5)
     decoder = RelayDecoder()
