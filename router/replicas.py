@@ -11,13 +11,18 @@ then sees itself) and on a heartbeat. Keys:
 - HASH ``P:load:{replica}``  instance id -> "streams,prefill_tokens" (expires after ``ttl_s``)
 - STRING ``P:ingest:{id}``   the replica that writes the instance's KV events to the
   shared index (a lease of ``ttl_s``, renewed on each heartbeat)
+- HASH ``P:ingested``        instance id -> when its lease was last held (renewed, taken,
+  passed on or released): the shared index has its events up to about then
 
 KV events reach every replica (each keeps its own local mirror of the index), but only
 the lease holder writes an instance's events to Redis, so Redis's write volume does not
 grow with the number of replicas. Leases are spread: a replica takes free leases up to
 its fair share (instances / live replicas, rounded up) and passes on what it holds beyond
 it, so when a replica joins it gets its share on its next heartbeat, and when one stops
-the others take its instances over within ``ttl_s``.
+the others take its instances over within ``ttl_s``. Each exchange also says, for every
+lease held, how long before it the lease was last held: for a lease new to a replica,
+how long nobody wrote the instance's events (a replica that did not hear them all
+meanwhile clears the instance in the shared index: ``ResilientIndex.take_over``).
 
 Times are Redis's own (``TIME``), so replicas' clocks need not agree. On a Redis Cluster
 the prefix is the index's, a hash tag, so every key above is in one slot.
@@ -43,7 +48,8 @@ Load = tuple[int, int]
 _SYNC = """
 -- ARGV: P, me, ttl_ms, n (own fields), n x (instance, "streams,tokens"), then the
 -- instance ids whose KV-event leases to hold ('' ids: none, on a load exchange).
--- Returns {flat others' load {id, streams, tokens, ...}, held lease ids, live replicas}.
+-- Returns {flat others' load {id, streams, tokens, ...}, held lease ids, live replicas,
+-- flat {id, ms since the lease was last held or -1: never} for every held lease}.
 local P, me, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -86,7 +92,7 @@ for _, id in ipairs(order) do
     flat[#flat + 1] = cur[2]
   end
 end
-local held = {}
+local held, ages = {}, {}
 local first = 5 + 2 * n
 if #ARGV >= first then
   local ids, free = {}, {}
@@ -108,13 +114,21 @@ if #ARGV >= first then
       held[#held + 1] = id
     end
   end
+  local written = P .. ':ingested'
   -- more than a fair share (replicas joined): pass the last ones on
   while #held > fair do
     redis.call('DEL', P .. ':ingest:' .. held[#held])
+    redis.call('HSET', written, held[#held], now)
     held[#held] = nil
   end
+  for _, id in ipairs(held) do
+    local last = redis.call('HGET', written, id)
+    ages[#ages + 1] = id
+    ages[#ages + 1] = last and (now - tonumber(last)) or -1
+    redis.call('HSET', written, id, now)
+  end
 end
-return {flat, held, #live}
+return {flat, held, #live, ages}
 """
 
 _RELEASE = """
@@ -122,9 +136,14 @@ _RELEASE = """
 local P, me = ARGV[1], ARGV[2]
 redis.call('ZREM', P .. ':replicas', me)
 redis.call('DEL', P .. ':load:' .. me)
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 for i = 3, #ARGV do
   local key = P .. ':ingest:' .. ARGV[i]
-  if redis.call('GET', key) == me then redis.call('DEL', key) end
+  if redis.call('GET', key) == me then
+    redis.call('DEL', key)
+    redis.call('HSET', P .. ':ingested', ARGV[i], now)
+  end
 end
 return 0
 """
@@ -133,11 +152,14 @@ return 0
 @dataclass
 class PeerView:
     """What one exchange learnt: the other replicas' load per instance, the instances
-    whose KV events this replica writes (None on a load-only exchange), live replicas."""
+    whose KV events this replica writes (None on a load-only exchange), live replicas,
+    and for each lease held how long before this exchange it was last held, by anyone
+    (None: never; for a lease just taken, how long nobody wrote the instance's events)."""
 
     load: dict[str, Load] = field(default_factory=dict)
     leases: set[str] | None = None
     replicas: int = 1
+    unwritten_s: dict[str, float | None] = field(default_factory=dict)
 
 
 class ReplicaSync:
@@ -205,12 +227,16 @@ class ReplicaSync:
         if full:
             self._sent = dict(own)
             self._sent_at = now
-        flat, held, live = reply
+        flat, held, live, ages = reply
         load = {
             _text(flat[i]): (int(flat[i + 1]), int(flat[i + 2])) for i in range(0, len(flat), 3)
         }
         leases = {_text(iid) for iid in held} if lease_ids is not None else None
-        return PeerView(load=load, leases=leases, replicas=int(live))
+        unwritten = {
+            _text(ages[i]): (int(ages[i + 1]) / 1000 if int(ages[i + 1]) >= 0 else None)
+            for i in range(0, len(ages), 2)
+        }  # fmt: skip
+        return PeerView(load=load, leases=leases, replicas=int(live), unwritten_s=unwritten)
 
     def release(self, lease_ids: Sequence[str]) -> None:
         """A clean stop: drop this replica's load and leases at once (best effort)."""

@@ -166,6 +166,7 @@ class ResilientIndex:
         self.hold_s = 10.0
         self._ingesting: str | None = None
         self._held: dict[str, deque[tuple[float, str, tuple[Any, ...]]]] = {}
+        self._started = self._clock()  # KV events are kept from then on (kv_events_of)
 
     # -- state ------------------------------------------------------------------------
     @property
@@ -484,21 +485,32 @@ class ResilientIndex:
         while held and held[0][0] < now - self.hold_s:
             held.popleft()
 
-    def take_over(self, instance_id: str) -> int:
+    def take_over(self, instance_id: str, unwritten_s: float | None = None) -> tuple[int, bool]:
         """This replica now writes the instance's KV events: send the shared index the
         ones it kept from the last ``hold_s``, in order (replaying a stretch of stores,
         removals and clears that the shared index partly has leaves it as the whole
-        stretch does). Returns how many were sent or queued."""
-        held = self._held.pop(instance_id, None)
-        if not held:
-            return 0
-        since = self._clock() - self.hold_s
+        stretch does).
+
+        ``unwritten_s``: how long nobody wrote them (None: unknown, or never written). When
+        that stretch began before what this replica kept (it started since, or kept less
+        than ``hold_s``), the shared index may hold blocks the engine evicted meanwhile:
+        the instance is cleared there first and written again from what was kept, as after
+        a gap. Returns (updates sent or queued, whether the instance was cleared)."""
+        held = self._held.pop(instance_id, None) or deque()
+        now = self._clock()
+        since = now - self.hold_s
+        complete_since = max(since, self._started)
+        if held and held.maxlen is not None and len(held) == held.maxlen:
+            complete_since = max(complete_since, held[0][0])
+        cleared = unwritten_s is not None and now - unwritten_s < complete_since
+        if cleared:
+            self._forward("clear", (instance_id,))
         sent = 0
         for at, name, args in held:
             if at >= since:
                 self._forward(name, args)
                 sent += 1
-        return sent
+        return sent, cleared
 
     def forget_held(self, instance_id: str) -> None:
         """Drop the updates kept for an instance (it was removed)."""

@@ -102,8 +102,15 @@ class Peers:
         lost = self.leases - view.leases
         self.leases = view.leases
         for iid in sorted(gained):
-            sent = self.index.take_over(iid)
-            log.info("kv events lease taken", instance=iid, replayed=sent)
+            unwritten = view.unwritten_s.get(iid)
+            sent, cleared = self.index.take_over(iid, unwritten)
+            if cleared:  # events nobody wrote, and this replica did not hear them all
+                self.metrics.kv_event_gaps.labels(iid).inc()
+                log.warning("kv events lease taken after events nobody wrote; the instance "
+                            "is cleared in the shared index", instance=iid,
+                            unwritten_s=unwritten, replayed=sent)  # fmt: skip
+            else:
+                log.info("kv events lease taken", instance=iid, replayed=sent)
         if lost:
             log.info("kv events leases passed on", instances=sorted(lost))
         self.metrics.kv_event_leases.set(len(self.leases))

@@ -61,17 +61,21 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Stack, R
         server.stop()
 
 
-def start_replicas(stack: Stack, server: RedisServer, n: int, *, share: bool) -> Replicas:
-    prefix = f"pdd-replicas:{uuid.uuid4().hex[:8]}"
+def start_replicas(
+    stack: Stack, server: RedisServer, n: int, *, share: bool, env: dict[str, str] | None = None
+) -> Replicas:
+    """``n`` replicas on a key prefix of their own (``env`` may name another)."""
     env = {
         "PDD_ROUTER_INDEX__BACKEND": "redis",
         "PDD_ROUTER_REDIS__URL": server.url,
-        "PDD_ROUTER_REDIS__KEY_PREFIX": prefix,
         "PDD_ROUTER_REPLICAS__SHARE": "true" if share else "false",
         "PDD_ROUTER_SERVICE__ENGINE_TIMEOUT_S": "20",
         "PDD_ROUTER_POLICY__NAME": "pdd",
         "PDD_ROUTER_POLICY__PARAMS": json.dumps({"wan_budget_s": 1e6}),  # P-MD only
+        "PDD_ROUTER_REDIS__KEY_PREFIX": f"pdd-replicas:{uuid.uuid4().hex[:8]}",
+        **(env or {}),
     }
+    prefix = env["PDD_ROUTER_REDIS__KEY_PREFIX"]
     urls = [stack.start_router(env) for _ in range(n)]
     procs = [proc for proc, _ in stack.procs[-n:]]
     if share and n > 1:  # every replica has seen the others (a heartbeat each)
@@ -218,3 +222,63 @@ def test_a_killed_replicas_kv_events_are_written_by_another(
         replicas.procs = [p for p in replicas.procs if p.poll() is None]
         replicas.stack.procs = [(p, log) for p, log in replicas.stack.procs if p.poll() is None]
         replicas.stop()
+
+
+def test_a_replica_restarted_after_events_it_missed_clears_what_redis_kept(
+    cluster: tuple[Stack, RedisServer],
+) -> None:
+    """The only replica is killed; while it is down md0 drops its whole cache, and that
+    event reaches no one. The replica started again finds md0's lease unheld for longer
+    than it has been listening: it clears md0 in Redis rather than keep predicting the
+    blocks Redis still names (every one of them evicted), and the next prompts are
+    predicted from md0's events again."""
+    stack, server = cluster
+    first = start_replicas(stack, server, 1, share=True)
+    prompt = [(53 * i + 9) % 512 for i in range(PREFIX_TOKENS)]
+    body = {"prompt": prompt, "max_tokens": 2, "ignore_eos": True}
+    response = httpx.post(f"{first.urls[0]}/v1/completions", json=body, timeout=30)
+    assert response.status_code == 200, response.text
+    assert response.json()["pdd"]["instances"]["md"] == "md0"
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and predicted_md_hit(first.urls[0], prompt) < 0.9:
+        time.sleep(0.1)
+    assert predicted_md_hit(first.urls[0], prompt) > 0.9
+    client = redis.Redis.from_url(server.url)
+    old = client.get(f"{first.prefix}:ingest:md0")
+    assert old is not None
+    first.procs[0].kill()
+    first.procs[0].wait(10)
+    stack.procs = [(p, log) for p, log in stack.procs if p.poll() is None]
+    reset = httpx.post(f"{stack.engines['md0'].url}/reset_prefix_cache", timeout=10)
+    assert reset.status_code == 200
+    env = {"PDD_ROUTER_REDIS__KEY_PREFIX": first.prefix}
+    again = start_replicas(stack, server, 1, share=True, env=env)
+    try:
+        started = time.monotonic()
+        hit = 1.0
+        while time.monotonic() - started < 15:  # the old lease lapses (ttl 3 s), then taken
+            holder = client.get(f"{first.prefix}:ingest:md0")
+            hit = predicted_md_hit(again.urls[0], prompt)
+            if holder is not None and holder != old and hit == 0.0:
+                break
+            time.sleep(0.2)
+        cleared_after = time.monotonic() - started
+        print(f"\nrestarted replica: md0 cleared in Redis {cleared_after:.1f} s after start")
+        assert hit == 0.0  # before: 1.0, from the blocks Redis kept
+        gaps = [
+            line for line in httpx.get(f"{again.urls[0]}/metrics", timeout=5).text.splitlines()
+            if line.startswith('pdd_router_kv_event_gaps_total{instance="md0"}')
+        ]  # fmt: skip
+        assert gaps, "the clear is counted as a gap of md0"
+        assert float(gaps[0].split()[1]) >= 1
+        fresh = [(59 * i + 3) % 512 for i in range(PREFIX_TOKENS)]
+        body = {"prompt": fresh, "max_tokens": 2, "ignore_eos": True}
+        response = httpx.post(f"{again.urls[0]}/v1/completions", json=body, timeout=30)
+        assert response.status_code == 200, response.text
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and predicted_md_hit(again.urls[0], fresh) < 0.9:
+            time.sleep(0.1)
+        assert predicted_md_hit(again.urls[0], fresh) > 0.9
+    finally:
+        client.close()
+        again.stop()

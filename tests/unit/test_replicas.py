@@ -163,6 +163,61 @@ def test_taking_an_instance_over_writes_what_the_shared_index_missed() -> None:
         index.remove("p0", CHAIN[10:])
     assert primary.match(CHAIN) == {"p0": 0, "md0": 0}
     writes.add("p0")
-    assert index.take_over("p0") == 2  # the store and the removal of the last 5 s
+    assert index.take_over("p0", unwritten_s=3.0) == (2, False)  # the last 5 s, kept
     assert primary.match(CHAIN) == {"p0": 10, "md0": 0}
-    assert index.take_over("p0") == 0  # sent once
+    assert index.take_over("p0") == (0, False)  # sent once
+
+
+def test_a_lease_nobody_held_for_longer_than_was_kept_clears_the_instance_first() -> None:
+    """A replica that started 2 s ago takes a lease nobody held for 60 s (every replica
+    was down, say): the shared index still has blocks the engine evicted meanwhile, and
+    the removals are lost. It is cleared and written again from what this replica heard."""
+    writes: set[str] = set()
+    index, primary, now = mirrored(writes)
+    primary.store("p0", CHAIN)  # what the last holder wrote, a minute ago
+    now[0] += 2.0
+    with index.kv_events_of("p0"):
+        index.store("p0", CHAIN[:3])  # heard since this replica started
+    writes.add("p0")
+    assert index.take_over("p0", unwritten_s=60.0) == (1, True)
+    assert primary.match(CHAIN) == {"p0": 3, "md0": 0}  # not 20: those may be gone
+
+
+def test_a_lease_taken_within_what_was_kept_is_not_cleared() -> None:
+    """The same replica, the lease unheld for 1.5 s of the 2 s it has been hearing the
+    instance: its held events cover the stretch, nothing is cleared."""
+    writes: set[str] = set()
+    index, primary, now = mirrored(writes)
+    primary.store("p0", CHAIN)
+    now[0] += 2.0
+    with index.kv_events_of("p0"):
+        index.remove("p0", CHAIN[15:])
+    writes.add("p0")
+    assert index.take_over("p0", unwritten_s=1.5) == (1, False)
+    assert primary.match(CHAIN) == {"p0": 15, "md0": 0}
+
+
+@pytest.mark.redis
+def test_an_exchange_says_how_long_a_lease_was_unheld(shared: tuple[redis.Redis, str]) -> None:
+    """Never held: None. Released by a: how long ago. Held by b from then on: the time
+    since b's last exchange. A replica restarted under the same name that finds its lease
+    still held learns how long nobody renewed it."""
+    a, b = replica(shared, "a"), replica(shared, "b")
+    first = a.exchange({}, ["p0"])
+    assert first is not None
+    assert first.unwritten_s == {"p0": None}
+    a.release(["p0"])
+    time.sleep(0.3)
+    taken = b.exchange({}, ["p0"])
+    assert taken is not None
+    assert taken.leases == {"p0"}
+    unwritten = taken.unwritten_s["p0"]
+    assert unwritten is not None
+    assert 0.25 <= unwritten < 2.0
+    time.sleep(0.2)
+    renewed = replica(shared, "b").exchange({}, ["p0"])  # b again, as a new process
+    assert renewed is not None
+    assert renewed.leases == {"p0"}
+    again = renewed.unwritten_s["p0"]
+    assert again is not None
+    assert 0.15 <= again < 2.0
