@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -65,14 +66,14 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
         errors = exc.errors()
-        first: dict[str, Any] = dict(errors[0]) if errors else {"msg": "invalid request"}
+        first: dict[str, Any] = _relevant(errors) if errors else {"msg": "invalid request"}
         status = 400 if first.get("type") in BAD_VALUE_ERRORS else 422
         body_message = _body_error(first, request.headers.get("content-type"))
         if body_message is not None:
             return JSONResponse(
                 error_body(body_message, "invalid_request_error", None, status), status_code=status
             )
-        loc = [str(p) for p in first.get("loc", ()) if p != "body"]
+        loc = [str(p) for p in first.get("loc", ()) if p != "body" and not _union_branch(p)]
         ctx: dict[str, Any] = first.get("ctx") or {}
         param = ".".join(loc) or ctx.get("param") or None
         reason = str(first["msg"]).removeprefix("Value error, ")  # pydantic's, for a check's
@@ -91,6 +92,42 @@ def install_error_handlers(app: FastAPI) -> None:
             status_code=exc.status_code,
             headers=headers,
         )
+
+
+_SCALAR_BRANCHES = frozenset({"str", "int", "float", "bool", "bytes", "none"})
+
+
+def _union_branch(part: object) -> bool:
+    """A part of an error's location that names the branch of a union pydantic tried
+    (``str``, ``list[str]``, ``function-after[...]``, a model's class name), not a field."""
+    return isinstance(part, str) and (
+        part in _SCALAR_BRANCHES or "[" in part or "-" in part or part[:1].isupper()
+    )
+
+
+def _field_of(error: Mapping[str, Any]) -> tuple[Any, ...]:
+    loc = tuple(error.get("loc", ()))
+    cut = next((i for i, part in enumerate(loc) if _union_branch(part)), len(loc))
+    return loc[:cut]
+
+
+def _relevant(errors: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The first field's error a client can act on. A value of a union type (``stop``: a
+    string or a list of strings) fails once per branch; the branch of the value's own
+    shape says what is wrong with it (``stop.0``: too short; ``stop.1``: not a string),
+    where the others only say it is not of their type. When every branch says only
+    that, they are said together."""
+    first = dict(errors[0])
+    field = _field_of(first)
+    same = [e for e in errors if _field_of(e) == field]
+    if len(same) == 1:
+        return first
+    inside = [e for e in same if len(e.get("loc", ())) > len(field) + 1]  # in a branch's item
+    shaped = inside or [e for e in same if not str(e.get("type", "")).endswith("_type")]
+    if shaped:
+        return dict(shaped[0])
+    wanted = list(dict.fromkeys(str(e["msg"]).removeprefix("Input should be ") for e in same))
+    return {**first, "loc": field, "msg": "Input should be " + ", or ".join(wanted)}
 
 
 _WHOLE_BODY_ERRORS = frozenset({"missing", "model_attributes_type", "model_type", "dict_type"})

@@ -93,3 +93,24 @@ def test_a_check_across_fields_says_only_what_is_missing(client: TestClient) -> 
     r = client.post("/v1/route", json={"model": DEMO_MODEL, "hash_ids": [1, 2]})
     assert r.status_code == 422
     assert r.json()["error"]["message"] == "hash_ids needs block_size"
+
+
+@pytest.mark.parametrize(
+    ("stop", "param", "reason"),
+    [
+        ([""], "stop.0", "String should have at least 1 character"),
+        (["ok", 7], "stop.1", "Input should be a valid string"),
+        (7, "stop", "Input should be a valid string, or a valid list"),
+    ],
+)
+def test_a_bad_stop_names_the_field_and_item_not_pydantics_union_branch(
+    client: TestClient, stop: object, param: str, reason: str
+) -> None:
+    """``stop`` is a string or a list of strings; an error names ``stop`` (and the item),
+    never the branch of the union pydantic tried (``stop.str``, ``stop.list[str].0``)."""
+    body = {"model": DEMO_MODEL, "messages": HI, "stop": stop}
+    r = client.post("/v1/chat/completions", json=body)
+    assert r.status_code in (400, 422)
+    error = r.json()["error"]
+    assert error["param"] == param
+    assert error["message"] == f"{param}: {reason}"
