@@ -22,8 +22,8 @@ from typing import Any, Protocol, TextIO
 from policies.admission import Overloaded
 from policies.base import Policy
 from policies.tiers import Tier
-from policies.types import ClusterView, Decision, RequestView
-from router.index.base import Clock, PrefixIndex
+from policies.types import ClusterView, Decision, InstanceLoad, RequestView
+from router.index.base import Clock, IndexedInstance, PrefixIndex
 from router.index.memory_index import MemoryPrefixIndex
 from router.predictor.features import CandidateRows, FeatureBuilder, FloatArray
 from router.predictor.outcome import DecisionOutcome
@@ -76,7 +76,10 @@ class Scheduler:
         self.sessions = SessionTracker()
         # The router's own record of its routes, kept beside a KV-event-fed index for the
         # features and the approximate-mode baseline; in approximate mode the index is it.
+        # Each instance's record is an LRU of the engine's KV size (``_route_capacity``, in
+        # blocks, from the cluster view), so what the engine evicted ages out of it too.
         self._routes: MemoryPrefixIndex | None = None
+        self._route_capacity: dict[str, int] = {}
         self._tier_of: dict[str, Tier] = {}
         self.decisions = 0
         self.rejections = 0  # requests the policy refused (admission control)
@@ -92,7 +95,8 @@ class Scheduler:
         self._tier_of = {i.instance_id: i.tier for i in instances}
         if self._routes is not None:
             for inst in instances:
-                self._routes.register(inst)
+                capacity = self._route_capacity.get(inst.instance_id, inst.capacity_blocks)
+                self._routes.register(_with_capacity(inst, capacity))
             for inst in self._routes.instances():
                 if inst.instance_id not in self._tier_of:
                     self._routes.unregister(inst.instance_id)
@@ -102,6 +106,7 @@ class Scheduler:
         scheduler decides nothing more (the arm of a stopped experiment)."""
         self.sessions = SessionTracker()
         self._routes = None
+        self._route_capacity = {}
 
     def matches(self, request: RequestView) -> dict[Tier, dict[str, int]]:
         """The index's answer for the request's chain, grouped by tier."""
@@ -170,7 +175,7 @@ class Scheduler:
                     t.value: {iid: round(h, 6) for iid, h in per.items()}
                     for t, per in predicted.items()
                 }
-        self._record(request, chosen)
+        self._record(request, cluster, chosen)
         self.sessions.arrived(request, now)
         self.decide_seconds += self._timer() - start
         self.decisions += 1
@@ -198,12 +203,40 @@ class Scheduler:
             }
             self.decision_log.write(json.dumps(record, separators=(",", ":")) + "\n")
 
-    def _record(self, request: RequestView, chosen: Mapping[Tier, str]) -> None:
-        target = self.index if self.record_routes else self._routes
+    def _record(
+        self, request: RequestView, cluster: ClusterView, chosen: Mapping[Tier, str]
+    ) -> None:
+        if self.record_routes:
+            target: PrefixIndex | None = self.index
+        else:
+            target = self._routes
+            if target is not None:
+                self._size_routes(target, request, cluster, chosen)
         if target is None or not request.chain:
             return
         for iid in chosen.values():
             target.store(iid, request.chain)
+
+    def _size_routes(
+        self,
+        routes: MemoryPrefixIndex,
+        request: RequestView,
+        cluster: ClusterView,
+        chosen: Mapping[Tier, str],
+    ) -> None:
+        """Bound each chosen instance's record of routes by the engine's KV memory, in
+        blocks (as ``lru_frac`` does): without it, beside a KV-event-fed index not told the
+        capacities, the record says "sent there once" forever."""
+        block = max(request.block_size, 1)
+        for tier, iid in chosen.items():
+            load = _load_of(cluster, tier, iid)
+            if load is None or load.kv_capacity_tokens <= 0:
+                continue
+            capacity = max(load.kv_capacity_tokens // block, 1)
+            if self._route_capacity.get(iid) == capacity:
+                continue
+            self._route_capacity[iid] = capacity
+            routes.register(IndexedInstance(iid, tier, load.datacenter, capacity))
 
     def record_outcome(self, outcome: DecisionOutcome) -> None:
         """What happened to a decided request: session history, and an outcome log line."""
@@ -236,6 +269,19 @@ def expected_blocks(
         tier: {iid: min(most, max(0, round(hit * n / bs))) for iid, hit in per.items()}
         for tier, per in predicted.items()
     }
+
+
+def _load_of(cluster: ClusterView, tier: Tier, instance_id: str) -> InstanceLoad | None:
+    for load in cluster.instances.get(tier, ()):
+        if load.instance_id == instance_id:
+            return load
+    return None
+
+
+def _with_capacity(instance: IndexedInstance, capacity: int | None) -> IndexedInstance:
+    if capacity == instance.capacity_blocks:
+        return instance
+    return IndexedInstance(instance.instance_id, instance.tier, instance.datacenter, capacity)
 
 
 def _chosen(decision: Decision) -> dict[Tier, str]:

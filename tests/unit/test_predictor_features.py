@@ -255,3 +255,55 @@ def test_unusable_logs_are_refused_in_one_line(tmp_path: Path) -> None:
     garbage.write_text("not json\n")
     with pytest.raises(UserError, match=r"garbage.jsonl:1: not a JSON line"):
         read_logs([garbage])
+
+
+def test_beside_kv_events_the_record_of_routes_ages_as_an_lru_of_the_engine_size() -> None:
+    """Events mode, the index not told the capacities: the router's record of its routes
+    (``route_frac``, ``known_frac``) forgets a chain once the engine's 100 blocks of KV
+    memory took in that many others after it, as the engine itself would."""
+    log = io.StringIO()
+    clock = Clock()
+    index = TrackedIndex(MemoryPrefixIndex(clock=clock), clock)
+    pair = [("p0", Tier.P, "A"), ("md0", Tier.MD, "B")]
+    for iid, tier, dc in pair:
+        index.register(IndexedInstance(iid, tier, dc))  # no capacity: never ages
+    view = ClusterView(
+        instances={t: [InstanceLoad(i, t, dc, CAPACITY_TOKENS) for i, tt, dc in pair
+                       if tt is t] for t in Tier},
+        wan=LinkState(20e9 / 8, 0.03), rdma=LinkState(400e9 / 8, 1e-5),
+        kv_bytes_per_token=70_000, prefill_tokens_per_s=20_000, decode_step_s=0.03,
+    )  # fmt: skip
+    sched = Scheduler(index, build_policy(parse_policy("pdd")), decision_log=log)
+    chain = tuple(range(20))
+    sent = 0
+
+    def send(blocks: tuple[int, ...]) -> dict[str, object]:
+        nonlocal sent
+        sent += 1
+        clock.now = view.now = float(sent)
+        request = RequestView(blocks, 512, len(blocks) * 512, request_id=f"r{sent}")
+        decision = sched.decide(request, view)
+        assert (decision.p_instance, decision.md_instance) == ("p0", "md0")
+        line: dict[str, object] = json.loads(log.getvalue().splitlines()[-1])
+        return line
+
+    def route_frac(line: dict[str, object]) -> tuple[float, float]:
+        features = line["features"]
+        assert isinstance(features, dict)
+        return features["p"]["route_frac"], features["md"]["known_frac"]
+
+    def others(first: int, blocks: int) -> None:
+        for k in range(0, blocks, 10):
+            send(tuple(range(first + k, first + k + 10)))
+
+    send(chain)
+    others(1000, 80)  # 100 blocks in all: the engine still holds the chain
+    assert route_frac(send(chain)) == (1.0, 1.0)
+    others(2000, 90)  # 110: an LRU of 100 blocks dropped the chain's last 10
+    assert route_frac(send(chain)) == (0.5, 0.5)  # before: 1.0, "sent there once" forever
+    others(3000, 100)
+    assert route_frac(send(chain)) == (0.0, 0.0)
+    sched.refresh_instances()  # re-read from the index (no capacity there): still bounded
+    others(4000, 100)
+    assert route_frac(send(chain)) == (0.0, 0.0)
+    assert index.match(chain) == {"p0": 0, "md0": 0}  # the index itself heard nothing
