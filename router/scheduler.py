@@ -5,8 +5,10 @@ else decides. It is synchronous: with the Redis index the match is one round tri
 
 Around the policy the scheduler keeps what a pure policy cannot: each session's
 history (attached to the request view), the router's own record of where it sent
-requests (in approximate mode that record *is* the index: no KV events), and, when a
-hit-rate model is configured, the predicted realized hit of every candidate instance.
+requests (in approximate mode that record *is* the index: no KV events; beside KV
+events, an LRU of each engine's KV size that also drops what the events report removed),
+and, when a hit-rate model is configured, the predicted realized hit of every candidate
+instance.
 Predictions reach the policy through ``matches`` as the expected number of leading
 blocks still held when the request is served, so every policy uses the model when
 there is one and the raw match otherwise, unchanged.
@@ -16,14 +18,14 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, TextIO
 
 from policies.admission import Overloaded
 from policies.base import Policy
 from policies.tiers import Tier
 from policies.types import ClusterView, Decision, InstanceLoad, RequestView
-from router.index.base import Clock, IndexedInstance, PrefixIndex
+from router.index.base import Clock, IndexedInstance, PrefixIndex, UnknownInstanceError
 from router.index.memory_index import MemoryPrefixIndex
 from router.predictor.features import CandidateRows, FeatureBuilder, FloatArray
 from router.predictor.outcome import DecisionOutcome
@@ -77,9 +79,13 @@ class Scheduler:
         # The router's own record of its routes, kept beside a KV-event-fed index for the
         # features and the approximate-mode baseline; in approximate mode the index is it.
         # Each instance's record is an LRU of the engine's KV size (``_route_capacity``, in
-        # blocks, from the cluster view), so what the engine evicted ages out of it too.
+        # blocks, from the cluster view), and forgets the blocks whose removal the index
+        # hears (KV events), so what the engine evicted ages out of it too.
         self._routes: MemoryPrefixIndex | None = None
         self._route_capacity: dict[str, int] = {}
+        self._tracker = tracker
+        if tracker is not None and not record_routes:
+            tracker.removal_listeners.append(self._heard_removal)
         self._tier_of: dict[str, Tier] = {}
         self.decisions = 0
         self.rejections = 0  # requests the policy refused (admission control)
@@ -107,6 +113,8 @@ class Scheduler:
         self.sessions = SessionTracker()
         self._routes = None
         self._route_capacity = {}
+        if self._tracker is not None and self._heard_removal in self._tracker.removal_listeners:
+            self._tracker.removal_listeners.remove(self._heard_removal)
 
     def matches(self, request: RequestView) -> dict[Tier, dict[str, int]]:
         """The index's answer for the request's chain, grouped by tier."""
@@ -216,6 +224,21 @@ class Scheduler:
             return
         for iid in chosen.values():
             target.store(iid, request.chain)
+
+    def _heard_removal(self, instance_id: str, blocks: Sequence[int] | None) -> None:
+        """The index heard the engine drop these blocks (None: all of them): so does the
+        record. Its LRU of the engine's nominal size cannot know what memory held by
+        requests in flight evicted early; the events can, once they arrive."""
+        routes = self._routes
+        if routes is None or instance_id not in self._tier_of:
+            return
+        try:
+            if blocks is None:
+                routes.clear(instance_id)
+            else:
+                routes.remove(instance_id, blocks)
+        except UnknownInstanceError:
+            pass
 
     def _size_routes(
         self,

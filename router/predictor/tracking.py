@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from policies.tiers import Tier
 from router.index.base import Clock, IndexedInstance, PrefixIndex, UnknownInstanceError
@@ -131,6 +131,8 @@ class TrackedIndex:
         self.rate_window_s = rate_window_s
         self._max_blocks = max_blocks
         self._activity: dict[str, InstanceActivity] = {}
+        # called with (instance, blocks) on every removal, (instance, None) on a clear
+        self.removal_listeners: list[Callable[[str, Sequence[int] | None], None]] = []
 
     def activity(self, instance_id: str) -> InstanceActivity | None:
         return self._activity.get(instance_id)
@@ -175,12 +177,16 @@ class TrackedIndex:
 
     def remove(self, instance_id: str, blocks: Sequence[int]) -> None:
         self.inner.remove(instance_id, blocks)
+        for listener in self.removal_listeners:
+            listener(instance_id, blocks)
         activity = self._activity.get(instance_id)
         if activity is not None:
             activity.removed_blocks(blocks, self.clock(), self.rate_window_s)
 
     def clear(self, instance_id: str) -> None:
         self.inner.clear(instance_id)
+        for listener in self.removal_listeners:
+            listener(instance_id, None)
         activity = self._activity.get(instance_id)
         if activity is not None:
             activity.removed_blocks(list(activity.touch), self.clock(), self.rate_window_s)

@@ -307,3 +307,28 @@ def test_beside_kv_events_the_record_of_routes_ages_as_an_lru_of_the_engine_size
     others(4000, 100)
     assert route_frac(send(chain)) == (0.0, 0.0)
     assert index.match(chain) == {"p0": 0, "md0": 0}  # the index itself heard nothing
+
+
+def test_the_record_of_routes_forgets_what_the_kv_events_report_removed() -> None:
+    """Events mode: the record keeps what the router sent until the engine's removals
+    reach the index; then it says what the index says (an LRU of the engine's nominal size
+    cannot know what memory held by running requests evicted early)."""
+    log = io.StringIO()
+    sched, index, view, clock = setup(log=log)
+    chain = tuple(range(20))
+
+    def decide(request_id: str) -> tuple[str, dict[str, float]]:
+        clock.now = view.now = clock.now + 1.0
+        decision = sched.decide(RequestView(chain, 512, 20 * 512, request_id=request_id), view)
+        line = json.loads(log.getvalue().splitlines()[-1])
+        return decision.p_instance, {t: f["route_frac"] for t, f in line["features"].items()}
+
+    p, _ = decide("r1")
+    assert decide("r2")[1]["p"] == 1.0  # sent there, no KV event yet: the record says held
+    index.store(p, chain)
+    index.remove(p, chain[10:])  # the engine evicted the chain's last 10 blocks
+    assert decide("r3")[1]["p"] == 0.5  # before: 1.0 until the record's own LRU dropped them
+    index.clear(p)  # the engine restarted
+    assert decide("r4")[1]["p"] == 0.0
+    sched.release()  # a released scheduler keeps no record to update
+    assert index.removal_listeners == []
