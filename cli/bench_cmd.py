@@ -135,6 +135,15 @@ def load(
     decode_ms: float = typer.Option(
         2.0, "--decode-ms", help="Each engine-sim's milliseconds per output token"
     ),
+    cache_blocks: int | None = typer.Option(
+        None,
+        "--cache-blocks",
+        help="Each engine-sim's KV cache in blocks of 16 tokens, also each instance's "
+        "capacity in the replicas' instances (capacity_tokens), at least two prompts' "
+        "worth (default: 64 prompts' worth, at least 8192). The index grows until the "
+        "caches are full: a soak with a small cache (e.g. 4096) reaches its steady size "
+        "within its first minutes",
+    ),
     redis: bool = typer.Option(
         False,
         "--redis",
@@ -193,7 +202,7 @@ def load(
         connections=connections, concurrency=concurrency, output_tokens=output_tokens,
         engines=(p, rld, md), decode_ms=decode_ms, redis=redis, soak_minutes=soak_minutes,
         soak_routes_per_s=soak_routes_per_s, soak_completions_per_s=soak_completions_per_s,
-        sample_s=sample_seconds,
+        sample_s=sample_seconds, cache_blocks=cache_blocks,
     )  # fmt: skip
     config.check()
     with progress_bars(not no_progress) as bars:

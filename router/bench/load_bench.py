@@ -578,7 +578,8 @@ def render_load_config(result: LoadResult) -> Any:
         ("replicas", " and ".join(map(str, c.replicas))
          + (" (several: the Redis index, shared)" if max(c.replicas) > 1 else "")),
         ("index backend", ", ".join(f"{n}: {c.index_of(n)}" for n in c.replicas)),
-        ("engines", f"{p} P, {rld} RLD, {md} MD (engine-sim, decode {c.decode_ms:g} ms/token)"),
+        ("engines", f"{p} P, {rld} RLD, {md} MD (engine-sim, decode {c.decode_ms:g} ms/token, "
+                    f"cache {c.engine_cache_blocks():,} blocks each)"),
         ("prompt tokens", f"{c.prompt_tokens:,} (1/8 common, 3/4 shared by one of {GROUPS} "
                           "groups, 1/4 distinct)"),
         ("routes", f"{c.connections} kept-alive connections, round robin over the replicas"),

@@ -28,6 +28,7 @@ from router.errors import UserError
 
 __all__ = [
     "BENCH_KEY",
+    "BLOCK_SIZE",
     "REDIS_MISSING",
     "Cluster",
     "LoadConfig",
@@ -40,6 +41,8 @@ __all__ = [
 BENCH_KEY = "load-bench"  # the replicas require it, as deployed
 START_TIMEOUT_S = 90.0  # every process answering, on a busy machine
 STOP_TIMEOUT_S = 10.0  # SIGTERM, then SIGKILL
+BLOCK_SIZE = 16  # tokens per KV block: engine-sim's default and the router's
+MAX_CACHE_BLOCKS = 1_048_576
 
 REDIS_MISSING = ("redis-server is not on PATH: several replicas (or --redis) share the index "
                  "through a private redis-server")  # fmt: skip
@@ -63,6 +66,19 @@ class LoadConfig:
     soak_routes_per_s: float = 100.0
     soak_completions_per_s: float = 10.0
     sample_s: float = 20.0
+    # each engine-sim's KV capacity in blocks, and each instance's in the routers'
+    # instances (None: 64 prompts' worth, at least 8,192)
+    cache_blocks: int | None = None
+
+    def prompt_blocks(self) -> int:
+        """The full blocks of one prompt."""
+        return self.prompt_tokens // BLOCK_SIZE
+
+    def engine_cache_blocks(self) -> int:
+        """Each engine-sim's cache in blocks: ``cache_blocks``, or 64 prompts' worth."""
+        if self.cache_blocks is not None:
+            return self.cache_blocks
+        return max(8_192, 64 * self.prompt_blocks())
 
     def check(self) -> None:
         """A UserError naming the first option out of range."""
@@ -87,6 +103,10 @@ class LoadConfig:
             (self.soak_routes_per_s <= 0, "--soak-routes-per-s: more than 0"),
             (self.soak_completions_per_s <= 0, "--soak-completions-per-s: more than 0"),
             (self.sample_s < 1, "--sample-seconds: 1 or more"),
+            (self.cache_blocks is not None
+             and not 2 * self.prompt_blocks() <= self.cache_blocks <= MAX_CACHE_BLOCKS,
+             f"--cache-blocks: between {2 * self.prompt_blocks():,} (two prompts of "
+             f"--prompt-tokens {self.prompt_tokens}) and {MAX_CACHE_BLOCKS:,}"),
         ]  # fmt: skip
         for bad, message in problems:
             if bad:
@@ -250,21 +270,23 @@ class Cluster:
         p, rld, md = self.config.engines
         tiers = [("p", i) for i in range(p)] + [("rld", i) for i in range(rld)]
         tiers += [("md", i) for i in range(md)]
-        blocks = max(8_192, 64 * self.config.prompt_tokens // 16)
+        blocks = self.config.engine_cache_blocks()
         for tier, i in tiers:
             port, events = free_port(), free_port()
             iid = f"{tier}{i}"
             self.procs.cli(iid, [
                 "engine-sim", "serve", "--tier", tier, "--port", str(port), "--instance-id",
                 iid, "--kv-events-endpoint", f"tcp://127.0.0.1:{events}", "--decode-ms",
-                f"{self.config.decode_ms:g}", "--cache-blocks", str(blocks),
+                f"{self.config.decode_ms:g}", "--block-size", str(BLOCK_SIZE),
+                "--cache-blocks", str(blocks),
                 "--max-running", "256", "--log-level", "warning",
             ])  # fmt: skip
             url = f"http://127.0.0.1:{port}"
             self.engines.append(Engine(iid, tier, url, f"tcp://127.0.0.1:{events}"))
         instances = [
             {"instance_id": e.instance_id, "tier": e.tier, "adapter": "vllm", "url": e.url,
-             "datacenter": "B" if e.tier == "md" else "A", "kv_events_endpoint": e.events}
+             "datacenter": "B" if e.tier == "md" else "A", "kv_events_endpoint": e.events,
+             "capacity_tokens": blocks * BLOCK_SIZE}
             for e in self.engines
         ]  # fmt: skip
         (self.procs.folder / "instances.json").write_text(json.dumps(instances))
