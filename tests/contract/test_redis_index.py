@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from typing import TYPE_CHECKING, Any
 
 import fakeredis
@@ -99,6 +100,31 @@ def test_match_is_one_round_trip_whatever_the_chain_length(redis_keys: RedisKeys
     assert index.match(chain) == {"i0": 0, "i1": 5, "i2": 300, "i3": 4096, "i4": 8191, "i5": 8192}
     assert [c[0] for c in calls] == ["EVALSHA"]
     index.close()
+
+
+@pytest.mark.parametrize("length", [40, 300, 2000])
+@pytest.mark.redis
+def test_match_finds_every_depth_of_many_instances(redis_keys: RedisKeys, length: int) -> None:
+    """The match bisects in rounds, several levels per round: every instance's depth is
+    still exact, whether the depths are few and shared or one per instance."""
+    rng = random.Random(length)
+    chain = [rng.getrandbits(63) + 1 for _ in range(length)]
+    redis_index = RedisPrefixIndex(redis_keys.url, key_prefix=redis_keys.prefix)
+    memory = MemoryPrefixIndex()
+    shared = [0, 1, length // 3, length - 1, length]
+    for i in range(120):
+        spec = IndexedInstance(f"i{i:03d}", (Tier.P, Tier.MD)[i % 2], "dc-a")
+        depth = shared[i % len(shared)] if i < 40 else rng.randint(0, length)
+        for index in (redis_index, memory):
+            index.register(spec)
+            index.store(spec.instance_id, chain[:depth])
+            index.store(spec.instance_id, [rng.getrandbits(63) + 1 for _ in range(3)])
+    expected = memory.match(chain)
+    assert len(set(expected.values())) > min(30, length // 2)
+    assert redis_index.match(chain) == expected
+    assert redis_index.match(chain, tier=Tier.MD) == memory.match(chain, tier=Tier.MD)
+    assert redis_index.match(chain[: length // 2]) == memory.match(chain[: length // 2])
+    redis_index.close()
 
 
 def _store_some(index: RedisPrefixIndex) -> None:
