@@ -64,6 +64,7 @@ class RedisPrefixIndex:
         self._route = f"{self._layout.prefix}:instances"
         self._client: redis.Redis = client
         self._scripts = {name: client.register_script(src) for name, src in SCRIPTS.items()}
+        self._noop = client.register_script("return 0")
         try:
             self.ping()
         except UserError:
@@ -119,6 +120,19 @@ class RedisPrefixIndex:
         with reachable(self.url):
             start = time.perf_counter()
             self._client.ping()
+            return time.perf_counter() - start
+
+    def match_floor(self, chain: Sequence[int]) -> float:
+        """The round trip of a match that looks nothing up: a script that returns at once,
+        called as ``match`` calls its own, with the same arguments. What every match costs
+        before its first lookup (``bench index`` prints it); returns seconds."""
+        args = self._layout.match_args(chain, None, None, self._layout.names)
+        with reachable(self.url):
+            try:
+                start = time.perf_counter()
+                self._client.evalsha(self._noop.sha, 1, self._route, *args)
+            except NoScriptError:
+                self._noop(keys=[self._route], args=args)
             return time.perf_counter() - start
 
     def close(self) -> None:

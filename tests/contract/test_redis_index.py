@@ -266,3 +266,5 @@ def test_scripts_flushed_from_the_server_are_loaded_again() -> None:
     client.script_flush()
     index.store("x", [90_001, 90_002])
     assert index.match([90_001, 90_002, 90_003]) == {"x": 2}
+    client.script_flush()
+    assert 0 < index.match_floor(chains[1][1]) < 10  # bench index's no-op match, reloaded

@@ -70,6 +70,8 @@ def test_redis_bench_measures_and_deletes_its_keys() -> None:
         assert row.redis_p50_us is not None
         assert row.redis_p50_pings is not None
         assert row.redis_p50_pings > 0
+        assert row.floor_p50_pings is not None
+        assert 0 < row.floor_p50_pings < 50
         assert row.redis_store_blocks_per_s is not None
     assert result.ping_p50_us is not None
     for item in result.ingest:
