@@ -14,13 +14,15 @@ import asyncio
 import contextlib
 import json
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import httpx
 
 from engines_adapter.contract import EngineError, KVEventBatch, TokenDelta
 from engines_adapter.kv_subscriber import KVEventSubscriber
+
+T = TypeVar("T")
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -33,6 +35,7 @@ __all__ = [
     "message_of",
     "open_stream",
     "raise_for_status",
+    "run_scoped",
     "sse_data",
 ]
 
@@ -126,8 +129,58 @@ async def open_stream(
     try:
         yield response
     finally:
-        with anyio.CancelScope(shield=True):
-            await response.aclose()
+        await close_surely(response)
+
+
+async def close_surely(response: httpx.Response) -> None:
+    """Close ``response`` even when its task is cancelled while it closes, then go on being
+    cancelled. anyio's shield stops anyio's cancellation but not asyncio's ``Task.cancel``
+    (a timeout's, an abort's, a consumer's that got the final token first), which landed in
+    the close (at anyio's checkpoint as the socket closes) and left httpcore's pool holding
+    the request for good: a steady leak of requests and connection objects."""
+    closing = asyncio.ensure_future(response.aclose())
+    cancelled = False
+    while True:
+        try:
+            await asyncio.shield(closing)
+            break
+        except asyncio.CancelledError:
+            if closing.done():  # the close itself was cancelled (the loop is shutting down)
+                raise
+            cancelled = True  # the close goes on in its own task: wait for it
+    if cancelled:
+        raise asyncio.CancelledError
+
+
+async def run_scoped(call: Callable[[], Awaitable[T]]) -> T:
+    """``await call()`` in a task of its own that is only ever cancelled through an anyio
+    cancel scope. httpcore shields its cleanup (returning a connection to the pool, closing
+    a socket) with anyio, which holds off anyio's cancellation but not asyncio's
+    ``Task.cancel``; a native cancel (a timeout, a caller cancelled) landing there leaves
+    the pool holding the request, or a connection busy, for good. When the caller is
+    cancelled, the call's scope is cancelled instead; the caller waits for the call to
+    unwind (its cleanup shielded), then goes on being cancelled."""
+    scope = anyio.CancelScope()
+
+    async def scoped() -> T:
+        with scope:
+            return await call()
+        raise asyncio.CancelledError  # the scope was cancelled before the call returned
+
+    task = asyncio.ensure_future(scoped())
+    cancelled = False
+    while True:
+        try:
+            result = await asyncio.shield(task)
+            break
+        except asyncio.CancelledError:
+            if task.done():  # the call ended cancelled
+                raise
+            cancelled = True
+            scope.cancel()
+    if cancelled:
+        raise asyncio.CancelledError
+    return result
 
 
 async def sse_data(response: httpx.Response) -> AsyncIterator[dict[str, Any] | None]:
@@ -154,30 +207,44 @@ _Item = TokenDelta | Exception | None
 Producer = Callable[[Callable[[TokenDelta], Awaitable[None]]], Awaitable[None]]
 
 
+async def _stop(task: asyncio.Task[None], scope: anyio.CancelScope) -> None:
+    """Cancel a producer through its scope and wait until it has closed its stream. Waiting
+    never cancels it natively: a caller cancelled meanwhile stops waiting, and the producer
+    finishes closing on its own."""
+    scope.cancel()
+    if not task.done():
+        with anyio.CancelScope(shield=True), contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait({task})
+
+
 class AbortableStreams:
     """Runs each streamed generation in a task that ``abort(request_id)`` can cancel."""
 
     def __init__(self) -> None:
-        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._tasks: dict[str, tuple[asyncio.Task[None], anyio.CancelScope]] = {}
         self._aborted: set[str] = set()
 
     async def run(self, request_id: str, producer: Producer) -> AsyncGenerator[TokenDelta, None]:
         """Yield what ``producer`` emits; after an abort, one final ``finish_reason="abort"``."""
         queue: asyncio.Queue[_Item] = asyncio.Queue()
+        scope = anyio.CancelScope()
 
         async def emit(delta: TokenDelta) -> None:
             await queue.put(delta)
 
         async def work() -> None:
-            try:
-                await producer(emit)
-            except Exception as exc:
-                await queue.put(exc)
-            else:
-                await queue.put(None)
+            # cancelled through its scope only (see run_scoped): the HTTP stream's close,
+            # shielded by httpcore, then always completes
+            with scope:
+                try:
+                    await producer(emit)
+                except Exception as exc:
+                    await queue.put(exc)
+                else:
+                    await queue.put(None)
 
         task = asyncio.create_task(work(), name=f"stream-{request_id}")
-        self._tasks[request_id] = task
+        self._tasks[request_id] = (task, scope)
         task.add_done_callback(lambda _: queue.put_nowait(None))
         try:
             while True:
@@ -194,25 +261,20 @@ class AbortableStreams:
                     return
         finally:
             self._aborted.discard(request_id)
-            if self._tasks.get(request_id) is task:
+            if self._tasks.get(request_id, (None,))[0] is task:
                 del self._tasks[request_id]
-            if not task.done():
-                # wait, shielded, for the producer to close its HTTP stream: a consumer being
-                # cancelled (its client left) must not leave the connection open, or the engine
-                # goes on generating into a socket nobody reads
-                task.cancel()
-                with anyio.CancelScope(shield=True), contextlib.suppress(asyncio.CancelledError):
-                    await task
+            # wait for the producer to close its HTTP stream: a consumer being cancelled
+            # (its client left) must not leave the connection open, or the engine goes on
+            # generating into a socket nobody reads
+            await _stop(task, scope)
 
     async def abort(self, request_id: str) -> None:
         """Cancel the request's stream (closing its HTTP response); unknown ids are ignored."""
-        task = self._tasks.get(request_id)
-        if task is None or task.done():
+        entry = self._tasks.get(request_id)
+        if entry is None or entry[0].done():
             return
         self._aborted.add(request_id)
-        task.cancel()
-        with anyio.CancelScope(shield=True), contextlib.suppress(asyncio.CancelledError):
-            await task
+        await _stop(*entry)
 
     async def aclose(self) -> None:
         """Cancel every running stream."""
@@ -239,7 +301,9 @@ class HttpEngineCommon:
     async def health(self) -> bool:
         """``GET /health`` answers 200."""
         try:
-            response = await self._client.get(self._url("/health"), timeout=self._probe_timeout)
+            response = await run_scoped(
+                lambda: self._client.get(self._url("/health"), timeout=self._probe_timeout)
+            )
         except httpx.HTTPError:
             return False
         return response.status_code == 200

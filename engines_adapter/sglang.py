@@ -51,6 +51,7 @@ from engines_adapter.http_engine import (
     message_of,
     open_stream,
     raise_for_status,
+    run_scoped,
     sse_data,
 )
 from engines_adapter.kv_subscriber import KVEventSubscriber
@@ -130,8 +131,8 @@ class SGLangAdapter(HttpEngineCommon):
 
     async def _post(self, body: dict[str, Any], what: str) -> dict[str, Any]:
         try:
-            response = await self._client.post(
-                self._url("/generate"), json=body, timeout=self._timeout
+            response = await run_scoped(
+                lambda: self._client.post(self._url("/generate"), json=body, timeout=self._timeout)
             )
         except httpx.HTTPError as exc:
             raise engine_error(self.instance_id, exc, what) from exc
@@ -259,7 +260,9 @@ class SGLangAdapter(HttpEngineCommon):
     async def load(self) -> EngineLoad:
         """Figures from ``/metrics`` (SGLang started with ``--enable-metrics``)."""
         try:
-            response = await self._client.get(self._url("/metrics"), timeout=self._probe_timeout)
+            response = await run_scoped(
+                lambda: self._client.get(self._url("/metrics"), timeout=self._probe_timeout)
+            )
         except httpx.HTTPError as exc:
             raise engine_error(self.instance_id, exc, "load") from exc
         if response.status_code == 404:

@@ -39,6 +39,7 @@ from engines_adapter.http_engine import (
     message_of,
     open_stream,
     raise_for_status,
+    run_scoped,
     sse_data,
 )
 from engines_adapter.kv_subscriber import KVEventSubscriber
@@ -120,8 +121,10 @@ class VLLMAdapter(HttpEngineCommon):
         body["kv_transfer_params"] = {**PREFILL_KV_PARAMS, **(request.kv_transfer_params or {})}
         headers = {"X-Request-Id": request.request_id}
         try:
-            response = await self._client.post(
-                self._url("/v1/completions"), json=body, headers=headers, timeout=self._timeout
+            response = await run_scoped(
+                lambda: self._client.post(
+                    self._url("/v1/completions"), json=body, headers=headers, timeout=self._timeout
+                )
             )
         except httpx.HTTPError as exc:
             raise engine_error(self.instance_id, exc, "prefill") from exc
@@ -210,7 +213,9 @@ class VLLMAdapter(HttpEngineCommon):
     async def load(self) -> EngineLoad:
         """Figures from ``/metrics`` (vllm:num_requests_running, ...)."""
         try:
-            response = await self._client.get(self._url("/metrics"), timeout=self._probe_timeout)
+            response = await run_scoped(
+                lambda: self._client.get(self._url("/metrics"), timeout=self._probe_timeout)
+            )
         except httpx.HTTPError as exc:
             raise engine_error(self.instance_id, exc, "load") from exc
         await raise_for_status(self.instance_id, response, "load")
