@@ -2,9 +2,11 @@
 
 Layout. Each registered instance gets a *slot* (a small integer, reused after
 ``unregister``); per block the index keeps the set of instances holding it as a
-Python ``int`` bitmask over slots, and per instance an ``OrderedDict`` block ->
-last-touch time in least-recently-used-first order (the LRU and the TTL queue at
-once, since a clock only moves forward).
+Python ``int`` bitmask over slots, and per instance a dict block -> last-touch time
+in least-recently-used-first order (the LRU and the TTL queue at once, since a clock
+only moves forward). A plain dict keeps its keys in insertion order, so a touched
+block is popped and inserted again; that costs less than an ``OrderedDict``'s move,
+and its other operations about half.
 
 Match. Holding is monotone along a chain (see :mod:`router.index.base`), so for a
 set of candidate instances whose depth is known to lie in ``[lo, hi]`` one probe of
@@ -18,8 +20,8 @@ common "holds nothing" and "holds everything" cases in two probes.
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
 from collections.abc import Sequence
+from itertools import islice
 
 from policies.tiers import Tier
 from router.index.base import Clock, IndexedInstance, UnknownInstanceError, unknown_instances
@@ -35,7 +37,7 @@ class _Entry:
     def __init__(self, spec: IndexedInstance, bit: int) -> None:
         self.spec = spec
         self.bit = bit
-        self.blocks: OrderedDict[int, float] = OrderedDict()  # oldest touch first
+        self.blocks: dict[int, float] = {}  # oldest touch first
 
 
 class MemoryPrefixIndex:
@@ -109,22 +111,13 @@ class MemoryPrefixIndex:
         blocks = entry.blocks
         holders = self._holders
         bit = entry.bit
-        move = blocks.move_to_end
+        pop = blocks.pop
         # Last block first: every parent ends up more recent than its children.
-        if self._ttl is None:  # touch times are never read: only the order moves
-            for block in reversed(chain):
-                if block in blocks:
-                    move(block)
-                else:
-                    holders[block] = holders.get(block, 0) | bit
-                    blocks[block] = now
-        else:
-            for block in reversed(chain):
-                if block in blocks:
-                    move(block)
-                else:
-                    holders[block] = holders.get(block, 0) | bit
-                blocks[block] = now
+        for block in reversed(chain):
+            if pop(block, None) is None:  # new here (touch times are never None)
+                holders[block] = holders.get(block, 0) | bit
+            blocks[block] = now
+        if self._ttl is not None:
             self._expire(entry, now)
         self._evict(entry)
 
@@ -238,9 +231,8 @@ class MemoryPrefixIndex:
             return
         holders = self._holders
         keep = ~entry.bit
-        pop = blocks.popitem
-        for _ in range(excess):
-            block = pop(last=False)[0]
+        for block in list(islice(blocks, excess)):  # the least recently used
+            del blocks[block]
             mask = holders[block] & keep
             if mask:
                 holders[block] = mask
@@ -253,11 +245,13 @@ class MemoryPrefixIndex:
         if ttl is None:
             return
         blocks = entry.blocks
-        bit = entry.bit
-        while blocks:
-            block, touched = next(iter(blocks.items()))
+        expired: list[int] = []
+        for block, touched in blocks.items():  # one pass from the front
             if now - touched < ttl:
                 break
+            expired.append(block)
+        bit = entry.bit
+        for block in expired:
             del blocks[block]
             self._unhold(block, bit)
 
