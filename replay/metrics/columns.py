@@ -59,7 +59,6 @@ _IS_STRING = tuple(name in _STRINGS for name in _FIELDS)
 _IS_OPTIONAL = tuple(name in _OPTIONAL_FLOATS for name in _FIELDS)
 _values = attrgetter(*_FIELDS)
 _STRING_AT = tuple(i for i, is_string in enumerate(_IS_STRING) if is_string)
-_NULLABLE_AT = tuple(i for i, optional in enumerate(_IS_OPTIONAL) if optional)
 _NONE = -1  # string code of None
 _MISSING = -2  # string code of a row never put
 
@@ -88,19 +87,21 @@ class RecordColumns(Sequence[RequestRecord]):
 
     def put(self, row: int, record: RequestRecord) -> None:
         """Store ``record`` at ``row`` (rows may come in any order)."""
+        self.put_fields(row, _values(record))
+
+    def put_fields(self, row: int, fields: Sequence[Any]) -> None:
+        """Store at ``row`` the record whose fields, in order, are ``fields``."""
         chunk_index, offset = divmod(row, CHUNK_ROWS)
         chunks = self._chunks
         while len(chunks) <= chunk_index:
             chunk = np.zeros(CHUNK_ROWS, dtype=_DTYPE)
             chunk["session_id"] = _MISSING
             chunks.append(chunk)
-        values = list(_values(record))
+        values = list(fields)
         code = self._code
         for i in _STRING_AT:
             values[i] = code(values[i])
-        for i in _NULLABLE_AT:  # the optional floats: NaN for None
-            if values[i] is None:
-                values[i] = np.nan
+        # numpy stores None as NaN in the float columns (the optional floats)
         chunks[chunk_index][offset] = tuple(values)
         if row >= self._rows:
             self._rows = row + 1

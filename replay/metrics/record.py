@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, astuple, dataclass
 from typing import Any
 
 from policies.admission import Overloaded
 from policies.tiers import Tier
 from replay.sim.request_state import Leg, SimRequest
 
-__all__ = ["REJECTED", "RequestRecord", "record_of"]
+__all__ = ["REJECTED", "RequestRecord", "record_fields", "record_of"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,59 +70,69 @@ def _hit(leg: Leg | None, input_length: int) -> float | None:
 
 def record_of(request: SimRequest) -> RequestRecord:
     """The record of a simulated request (finished or not)."""
+    return RequestRecord(*record_fields(request))
+
+
+def record_fields(request: SimRequest) -> tuple[Any, ...]:
+    """The fields of ``record_of(request)`` in their order, without building the record
+    (a replay stores them straight into its columns)."""
     if request.rejected is not None:
-        return _rejected_record(request, request.rejected)
+        return astuple(_rejected_record(request, request.rejected))
     decision = request.decision
     arrival = request.arrival_s
     first, last = request.first_token_s, request.last_token_s
     finished = request.finished_s is not None and first is not None and last is not None
-    ttft = first - arrival if finished and first is not None else None
-    e2e = last - arrival if finished and last is not None else None
-    tpot: float | None = None
-    if finished and first is not None and last is not None and request.emitted > 1:
-        tpot = (last - first) / (request.emitted - 1)
+    ttft = e2e = tpot = None
+    if finished and first is not None and last is not None:
+        ttft = round(first - arrival, 6)
+        e2e = round(last - arrival, 6)
+        if request.emitted > 1:
+            tpot = round((last - first) / (request.emitted - 1), 6)
     predicted = decision.predicted_hit if decision is not None else {}
     rld_busy = None
     if request.rld_start_s is not None and request.rld_end_s is not None:
-        rld_busy = request.rld_end_s - request.rld_start_s
+        rld_busy = round(request.rld_end_s - request.rld_start_s, 6)
     n = request.input_length
-    return RequestRecord(
-        request_id=request.trace.request_id,
-        session_id=request.trace.session_id,
-        arrival_s=round(arrival, 6),
-        input_length=n,
-        output_length=request.output_length,
-        decided_pipeline=str(decision.pipeline) if decision is not None else "",
-        pipeline=str(request.pipeline),
-        reactive=request.reactive,
-        handoff=str(request.handoff) if request.handoff is not None else None,
-        handoff_rounds=request.handoff_rounds,
-        eager_tokens=request.eager_tokens,
-        p_instance=request.p.id if request.p is not None else "",
-        rld_instance=request.rld.id if request.rld is not None else None,
-        md_instance=request.md.id if request.md is not None else None,
-        finished_on=request.finished_on,
-        ttft_s=_r(ttft),
-        ttft_prefill_s=_r(request.prefill_end_s - arrival) if finished else None,
-        tpot_s=_r(tpot),
-        max_gap_s=_r(request.max_gap_s) if finished else None,
-        handoff_gap_s=_r(request.handoff_gap_s) if request.handoff is not None else None,
-        e2e_s=_r(e2e),
-        prefill_queue_s=round(request.prefill_start_s - arrival, 6),
-        prefill_s=round(request.prefill_end_s - request.prefill_start_s, 6),
-        hit_p=round(request.p_hit_tokens / n, 6) if n else 0.0,
-        hit_rld=_hit(request.rld_leg, n),
-        hit_md=_hit(request.md_leg, n),
-        predicted_hit_p=_r(predicted.get(Tier.P)),
-        predicted_hit_md=_r(predicted.get(Tier.MD)),
-        predicted_wan_s=round(decision.predicted_wan_s, 6) if decision is not None else 0.0,
-        wan_bytes=request.wan_bytes,
-        transfer_s=_r(request.transfer_s),
-        tokens_rld=request.tokens_rld,
-        tokens_md=request.tokens_md,
-        rld_busy_s=_r(rld_busy),
-        reason=decision.reason if decision is not None else "",
-        preemptions=request.preemptions,
+    handoff = request.handoff
+    # positional, in the order of RequestRecord's fields (keywords cost more to match)
+    return (
+        request.trace.request_id,
+        request.trace.session_id,
+        round(arrival, 6),
+        n,
+        request.output_length,
+        str(decision.pipeline) if decision is not None else "",  # decided_pipeline
+        str(request.pipeline),
+        request.reactive,
+        str(handoff) if handoff is not None else None,
+        request.handoff_rounds,
+        request.eager_tokens,
+        request.p.id if request.p is not None else "",  # p_instance
+        request.rld.id if request.rld is not None else None,
+        request.md.id if request.md is not None else None,
+        request.finished_on,
+        ttft,
+        round(request.prefill_end_s - arrival, 6) if finished else None,  # ttft_prefill_s
+        tpot,
+        _r(request.max_gap_s) if finished else None,
+        _r(request.handoff_gap_s) if handoff is not None else None,
+        e2e,
+        round(request.prefill_start_s - arrival, 6),  # prefill_queue_s
+        round(request.prefill_end_s - request.prefill_start_s, 6),  # prefill_s
+        round(request.p_hit_tokens / n, 6) if n else 0.0,  # hit_p
+        _hit(request.rld_leg, n),
+        _hit(request.md_leg, n),
+        _r(predicted.get(Tier.P)),
+        _r(predicted.get(Tier.MD)),
+        round(decision.predicted_wan_s, 6) if decision is not None else 0.0,
+        request.wan_bytes,
+        _r(request.transfer_s),
+        request.tokens_rld,
+        request.tokens_md,
+        rld_busy,
+        decision.reason if decision is not None else "",
+        None,  # rejected
+        request.preemptions,
     )
 
 

@@ -19,7 +19,7 @@ from typing import Any, Literal, TextIO
 
 from policies.registry import UnknownPolicyError, build_policy, parse_policy
 from replay.metrics.columns import RecordColumns
-from replay.metrics.record import RequestRecord, record_of
+from replay.metrics.record import RequestRecord, record_fields
 from replay.metrics.summary import SlaThresholds, Summary, summarize
 from replay.metrics.writers import write_run
 from replay.presets.cluster_preset import ClusterPreset
@@ -149,7 +149,7 @@ def _simulate(
         scheduler.record_outcome(outcome_of(request))
 
     def keep(request: SimRequest) -> None:
-        records.put(request.key, record_of(request))
+        records.put_fields(request.key, record_fields(request))
 
     sim = Simulator(
         cluster,
