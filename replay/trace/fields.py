@@ -16,11 +16,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
+
 from router.errors import UserError
 
 __all__ = ["Line", "describe"]
 
 _INTS = frozenset({int})
+_decode_json = msgspec.json.decode
 
 
 def describe(value: object) -> str:
@@ -47,16 +50,26 @@ class Line:
         return self.error(f"field '{name}' must be {expected}, got {describe(value)}")
 
     def decode_json(self, raw: bytes | str) -> Mapping[str, Any]:
-        """Decode one JSON object (a line of a JSONL trace)."""
+        """Decode one JSON object (a line of a JSONL trace).
+
+        msgspec decodes a line to the same values as ``json.loads``, several times
+        faster; what it refuses (``NaN``, lone surrogates, bad JSON) goes to ``json.loads``,
+        which accepts the same lines as ever and words the same errors."""
         try:
-            obj = json.loads(raw)
+            obj = _decode_json(raw)
+        except msgspec.DecodeError:
+            obj = self._decode_stdlib(raw)
+        if not isinstance(obj, dict):
+            raise self.error(f"expected a JSON object, got {type(obj).__name__}")
+        return obj
+
+    def _decode_stdlib(self, raw: bytes | str) -> Any:
+        try:
+            return json.loads(raw)
         except json.JSONDecodeError as exc:
             raise self.error(f"invalid JSON ({exc.msg} at column {exc.colno})") from None
         except ValueError as exc:  # undecodable bytes
             raise self.error(f"invalid JSON ({exc})") from None
-        if not isinstance(obj, dict):
-            raise self.error(f"expected a JSON object, got {type(obj).__name__}")
-        return obj
 
     def require(self, record: Mapping[str, Any], name: str) -> Any:
         """The raw value of a field that must be present."""
