@@ -149,10 +149,10 @@ class KvMemory:
     def release(self, chain: Sequence[int], extra_tokens: int) -> None:
         """Unpin ``chain`` (it stays cached, most recent) and free ``extra_tokens``."""
         pins, lru = self._pins, self._lru
+        unpin = pins.pop
         for block in reversed(chain):
-            count = pins[block]
+            count = unpin(block)  # the pins' order does not matter
             if count == 1:
-                del pins[block]
                 lru[block] = None
             else:
                 pins[block] = count - 1
