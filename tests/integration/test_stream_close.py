@@ -10,59 +10,28 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import httpx
 import pytest
 
 from engines_adapter.http_engine import open_stream, run_scoped
 
-
-@contextlib.asynccontextmanager
-async def endless_stream_server() -> AsyncIterator[str]:
-    """A server answering every request with a chunked body that never ends (a line every
-    5 ms), as an engine streaming a long answer does."""
-
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while (await reader.readline()) not in (b"\r\n", b""):
-                pass
-            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
-                         b"transfer-encoding: chunked\r\n\r\n")  # fmt: skip
-            line = b'data: {"x": 1}\n'
-            while True:
-                writer.write(b"%x\r\n%s\r\n" % (len(line), line))
-                await writer.drain()
-                await asyncio.sleep(0.005)
-        except (ConnectionError, asyncio.CancelledError):
-            pass
-        finally:
-            writer.close()
-
-    server = await asyncio.start_server(serve, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    try:
-        yield f"http://127.0.0.1:{port}/v1/completions"
-    finally:
-        server.close()
-        await server.wait_closed()
+Answer = Callable[[asyncio.StreamWriter], Awaitable[bool]]
 
 
 @contextlib.asynccontextmanager
-async def json_server() -> AsyncIterator[str]:
-    """A keep-alive server answering every request at once with a small JSON body."""
+async def local_server(answer: Answer, path: str) -> AsyncIterator[str]:
+    """A loopback HTTP/1.1 server: ``answer`` writes the reply to each request's head (the
+    body is not read) and says whether the connection stays open for another."""
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        body = b'{"ok": 1}'
         try:
             while True:
                 while (line := await reader.readline()) not in (b"\r\n", b""):
                     pass
-                if not line:
+                if not line or not await answer(writer):
                     break
-                writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
-                             b"content-length: %d\r\n\r\n%s" % (len(body), body))  # fmt: skip
-                await writer.drain()
         except (ConnectionError, asyncio.CancelledError):
             pass
         finally:
@@ -71,10 +40,31 @@ async def json_server() -> AsyncIterator[str]:
     server = await asyncio.start_server(serve, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     try:
-        yield f"http://127.0.0.1:{port}/metrics"
+        yield f"http://127.0.0.1:{port}{path}"
     finally:
         server.close()
         await server.wait_closed()
+
+
+async def endless_stream(writer: asyncio.StreamWriter) -> bool:
+    """A chunked body that never ends (a line every 5 ms), as an engine streaming a long
+    answer sends."""
+    writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+                 b"transfer-encoding: chunked\r\n\r\n")  # fmt: skip
+    line = b'data: {"x": 1}\n'
+    while True:
+        writer.write(b"%x\r\n%s\r\n" % (len(line), line))
+        await writer.drain()
+        await asyncio.sleep(0.005)
+
+
+async def small_json(writer: asyncio.StreamWriter) -> bool:
+    """A small JSON body at once, the connection kept alive."""
+    body = b'{"ok": 1}'
+    writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                 b"content-length: %d\r\n\r\n%s" % (len(body), body))  # fmt: skip
+    await writer.drain()
+    return True
 
 
 def pending_requests(client: httpx.AsyncClient) -> int:
@@ -105,7 +95,10 @@ async def test_a_stream_cancelled_while_it_closes_leaves_the_pool(lines: int) ->
     """The task reading a stream is cancelled at every step of the event loop until it
     ends: while it reads (its close then starts from the cancel) or while it closes the
     stream it left early (the cancel lands inside the close, at anyio's checkpoint)."""
-    async with endless_stream_server() as url, httpx.AsyncClient() as client:
+    async with (
+        local_server(endless_stream, "/v1/completions") as url,
+        httpx.AsyncClient() as client,
+    ):
         for _ in range(20):
             started = asyncio.Event()
             task = asyncio.create_task(read_some(client, url, lines, started))
@@ -125,7 +118,7 @@ async def test_a_request_cancelled_at_any_step_leaves_the_pool() -> None:
     each step of the event loop in turn, from its start to its answer: a plain
     ``client.get`` cancelled inside its own close (step 15 on this machine) left a request
     in the pool; through ``run_scoped`` none is left at any step."""
-    async with json_server() as url, httpx.AsyncClient() as client:
+    async with local_server(small_json, "/metrics") as url, httpx.AsyncClient() as client:
         answered = 0
         for step in range(300):
             task = asyncio.create_task(run_scoped(lambda: client.get(url)))
