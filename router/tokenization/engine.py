@@ -11,6 +11,7 @@ from typing import Any
 
 import httpx
 
+from engines_adapter.http_engine import run_scoped
 from router.tokenization.chat_template import Message
 from router.tokenization.protocol import Tools
 
@@ -132,7 +133,9 @@ class EngineTokenizer:
     async def _post(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
         self.calls += 1
         try:
-            response = await self.client.post(self.url + path, json=body, timeout=self.timeout_s)
+            response = await run_scoped(  # cancelled, it still leaves httpx's pool
+                lambda: self.client.post(self.url + path, json=body, timeout=self.timeout_s)
+            )
         except httpx.HTTPError as exc:
             raise EngineTokenizeError(f"{self.url}{path}: {exc!r}") from exc
         if response.status_code != 200:
