@@ -132,24 +132,32 @@ async def open_stream(
         await close_surely(response)
 
 
+async def _outlive_cancels(work: asyncio.Future[T], on_cancel: Callable[[], object]) -> T:
+    """``work``'s result, waited for even when the caller is cancelled meanwhile (each cancel
+    calls ``on_cancel`` and the wait goes on); a cancelled caller then goes on being
+    cancelled. ``work`` runs in a task of its own, so the caller's cancels never reach it."""
+    cancelled = False
+    while True:
+        try:
+            result = await asyncio.shield(work)
+            break
+        except asyncio.CancelledError:
+            if work.done():  # the work itself ended cancelled
+                raise
+            cancelled = True
+            on_cancel()
+    if cancelled:
+        raise asyncio.CancelledError
+    return result
+
+
 async def close_surely(response: httpx.Response) -> None:
     """Close ``response`` even when its task is cancelled while it closes, then go on being
     cancelled. anyio's shield stops anyio's cancellation but not asyncio's ``Task.cancel``
     (a timeout's, an abort's, a consumer's that got the final token first), which landed in
     the close (at anyio's checkpoint as the socket closes) and left httpcore's pool holding
     the request for good: a steady leak of requests and connection objects."""
-    closing = asyncio.ensure_future(response.aclose())
-    cancelled = False
-    while True:
-        try:
-            await asyncio.shield(closing)
-            break
-        except asyncio.CancelledError:
-            if closing.done():  # the close itself was cancelled (the loop is shutting down)
-                raise
-            cancelled = True  # the close goes on in its own task: wait for it
-    if cancelled:
-        raise asyncio.CancelledError
+    await _outlive_cancels(asyncio.ensure_future(response.aclose()), lambda: None)
 
 
 async def run_scoped(call: Callable[[], Awaitable[T]]) -> T:
@@ -167,20 +175,7 @@ async def run_scoped(call: Callable[[], Awaitable[T]]) -> T:
             return await call()
         raise asyncio.CancelledError  # the scope was cancelled before the call returned
 
-    task = asyncio.ensure_future(scoped())
-    cancelled = False
-    while True:
-        try:
-            result = await asyncio.shield(task)
-            break
-        except asyncio.CancelledError:
-            if task.done():  # the call ended cancelled
-                raise
-            cancelled = True
-            scope.cancel()
-    if cancelled:
-        raise asyncio.CancelledError
-    return result
+    return await _outlive_cancels(asyncio.ensure_future(scoped()), scope.cancel)
 
 
 async def sse_data(response: httpx.Response) -> AsyncIterator[dict[str, Any] | None]:
