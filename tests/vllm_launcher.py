@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -230,3 +231,38 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(10)
+
+
+@contextlib.contextmanager
+def worker_on_its_own_cores(log: Path) -> Iterator[None]:
+    """Keep everything but vLLM's model worker off the cores its OpenMP threads are bound
+    to: the API server, the engine-core (scheduler) process and this process (the client)
+    go on the other cores, as on a GPU server where the model runs on the accelerator and
+    the rest on the host's CPUs. Read from the engine's log (its process IDs and OpenMP
+    binding); this process's own affinity is restored after."""
+    text = log.read_text(errors="replace")
+    pids = {role: int(pid) for role, pid in re.findall(r"^\((\w+) pid=(\d+)\)", text, re.M)}
+    bound = re.findall(r"local_rank=0, core ids=\[([\d, ]+)\]", text)
+    if "Worker" not in pids or not bound:
+        pytest.fail(f"vLLM's worker process or its OpenMP cores not found in {log}")
+    worker = {int(c) for c in bound[-1].split(",")}
+    rest = os.sched_getaffinity(0) - worker
+    if not rest:
+        pytest.fail(f"no core left beside the worker's {sorted(worker)}")
+    mine = os.sched_getaffinity(0)
+    _pin_process(pids["Worker"], worker)
+    for role, pid in pids.items():
+        if role != "Worker":
+            _pin_process(pid, rest)
+    _pin_process(os.getpid(), rest)
+    try:
+        yield
+    finally:
+        _pin_process(os.getpid(), mine)
+
+
+def _pin_process(pid: int, cores: set[int]) -> None:
+    """Every thread of ``pid`` (sched_setaffinity applies to one thread) on ``cores``."""
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(ProcessLookupError):
+            os.sched_setaffinity(int(task.name), cores)

@@ -22,7 +22,14 @@ import pytest
 from cli_support import run_cli
 from prometheus_client.parser import text_string_to_metric_families
 
-from vllm_launcher import VOCAB, Endpoint, random_model, vllm_python, vllm_servers
+from vllm_launcher import (
+    VOCAB,
+    Endpoint,
+    random_model,
+    vllm_python,
+    vllm_servers,
+    worker_on_its_own_cores,
+)
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -61,7 +68,10 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoint]:
     random_model(python, model)
     extra = ["--num-gpu-blocks-override", str(BLOCKS), "--max-num-seqs", str(MAX_SEQS),
              "--max-num-batched-tokens", str(STEP_TOKENS)]  # fmt: skip
-    with vllm_servers(python, model, 1, extra_args=extra) as engines:
+    with (
+        vllm_servers(python, model, 1, extra_args=extra) as engines,
+        worker_on_its_own_cores(model / "vllm-0.log"),
+    ):
         yield engines[0]
 
 
