@@ -7,7 +7,11 @@ as tokens are generated (as vLLM does) and once with each request's whole output
 at admission (the replay's first model); `replay validate` on each pair.
 
 The engine's KV memory is kept small (``BLOCKS``) so that it fills and vLLM preempts, as a
-busy production engine does; that is where the two memory models part."""
+busy production engine does; that is where the two memory models part. vLLM's model
+worker has the core its OpenMP threads are bound to to itself; its API server, its engine
+core and the client sending the trace share the other (``worker_on_its_own_cores``), as
+the host's CPUs do on a GPU server, so what is measured is the engine's timing rather than
+the two cores' contention."""
 
 from __future__ import annotations
 
@@ -137,15 +141,17 @@ def test_a_calibrated_replay_of_a_real_vllm_engine(
     print("\nsim-to-real on a CPU vLLM engine, signed relative errors of the replay:")
     for key, row in found.items():
         print(f"  {key}: {json.dumps(row)}")
-    # The engine shares 2 cores with the client sending the trace, which the model does not
-    # see, and its calibration varies from run to run (decode fit errors of 7-36% seen):
-    # end-to-end errors at the trace's rate from -39% to +134% over runs, and at twice
-    # the rate the machine saturates (see the README). So the latency bound only catches
-    # a broken model (a decode fit near zero gave -97%; one ten times too slow, +900%);
-    # what must hold is the memory: the on-demand replay preempts where vLLM did, and
-    # reserving outputs never does.
-    light = found["light, on-demand"]
-    assert -0.9 < light["e2e_s"]["mean"] < 2.0, light
+    # With the model worker alone on its core, two runs gave, on-demand: at twice the rate,
+    # TTFT, TPOT and end-to-end within 11% (mean and P90); at the trace's rate end-to-end
+    # mean -17% and -13%, TTFT mean -34% and -28% (see the README). Before the worker had
+    # its core, end-to-end ran from -39% to +134% over runs. The bounds catch a broken
+    # model (a decode fit near zero gave -97%; one ten times too slow, +900%) with room for
+    # a noisy run; the memory must hold as well: the on-demand replay preempts where vLLM
+    # did, and reserving outputs never does.
+    light, moderate = found["light, on-demand"], found["moderate, on-demand"]
+    assert -0.5 < light["e2e_s"]["mean"] < 0.5, light
+    for stat in ("mean", "p90"):
+        assert -0.35 < moderate["e2e_s"][stat] < 0.35, moderate
     for load in ("light", "moderate"):
         row = found[f"{load}, on-demand"]
         if found[f"{load}, vLLM preemptions"] > 0:  # memory ran out on the engine: in the
