@@ -142,7 +142,7 @@ def test_a_calibrated_replay_of_a_real_vllm_engine(
     for key, row in found.items():
         print(f"  {key}: {json.dumps(row)}")
     # With the model worker alone on its core, four runs gave, on-demand: at twice the
-    # rate, end-to-end mean and P90 within 6% (TTFT and TPOT within 15% in three runs);
+    # rate, end-to-end mean and P90 within 7% (TTFT and TPOT within 15% in three runs);
     # at the trace's rate end-to-end mean -13% to -31%, the client's deliveries held up
     # on the core it shares with vLLM's API server (see the README). Before the worker had
     # its core, end-to-end ran from -39% to +134% over runs. The bounds catch a broken
