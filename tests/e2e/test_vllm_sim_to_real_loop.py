@@ -143,14 +143,15 @@ def test_a_calibrated_replay_of_a_real_vllm_engine(
         print(f"  {key}: {json.dumps(row)}")
     # With the model worker alone on its core, four runs gave, on-demand: at twice the
     # rate, end-to-end mean and P90 within 7% (TTFT and TPOT within 15% in three runs);
-    # at the trace's rate end-to-end mean -13% to -31%, the client's deliveries held up
-    # on the core it shares with vLLM's API server (see the README). Before the worker had
+    # at the trace's rate end-to-end mean -13% to -31% (-45% while a profiler sampled the
+    # client), the client's deliveries held up on the core it shares with vLLM's API
+    # server (see the README). Before the worker had
     # its core, end-to-end ran from -39% to +134% over runs. The bounds catch a broken
     # model (a decode fit near zero gave -97%; one ten times too slow, +900%) with room for
     # a noisy run; the memory must hold as well: the on-demand replay preempts where vLLM
     # did, and reserving outputs never does.
     light, moderate = found["light, on-demand"], found["moderate, on-demand"]
-    assert -0.5 < light["e2e_s"]["mean"] < 0.5, light
+    assert -0.6 < light["e2e_s"]["mean"] < 0.6, light
     for stat in ("mean", "p90"):
         assert -0.35 < moderate["e2e_s"][stat] < 0.35, moderate
     for load in ("light", "moderate"):
