@@ -246,10 +246,10 @@ def worker_on_its_own_cores(log: Path) -> Iterator[None]:
     if "Worker" not in pids or not bound:
         pytest.fail(f"vLLM's worker process or its OpenMP cores not found in {log}")
     worker = {int(c) for c in bound[-1].split(",")}
-    rest = os.sched_getaffinity(0) - worker
+    mine = os.sched_getaffinity(0)
+    rest = mine - worker
     if not rest:
         pytest.fail(f"no core left beside the worker's {sorted(worker)}")
-    mine = os.sched_getaffinity(0)
     _pin_process(pids["Worker"], worker)
     for role, pid in pids.items():
         if role != "Worker":
