@@ -176,7 +176,10 @@ async def _drive(
     interrupted midway still has them)."""
     synth = TokenSynth(options.vocab_size, options.seed)
     headers = {"authorization": f"Bearer {options.api_key}"} if options.api_key else {}
-    limits = httpx.Limits(max_connections=options.concurrency + 1)
+    # An idle connection is dropped before the server's own keep-alive timeout (uvicorn's,
+    # vLLM's: 5 s, httpx's default too), or a request sent on it as the server closes it
+    # fails with a ReadError.
+    limits = httpx.Limits(max_connections=options.concurrency + 1, keepalive_expiry=2.0)
     timeout = httpx.Timeout(options.timeout_s, connect=10.0)
     slots = asyncio.Semaphore(options.concurrency)
     start = requests[0].arrival_s
