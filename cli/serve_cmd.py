@@ -79,8 +79,15 @@ def serve(
         if not config.is_file():
             raise UserError(f"settings file {config} does not exist")
         os.environ[CONFIG_FILE_ENV] = str(config)
+    chosen: dict[str, object] = {}
+    if policy is not None:  # the settings' policy parameters are checked against this one
+        try:
+            parse_policy(policy, {})
+        except UnknownPolicyError as exc:
+            raise UserError(str(exc)) from exc
+        chosen["policy"] = {"name": policy}
     try:
-        settings = Settings()
+        settings = Settings(**chosen)  # type: ignore[arg-type]
     except ValidationError as exc:
         raise UserError(f"invalid settings: {settings_errors(exc)}") from None
     updates: dict[str, object] = {}
@@ -93,16 +100,14 @@ def serve(
         if not instances.is_file():
             raise UserError(f"instances file {instances} does not exist")
         service = service.model_copy(update={"instances_file": str(instances)})
+    if service.instances_file is not None:
+        from router.service.lifecycle import load_instances_file
+
+        load_instances_file(service.instances_file)  # fail fast, one line, if malformed
     updates["service"] = service
     if redis_url is not None:
         updates["redis"] = settings.redis.model_copy(update={"url": redis_url})
         updates["index"] = settings.index.model_copy(update={"backend": "redis"})
-    if policy is not None:
-        try:
-            parse_policy(policy, settings.policy.params)
-        except UnknownPolicyError as exc:
-            raise UserError(str(exc)) from exc
-        updates["policy"] = settings.policy.model_copy(update={"name": policy})
     settings = settings.model_copy(update=updates)
     if demo:
         from router.service.demo import demo_settings

@@ -13,7 +13,7 @@ import yaml
 from pydantic import TypeAdapter, ValidationError
 
 from engines_adapter.kv_subscriber import follow
-from router.errors import UserError
+from router.errors import UserError, one_line
 from router.kv_relay.receiver import RelaySubscriber, apply_relayed, by_instance
 from router.kv_relay.settings import KVRelaySource
 from router.kv_relay.wire import Hashing, RelayedBatch
@@ -43,7 +43,7 @@ def load_instances_file(path: str) -> list[InstanceConfig]:
     try:
         data = json.loads(text) if file.suffix == ".json" else yaml.safe_load(text)
     except (ValueError, yaml.YAMLError) as exc:
-        raise UserError(f"instances file {path} is not valid YAML/JSON: {exc}") from exc
+        raise UserError(f"instances file {path} is not valid YAML/JSON: {one_line(exc)}") from exc
     if isinstance(data, dict):
         data = data.get("instances")
     try:
