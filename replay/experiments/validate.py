@@ -298,8 +298,9 @@ def _warnings(
     if counts.unfinished_measured or counts.unfinished_simulated:
         out.append(
             f"{counts.unfinished_measured} requests unfinished in {measured} and "
-            f"{counts.unfinished_simulated} in {simulated} are left out: failed or timed-out "
-            "requests are often the slowest, so the agreement may look better than it is"
+            f"{counts.unfinished_simulated} in {simulated} are left out (failed, timed out or "
+            "refused by admission control): they are often the slowest, so the agreement may "
+            "look better than it is"
         )
     if counts.compared == 0:
         out.append("no joined request finished in both runs: there is nothing to compare")

@@ -31,9 +31,21 @@ def _rejected(summary: Summary) -> str:
     return f"{summary.rejected} ({summary.rejected / summary.requests:.1%}): {by}"
 
 
+# the rows a live run (`replay live`, index_mode "live") measures: what the client sees
+_LIVE_ROWS = (
+    "requests (completed)", "rejected (admission control)", "TTFT P50 / P90 / P99",
+    "TPOT P50 / P90 / P99", "E2E P50 / P90 / P99", "largest gap P50 / P90 / P99", "SLA",
+    "goodput at the trace's rate", "pipelines", "wall",
+)  # fmt: skip
+
+
 def summary_table(summary: Summary) -> Table:
-    """Key figures of one run, one row each."""
-    table = Table(title=f"replay: {summary.policy} on {summary.preset}", show_header=False)
+    """Key figures of one run, one row each (of a live run, only those it measured)."""
+    live = summary.index_mode == "live"
+    title = f"replay live: {summary.preset.removeprefix('live:')}" if live else (
+        f"replay: {summary.policy} on {summary.preset}"
+    )  # fmt: skip
+    table = Table(title=title, show_header=False)
     table.add_column("metric", style="bold")
     table.add_column("value")
     t = summary.transfer_s
@@ -70,6 +82,9 @@ def summary_table(summary: Summary) -> Table:
         ("BCR at the trace's rate", f"{summary.bcr * 1000:.3f} req/s per 1000 USD/h"),
         ("simulated / wall", f"{summary.simulated_s:.0f} s / {summary.wall_s:.2f} s"),
     ]
+    if live:
+        rows[-1] = ("wall", f"{summary.wall_s:.2f} s")
+        rows = [row for row in rows if row[0].startswith(_LIVE_ROWS)]
     for name, value in rows:
         table.add_row(name, value)
     return table

@@ -39,7 +39,13 @@ from replay.trace.token_synth import TokenSynth
 from router import __version__
 from router.errors import UserError
 
-__all__ = ["LiveOptions", "LiveResult", "run_live"]
+__all__ = ["NOT_MEASURED", "LiveOptions", "LiveResult", "run_live"]
+
+NOT_MEASURED = (
+    "a live run measures what the client sees (latencies, pipelines, rejections): the "
+    "WAN, utilization, KV memory, hit rates, cost and BCR figures are not measured and "
+    "stay at 0"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +86,7 @@ class _Seen:
     pipeline: str = ""
     instances: dict[str, str] = field(default_factory=dict)
     error: str | None = None
+    rejected: str | None = None  # refused by admission control (429): the bottleneck named
 
 
 def _selected(requests: Sequence[TraceRequest], options: LiveOptions) -> list[TraceRequest]:
@@ -130,7 +137,10 @@ async def _send(
     async with client.stream("POST", f"{options.url}/v1/completions", json=body) as response:
         if response.status_code != 200:
             await response.aread()
-            seen.error = f"HTTP {response.status_code}"
+            if response.status_code == 429:  # the router's admission control refused it
+                seen.rejected = response.headers.get("x-pdd-bottleneck", "overloaded")
+            else:
+                seen.error = f"HTTP {response.status_code}"
             return
         seen.pipeline = response.headers.get("x-pdd-pipeline", "")
         async for line in response.aiter_lines():
@@ -162,7 +172,7 @@ async def _send(
                 seen.first_s = now
             seen.last_s = now
             seen.tokens += tokens
-    if seen.first_s is None and seen.error is None:
+    if seen.first_s is None and seen.error is None and seen.rejected is None:
         seen.error = "no tokens"
 
 
@@ -232,6 +242,7 @@ def _record(seen: _Seen) -> RequestRecord:
     request = seen.request
     done = seen.error is None and seen.first_s is not None and seen.last_s is not None
     tokens = seen.reported_tokens if seen.reported_tokens is not None else seen.tokens
+    on_rld = tokens if seen.pipeline == "P-RLD" else 0  # P-RLD-MD's split is not seen
     ttft = seen.first_s - seen.arrival_s if done and seen.first_s is not None else None
     e2e = seen.last_s - seen.arrival_s if done and seen.last_s is not None else None
     tpot = None
@@ -252,8 +263,8 @@ def _record(seen: _Seen) -> RequestRecord:
         max_gap_s=r(seen.max_gap_s) if done else None, handoff_gap_s=None, e2e_s=r(e2e),
         prefill_queue_s=0.0, prefill_s=0.0, hit_p=0.0, hit_rld=None, hit_md=None,
         predicted_hit_p=None, predicted_hit_md=None, predicted_wan_s=0.0, wan_bytes=0.0,
-        transfer_s=None, tokens_rld=0, tokens_md=tokens, rld_busy_s=None,
-        reason=seen.error or "",
+        transfer_s=None, tokens_rld=on_rld, tokens_md=tokens - on_rld, rld_busy_s=None,
+        reason=seen.error or "", rejected=seen.rejected,
     )  # fmt: skip
 
 
@@ -282,6 +293,7 @@ def run_live(
     warnings = [f"{n} requests failed: {kind}" for kind, n in sorted(errors.items())]
     if interrupted:
         warnings.append(f"interrupted: {len(seen)} of {len(selected)} requests were sent")
+    warnings.append(NOT_MEASURED)
     summary = summarize(
         records, policy="live", preset=f"live:{options.url}", trace=trace_name,
         seed=options.seed, rate_scale=options.rate_scale, kv_event_delay_s=0.0,

@@ -84,7 +84,8 @@ async def decide(
             raise ApiError(
                 429, f"the cluster is over capacity: {refused.reason}; retry later",
                 type_="rate_limit_exceeded", code="overloaded",
-                headers={"Retry-After": refused.retry_after_header},
+                headers={"Retry-After": refused.retry_after_header,
+                         "x-pdd-bottleneck": refused.bottleneck.value},
             ) from refused  # fmt: skip
         if wan is not None:
             svc.pool.wan_committed(decision, time.monotonic())

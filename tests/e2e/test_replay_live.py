@@ -17,6 +17,7 @@ import pytest
 from cli_support import run_cli
 from process_support import Stack
 
+from replay.runner.live import NOT_MEASURED
 from replay.trace.record import TraceRequest
 from replay.trace.token_synth import LOWEST_TOKEN, TokenSynth
 
@@ -102,15 +103,47 @@ def test_a_trace_through_the_router_is_recorded_as_clients_saw_it(
         [row["timestamp"] / 1000 / 2 for row in rows], abs=1e-6
     )
     assert all(r["ttft_s"] is not None and 0 < r["ttft_s"] <= r["e2e_s"] for r in got)
-    assert [r["tokens_md"] for r in got] == [row["output_length"] for row in rows]
+    assert [r["tokens_md"] + r["tokens_rld"] for r in got] == [row["output_length"] for row in rows]
+    assert all(r["tokens_md"] == 0 for r in got if r["pipeline"] == "P-RLD")
     assert all(r["tpot_s"] is not None and r["tpot_s"] > 0 for r in got)
     assert {r["pipeline"] for r in got} <= {"P-MD", "P-RLD-MD", "P-RLD"}
     assert all(r["p_instance"] == "p0" for r in got)  # from the router's pdd field
     summary = json.loads((out / "summary.json").read_text())
     assert (summary["requests"], summary["completed"]) == (12, 12)
     assert summary["preset"] == f"live:{stack.router}"
-    assert summary["warnings"] == []
+    assert summary["warnings"] == [NOT_MEASURED]
     assert "wrote" in printed
+    assert "RLD token share" not in printed  # not measured: not shown
+
+
+def test_requests_the_router_refuses_are_counted_as_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, stack: Stack
+) -> None:
+    """A router whose admission control refuses every request (first token allowed
+    0.1 ms): 429s are rejections by the bottleneck the router names, not failures."""
+    shared = stack.router
+    try:
+        refusing = stack.start_router(
+            {"PDD_ROUTER_POLICY__PARAMS": json.dumps({"admit_ttft_s": 0.0001})}
+        )
+    finally:
+        stack.router = shared  # the other tests' router
+    write_trace(tmp_path / "trace.jsonl")
+    out = tmp_path / "refused"
+    code, printed, err = run_cli(
+        capsys, "replay", "live", str(tmp_path / "trace.jsonl"), "--url", refusing,
+        "--vocab-size", str(VOCAB), "--rate-scale", "4", "--max-requests", "4",
+        "--out", str(out), "--no-progress",
+    )  # fmt: skip
+    assert code == 0, err
+    got = records(out)
+    assert [r["rejected"] for r in got] == ["prefill"] * 4
+    assert all(r["e2e_s"] is None and r["reason"] == "" for r in got)
+    summary = json.loads((out / "summary.json").read_text())
+    assert (summary["rejected"], summary["rejected_by"]) == (4, {"prefill": 4})
+    assert summary["completed"] == 0
+    assert not any("failed" in w for w in summary["warnings"])
+    assert "4 (100.0%): prefill 4" in printed
 
 
 def test_one_engine_directly_and_a_cap_on_requests(

@@ -8,7 +8,7 @@ import json
 import httpx
 import respx
 
-from replay.runner.live import LiveOptions, run_live
+from replay.runner.live import NOT_MEASURED, LiveOptions, run_live
 from replay.trace.record import TraceRequest
 
 URL = "http://engine.test"
@@ -42,5 +42,5 @@ def test_odd_lines_are_skipped_and_an_answer_without_tokens_is_an_error() -> Non
     assert first.e2e_s is not None
     assert (second.reason, second.ttft_s, second.e2e_s) == ("no tokens", None, None)
     assert result.errors == {"no tokens": 1}
-    assert result.summary.warnings == ["1 requests failed: no tokens"]
+    assert result.summary.warnings == ["1 requests failed: no tokens", NOT_MEASURED]
     assert (result.summary.requests, result.summary.completed) == (2, 1)
