@@ -27,13 +27,22 @@ class Overloaded(Exception):
     """The policy refuses the request: the predicted TTFT would miss the SLA."""
 
     def __init__(
-        self, policy: str, bottleneck: Bottleneck, retry_after_s: float, reason: str
+        self,
+        policy: str,
+        bottleneck: Bottleneck,
+        retry_after_s: float,
+        reason: str,
+        *,
+        alone_s: float | None = None,
     ) -> None:
         super().__init__(reason)
         self.policy = policy
         self.bottleneck = bottleneck
         self.retry_after_s = max(retry_after_s, 0.0)
         self.reason = reason
+        self.alone_s = alone_s
+        """The request's own first-token time with nothing queued ahead of it, when that
+        alone misses the limit: retrying later cannot help (None: the load is the cause)."""
 
     @property
     def retry_after_header(self) -> str:

@@ -112,6 +112,7 @@ class PddAdaptivePolicy:
         if admit is None or decision.predicted_ttft_s <= admit:
             return decision
         ttft = decision.predicted_ttft_s
+        alone = self._alone_s(request, cluster, decision, p_delay)
         if p_delay + cluster.decode_step_s > admit:
             bottleneck = Bottleneck.PREFILL
         elif decision.pipeline is Pipeline.P_MD:
@@ -122,7 +123,23 @@ class PddAdaptivePolicy:
             self.name, bottleneck, ttft - admit,
             f"predicted first token {ttft:.2f}s ({decision.pipeline.value}: prefill "
             f"{p_delay:.2f}s), over the admission limit {admit:.2f}s",
+            alone_s=alone if alone > admit else None,
         )  # fmt: skip
+
+    def _alone_s(
+        self, request: RequestView, cluster: ClusterView, decision: Decision, p_delay: float
+    ) -> float:
+        """The request's first token with nothing ahead of it: its own prefill and one
+        step, plus its own copy over the line when no RLD instance could ever hold it."""
+        p = next(i for i in cluster.pool(Tier.P) if i.instance_id == decision.p_instance)
+        own = p_delay - p.queued_prefill_tokens / cluster.prefill_tokens_per_s
+        own += cluster.decode_step_s
+        need = request.input_length + self.expected_output(request)
+        if any(i.kv_capacity_tokens >= need for i in cluster.pool(Tier.RLD)):
+            return own  # RLD finishes it once it has room, without the line
+        if cluster.wan is not None and cluster.wan.bandwidth_bps > 0:
+            own += decision.predicted_wan_bytes / cluster.wan.bandwidth_bps
+        return own
 
     def _route(
         self, request: RequestView, cluster: ClusterView, matches: Matches

@@ -81,6 +81,14 @@ async def decide(
                            headers={"Retry-After": "1"}) from exc  # fmt: skip
         except Overloaded as refused:
             svc.metrics.rejections.labels(refused.bottleneck.value).inc()
+            if refused.alone_s is not None:  # a 429 would have the client retry in vain
+                raise ApiError(
+                    400, f"the request cannot meet the first-token limit even on an idle "
+                    f"cluster: with nothing queued ahead its first token takes "
+                    f"{refused.alone_s:.2f}s; {refused.reason}. Send a shorter prompt (or one "
+                    "with more of it cached), or raise the policy's admit_ttft_s",
+                    code="first_token_limit",
+                ) from refused  # fmt: skip
             raise ApiError(
                 429, f"the cluster is over capacity: {refused.reason}; retry later",
                 type_="rate_limit_exceeded", code="overloaded",

@@ -3,7 +3,8 @@
 A request the default policy predicts would miss the SLA is refused with 429,
 ``Retry-After`` and OpenAI's error shape (the client raises ``RateLimitError``), and is
 counted in ``pdd_router_rejections_total`` by bottleneck; the same request is served when
-the threshold allows it.
+the threshold allows it. One that would miss it even alone on the cluster is a 400: a
+retry cannot help.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from fastapi.testclient import TestClient
 from engines_adapter.sim_engine import SimEngine, SimEngineConfig
 from router.service.app import create_app
 from router.service.schemas import InstanceConfig
-from router.settings import Settings
+from router.settings import ClusterSettings, Settings
 
 VOCAB = 512
 KEY = "admission-key"
@@ -40,8 +41,20 @@ def _client(params: dict[str, object]) -> Iterator[TestClient]:
         yield client
 
 
+# PROMPT's own prefill and first decode step on the default cluster settings: what it
+# takes with nothing queued ahead of it
+ALONE_S = len(PROMPT) / ClusterSettings().prefill_tokens_per_s + ClusterSettings().decode_step_s
+
+
 @pytest.fixture
 def strict() -> Iterator[TestClient]:
+    """The default policy with a TTFT threshold the request alone meets, but not with the
+    copy of its KV to a decode instance (on either path) added."""
+    yield from _client({"admit_ttft_s": ALONE_S * 1.001})
+
+
+@pytest.fixture
+def impossible() -> Iterator[TestClient]:
     """The default policy with a TTFT threshold no prefill can meet."""
     yield from _client({"admit_ttft_s": 1e-9})
 
@@ -76,7 +89,23 @@ def test_an_over_capacity_request_is_a_429_with_retry_after(strict: TestClient) 
     assert error["type"] == "rate_limit_exceeded"
     assert error["code"] == "overloaded"
     assert "over capacity" in error["message"]
-    assert _rejections(strict) == {"prefill": 1.0}
+    assert set(_rejections(strict)) <= {"wan", "rld"}  # the copy, not the prefill
+    assert sum(_rejections(strict).values()) == 1.0
+
+
+def test_a_request_that_misses_the_limit_on_its_own_is_a_400_not_a_retry(
+    impossible: TestClient,
+) -> None:
+    with pytest.raises(openai.BadRequestError) as refused:
+        _openai(impossible).completions.create(model="m", prompt=PROMPT, max_tokens=4)
+    response = refused.value.response
+    assert response.status_code == 400
+    assert "retry-after" not in response.headers
+    error = response.json()["error"]
+    assert error["code"] == "first_token_limit"
+    assert f"first token takes {ALONE_S:.2f}s" in error["message"]
+    assert "admit_ttft_s" in error["message"]
+    assert _rejections(impossible) == {"prefill": 1.0}
 
 
 def test_within_capacity_the_same_request_is_served(default: TestClient) -> None:

@@ -6,7 +6,7 @@ import io
 import json
 
 import pytest
-from policy_views import BLOCK, cluster
+from policy_views import BLOCK, GBPS20, KV, cluster
 
 from policies.admission import Bottleneck, Overloaded
 from policies.pdd_adaptive import rld_load
@@ -49,8 +49,36 @@ def test_a_long_prefill_queue_is_refused_with_the_time_it_needs_to_drain() -> No
     assert refused.retry_after_s == pytest.approx(queued.predicted_ttft_s - 8.0)
     assert refused.retry_after_header == "3"
     assert "prefill" in refused.reason
+    assert refused.alone_s is None  # the queue is the cause: retrying later helps
     # a looser limit admits it
     assert decide(view, admit_ttft_s=12.0) == queued
+
+
+def test_a_prompt_too_long_for_the_limit_on_an_idle_cluster_says_so() -> None:
+    """Retrying cannot help a request whose own prefill misses the limit: the refusal
+    carries its first-token time alone (the service answers 400, not 429)."""
+    req = request(blocks=1_000)  # 512,000 tokens at 20,000 tokens/s: 25.6 s of prefill
+    with pytest.raises(Overloaded) as caught:
+        decide(cluster(), req)
+    assert caught.value.alone_s == pytest.approx(25.6 + 0.03)  # and one decode step
+    alone = caught.value.alone_s
+    with pytest.raises(Overloaded) as queued:  # the same with a queue ahead: still its own
+        decide(cluster(p_queue_tokens=200_000), req)
+    assert queued.value.alone_s == pytest.approx(alone)
+
+
+def test_its_own_copy_over_the_line_counts_when_no_rld_could_ever_hold_it() -> None:
+    req = request()  # 4,096 tokens: 0.205 s of prefill, 287 MB of KV, 0.115 s on the line
+    small_rld = cluster()
+    small_rld.pool(Tier.RLD)[0].kv_capacity_tokens = 4_000  # under the prompt alone
+    with pytest.raises(Overloaded) as caught:
+        decide(small_rld, req, admit_ttft_s=0.3)
+    assert caught.value.alone_s == pytest.approx(4096 / 20_000 + 0.03 + 4096 * KV / GBPS20)
+    # an RLD that could hold it would finish it in the datacenter within the limit: a
+    # refusal then is the load's doing, and a retry may be served
+    with pytest.raises(Overloaded) as caught:
+        decide(cluster(), req, admit_ttft_s=0.3)
+    assert caught.value.alone_s is None
 
 
 def test_a_full_line_sends_requests_to_rld_while_it_has_room_then_refuses() -> None:
