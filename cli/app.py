@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -20,6 +22,37 @@ from router import __version__
 from router.errors import UserError
 
 __all__ = ["app", "main", "run"]
+
+
+def _readable_option_types() -> None:
+    """typer (0.2x) labels a flag's type ``<bool>`` in --help, as if it took a value
+    (``--no-progress true`` is refused), and a repeatable option's or argument's
+    ``<list[int]>``, a Python type: show no type for a flag and ``<int>...`` for a
+    repeatable one, as click does. Leaves typer versions without these labels alone."""
+    from typer import core
+
+    # an argument's name already ends in "..." when it repeats
+    for kind, repeats in ((core.TyperOption, "..."), (core.TyperArgument, "")):
+        shown = getattr(kind, "display_type_rich", None)
+        if shown is not None and not getattr(shown, "readable", False):
+            kind.display_type_rich = _readable(shown, repeats)  # type: ignore[method-assign,assignment]
+
+
+def _readable(shown: Callable[..., object], repeats: str) -> Callable[..., object]:
+    def display_type_rich(self: Any, ctx: Any) -> object:
+        if getattr(self, "is_flag", False) and self.metavar is None:
+            return None
+        text = shown(self, ctx)
+        if isinstance(text, str) and text.startswith("<list[") and "]>" in text:
+            inner, _, rest = text[6:].partition("]>")
+            return f"<{inner}>{rest or repeats}"
+        return text
+
+    display_type_rich.readable = True  # type: ignore[attr-defined]
+    return display_type_rich
+
+
+_readable_option_types()
 
 app = typer.Typer(
     rich_markup_mode="markdown",
