@@ -127,6 +127,12 @@ def serve(
     warning = exposure_warning(settings.service)
     if warning is not None:
         typer.echo(warning, err=True)
+    if not demo and settings.service.instances_file is None:
+        typer.echo(
+            "no engine instances yet: give --instances FILE or register them with POST "
+            "/v1/instances; /readyz answers 503 until P and MD each have one",
+            err=True,
+        )
     if demo:
         from router.service.demo import DEMO_MODEL, demo_app
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
+import httpx
 import pytest
 from cli_support import run_cli
+from process_support import free_port, spawn, wait_for
 
 from router.settings import PolicySettings
 
@@ -72,3 +74,16 @@ def test_policy_parameters_from_the_environment_are_those_of_the_policy_given(
         code, _, err = run_cli(capsys, "serve", "--demo", "--policy", "idc-pd", "--port", str(port))
     assert code == 2
     assert "bad parameters for policy 'idc-pd': wan_budget_s" in err
+
+
+def test_serving_no_instances_says_how_to_give_them(tmp_path: Path) -> None:
+    port = free_port()
+    log = tmp_path / "serve.log"
+    proc = spawn(["serve", "--port", str(port), "--log-level", "warning"], log)
+    try:
+        wait_for(f"http://127.0.0.1:{port}/healthz", [(proc, log)])
+        assert httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=5).status_code == 503
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    assert "no engine instances yet: give --instances FILE" in log.read_text()
