@@ -7,6 +7,7 @@ PDD, then prints the comparison.
 
 from __future__ import annotations
 
+import itertools
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -32,7 +33,14 @@ def demo(
     out: Path | None = typer.Option(
         None, "--out", "-o", help="Keep the trace and one run directory per setup here"
     ),
-    requests: int = typer.Option(5000, "--requests", "-n", min=1, help="Number of requests"),
+    requests: int | None = typer.Option(
+        None,
+        "--requests",
+        "-n",
+        min=1,
+        help="Number of requests: of the synthetic trace (default 5000), or the first ones "
+        "of --trace (default: all)",
+    ),
     seed: int = typer.Option(0, "--seed", help="Seed of the trace and the replays"),
     scale: str = typer.Option(
         "small", "--scale", help="Cluster presets: small (the *-small presets) or paper"
@@ -77,9 +85,14 @@ def demo(
             results = run_demo(trace_path, scale=scale, requests=requests, seed=seed,
                                rate_scale=rate_scale, synthesize=trace is None, on_result=write,
                                progress=observer)  # fmt: skip
-        stats_line = _stats_line(compute_stats(read_trace(trace_path)))
+        replayed = read_trace(trace_path)
+        if trace is not None and requests is not None:
+            replayed = itertools.islice(replayed, requests)
+        stats_line = _stats_line(compute_stats(replayed))
     console.print(stats_line)
     what = f"{trace}" if trace is not None else f"Synthetic agentic trace (seed {seed})"
+    if trace is not None and requests is not None:
+        what += f" (its first {requests:,} requests)"
     scaled = f", arrivals x{rate_scale:g}" if rate_scale != 1.0 else ""
     title = f"{what}{scaled} on the simulated two-datacenter cluster ({scale} presets)"
     console.print(comparison_table(results, title))

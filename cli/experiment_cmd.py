@@ -11,7 +11,7 @@ import re
 import shlex
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from rich.table import Table
 
     from replay.experiments.sweep import SweepResult
+    from replay.report import ClusterFacts
     from replay.sim.simulator import ProgressObserver
 
 __all__ = ["command_line", "compare", "sweep"]
@@ -38,7 +39,21 @@ def command_line() -> str | None:
 
 
 def _slug(label: str) -> str:
+    """A folder name for a policy label; a preset file in it (``pdd@cfg/my.yaml``) by its
+    stem (``pdd_my``), so the folder does not read as a file."""
+    policy, at, preset = label.partition("@")
+    if at and preset.strip().endswith((".yaml", ".yml")):
+        label = f"{policy}@{Path(preset.strip()).stem}"
     return re.sub(r"[^A-Za-z0-9._=-]+", "_", label).strip("_") or "policy"
+
+
+def _shared_facts(presets: list[str], overrides: dict[str, Any]) -> ClusterFacts | None:
+    """The capacities the report draws as reference lines, when every arm's cluster has
+    the same ones (deployments may not: one line's capacity would cap another's)."""
+    from replay.report import ClusterFacts
+
+    facts = {ClusterFacts.of_preset(p, overrides) for p in dict.fromkeys(presets)}
+    return facts.pop() if len(facts) == 1 else None
 
 
 _TRACE = typer.Argument(..., help="Trace file (format detected: mooncake, bailian, ...)")
@@ -102,7 +117,7 @@ def compare(
     from replay.metrics.summary import SlaThresholds
     from replay.metrics.writers import write_requests, write_summary
     from replay.presets.loader import parse_overrides
-    from replay.report import ClusterFacts, Report, ReportRun, write_report
+    from replay.report import Report, ReportRun, write_report
     from replay.report.compare_table import compare_table
     from router.errors import UserError
 
@@ -128,7 +143,7 @@ def compare(
     write_compare_csv(out / "compare.csv", result)
     slugs = [_slug(spec.label) for spec in result.specs]
     for i, run in enumerate(result.results):
-        # two labels may slug alike (pdd@/a.yaml, pdd@a.yaml): then number them
+        # two labels may slug alike (pdd@x/a.yaml, pdd@a.yaml): then number them
         folder = out / (slugs[i] if slugs.count(slugs[i]) == 1 else f"{i + 1}-{slugs[i]}")
         folder.mkdir(parents=True, exist_ok=True)
         write_summary(folder / "summary.json", run.summary)
@@ -142,7 +157,7 @@ def compare(
         runs,
         command=command_line(),
         hit_rates=result.hit_rates,
-        cluster=ClusterFacts.of_preset(result.results[0].summary.preset, cluster_overrides),
+        cluster=_shared_facts(result.presets, cluster_overrides),
         compare=result,
     )
     write_report(out / "report.html", report)

@@ -159,6 +159,7 @@ def plan(
     deployment as a preset file."""
     import math
 
+    from policies.registry import UnknownPolicyError, parse_policy
     from replay.experiments.plan import PlanSettings, run_plan
     from replay.experiments.plan_bounds import load_trace_load
     from replay.experiments.plan_output import write_plan
@@ -188,8 +189,10 @@ def plan(
     price = wan_price if wan_price is not None else line_price_of(base)
     space = _space(base, price, p, rld, md, gpu_p, gpu_rld, gpu_md, wan_gbps, params)
     for values in space.params:  # a bad threshold is refused before any replay
-        parse_policy_spec(name + (":" + ",".join(f"{k}={v}" for k, v in values.items())
-                                  if values else ""))  # fmt: skip
+        try:
+            parse_policy(name, values)
+        except UnknownPolicyError as exc:
+            raise UserError(f"--param: {exc}") from None
     settings = PlanSettings(
         trace=str(trace), preset=preset, policy=name, overrides=cluster, seed=seed,
         target=target, tolerance=tolerance, max_probes=max_probes,

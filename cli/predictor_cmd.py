@@ -226,12 +226,12 @@ def cross_eval(
     from router.errors import UserError
     from router.predictor.cross_eval import leave_one_kind_out, write_csv
     from router.predictor.dataset import read_logs
-    from router.predictor.train import TrainParams, one_line
+    from router.predictor.train import TrainParams, training_problems
 
     try:
         params = TrainParams.model_validate(parse_overrides(param))
     except ValidationError as exc:
-        raise UserError(f"bad training parameter: {one_line(exc)}") from None
+        raise UserError(f"bad training parameter: {training_problems(exc)}") from None
     paths: dict[str, list[Path]] = {}
     for item in log:
         name, sep, path = item.partition("=")

@@ -19,11 +19,19 @@ from policies.config import (
     XdcPdParams,
 )
 from policies.idc_pd import IdcPdPolicy
+from policies.param_errors import model_parameters, parameter_problems
 from policies.pdd import PddPolicy
 from policies.pdd_adaptive import PddAdaptivePolicy
 from policies.xdc_pd import XdcPdDrcPolicy, XdcPdPolicy
 
-__all__ = ["Params", "UnknownPolicyError", "build_policy", "parse_policy", "policy_names"]
+__all__ = [
+    "Params",
+    "UnknownPolicyError",
+    "build_policy",
+    "parse_policy",
+    "policy_names",
+    "policy_parameters",
+]
 
 _BUILDERS: dict[str, Callable[[Any], Policy]] = {
     "colocated": ColocatedPolicy,
@@ -47,6 +55,11 @@ def policy_names() -> list[str]:
     return sorted(_BUILDERS)
 
 
+def policy_parameters(name: str) -> list[str]:
+    """The parameters the named policy takes, sorted (``kind`` aside)."""
+    return model_parameters(type(_ADAPTER.validate_python({"kind": name})))
+
+
 def parse_policy(name: str, params: Mapping[str, Any] | None = None) -> Params:
     """Typed parameters of the named policy (defaults where ``params`` is silent)."""
     if name not in _BUILDERS:
@@ -56,9 +69,8 @@ def parse_policy(name: str, params: Mapping[str, Any] | None = None) -> Params:
     try:
         return _ADAPTER.validate_python({**(params or {}), "kind": name})
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc'][1:]) or e['loc'][0]}: {e['msg']}"
-            for e in exc.errors()
+        problems = parameter_problems(
+            exc, policy_parameters(name), listing=f"parameters of {name}", skip=1
         )
         raise UnknownPolicyError(f"bad parameters for policy {name!r}: {problems}") from exc
 

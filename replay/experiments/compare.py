@@ -18,10 +18,12 @@ label in the outputs and must be unique.
     {
       "schema": "pdd-router/compare/1",
       "trace": str, "preset": str,           # the baseline's preset
+      "deployments": bool,                   # the arms run on different presets
       "seed": int, "rate_scale": float,
       "sla": {"ttft_s": float, "tpot_s": float},
       "baseline": str,                       # label of the first policy
-      "policies": [{"label": str, "policy": str, "params": {...}, "preset": str}, ...],
+      "policies": [{"label": str, "policy": str, "params": {...},
+                    "preset": str}, ...],    # each arm's own preset
       "bootstrap": {"resamples": int, "level": 0.95, "seed": int, "requests": int,
                     "window_s": float, "windows": int,
                     "interval": "percentile of the bootstrap differences"},
@@ -140,6 +142,16 @@ class CompareResult:
     def labels(self) -> list[str]:
         return [s.label for s in self.specs]
 
+    @property
+    def presets(self) -> list[str]:
+        """The preset each arm ran on, in the arms' order."""
+        return [r.summary.preset for r in self.results]
+
+    @property
+    def deployments(self) -> bool:
+        """Whether the arms ran on different presets (deployments, not only policies)."""
+        return len(set(self.presets)) > 1
+
     def to_json(self) -> dict[str, Any]:
         first = self.results[0].summary
         labels = self.labels
@@ -147,6 +159,7 @@ class CompareResult:
             "schema": SCHEMA,
             "trace": first.trace,
             "preset": first.preset,
+            "deployments": self.deployments,
             "seed": first.seed,
             "rate_scale": first.rate_scale,
             "sla": first.sla.model_dump(mode="json"),

@@ -13,7 +13,10 @@ from replay.runner.run import ReplayResult, run_replay
 from replay.sim.simulator import ProgressObserver
 from replay.trace.synth import make_profile, write_synthetic_trace
 
-__all__ = ["DEMO_SETUPS", "DemoSetup", "comparison_table", "run_demo"]
+__all__ = ["DEMO_REQUESTS", "DEMO_SETUPS", "DemoSetup", "comparison_table", "run_demo"]
+
+DEMO_REQUESTS = 5000
+"""Requests of the demo's synthetic trace unless told otherwise."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,23 +44,27 @@ def run_demo(
     trace_path: Path,
     *,
     scale: str = "small",
-    requests: int = 5000,
+    requests: int | None = None,
     seed: int = 0,
     rate_scale: float = 1.0,
     synthesize: bool = True,
     on_result: Callable[[DemoSetup, ReplayResult], None] | None = None,
     progress: Callable[[str], ProgressObserver | None] | None = None,
 ) -> list[tuple[DemoSetup, Summary]]:
-    """Replay a trace (by default a fresh synthetic agentic one written to ``trace_path``)
-    under each setup of ``scale``; return the summaries. ``on_result`` receives each
-    setup's result as it ends (the CLI writes its run directory)."""
+    """Replay a trace (by default a fresh synthetic agentic one of ``requests`` requests,
+    5,000 if None, written to ``trace_path``) under each setup of ``scale``; return the
+    summaries. A given trace (``synthesize`` False) is replayed whole, or its first
+    ``requests`` requests. ``on_result`` receives each setup's result as it ends (the
+    CLI writes its run directory)."""
     if synthesize:
-        write_synthetic_trace(trace_path, make_profile("agentic"), requests, seed)
+        count = requests if requests is not None else DEMO_REQUESTS
+        write_synthetic_trace(trace_path, make_profile("agentic"), count, seed)
+    limit = None if synthesize else requests
     results = []
     for setup in DEMO_SETUPS[scale]:
         observer = progress(f"{setup.label} ({setup.preset})") if progress else None
         result = run_replay(trace_path, setup.preset, setup.policy, rate_scale=rate_scale,
-                            seed=seed, progress=observer)  # fmt: skip
+                            seed=seed, progress=observer, max_requests=limit)  # fmt: skip
         if on_result is not None:
             on_result(setup, result)
         results.append((setup, result.summary))

@@ -45,14 +45,6 @@ class PolicySpec:
         return preset
 
 
-def _parameters(name: str) -> str:
-    try:
-        fields = [f for f in type(parse_policy(name)).model_fields if f != "kind"]
-    except UnknownPolicyError:
-        return ""
-    return ", ".join(sorted(fields)) or "none"
-
-
 def parse_policy_spec(text: str) -> PolicySpec:
     """Parse and validate one ``NAME[:KEY=VALUE,...][@PRESET]``; a one-line UserError
     otherwise (the preset itself is checked when it is loaded)."""
@@ -86,9 +78,7 @@ def parse_policy_spec(text: str) -> PolicySpec:
             raise UserError(
                 f"--policy {text!r}: unknown policy {name!r}; valid policies: {valid}"
             ) from None
-        raise UserError(
-            f"--policy {text!r}: {exc}; parameters of {name}: {_parameters(name)}"
-        ) from None
+        raise UserError(f"--policy {text!r}: {exc}") from None
     return PolicySpec(label, name, params, preset.strip() if at else None)
 
 

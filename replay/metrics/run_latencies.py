@@ -5,6 +5,7 @@ content, a run directory by the file it holds."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -43,4 +44,28 @@ def read_latencies(
     path = latency_file(path)
     if is_aiperf_export(path):
         return read_aiperf_export(path, sessions)
+    if not _starts_like_requests(path):
+        raise UserError(
+            f"{path}: its first line is not a per-request record (a JSON object with "
+            f"request_id): expected a replay's requests.jsonl (replay run, replay live), "
+            f"aiperf's {AIPERF_EXPORT_FILE}, or the run directory holding one"
+        )
     return read_requests(path)
+
+
+def _starts_like_requests(path: Path) -> bool:
+    """Whether the first non-empty line of ``path`` is a JSON object with a request_id,
+    as a requests.jsonl's are (a summary.json, a trace or a report is not). A file that
+    cannot be read, or is empty, passes: ``read_requests`` then says what is wrong."""
+    try:
+        with path.open("rb") as stream:
+            raw = next((line for line in stream if line.strip()), None)
+    except OSError:
+        return True
+    if raw is None:
+        return True
+    try:
+        first = json.loads(raw)
+    except ValueError:
+        return False
+    return isinstance(first, dict) and "request_id" in first

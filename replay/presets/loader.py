@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import types
+from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, Union, get_args, get_origin
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from replay.presets.cluster_preset import ClusterPreset
 from replay.presets.schema import ClusterSpec, HardwareSpec, ModelSpec
@@ -17,6 +18,7 @@ from router.errors import UserError
 __all__ = ["load_preset", "parse_overrides", "preset_names"]
 
 _PACKAGE = "replay.presets"
+_M = TypeVar("_M", bound=BaseModel)
 
 
 def _read_yaml(*parts: str) -> Any:
@@ -61,6 +63,66 @@ def _set_dotted(tree: dict[str, Any], key: str, value: Any, what: str) -> None:
     node[parts[-1]] = value
 
 
+def _check_entry(key: str, table: Any, what: tuple[str, str], owner: str) -> None:
+    """An override of a field of a named entry (``pools.md.instances``) names an entry
+    that exists: otherwise the override would start a new, incomplete entry and the
+    error would be about the fields it lacks, not about the misspelled name."""
+    parts = key.split(".")
+    if len(parts) < 3 or not isinstance(table, dict) or parts[1] in table:
+        return  # a whole entry (``pools.extra={...}``) may be added
+    one, many = what
+    raise UserError(
+        f"override {key!r}: {owner} has no {one} named {parts[1]!r}; "
+        f"valid {many}: {', '.join(table) or 'none'}"
+    )
+
+
+def _unwrap_optional(annotation: Any) -> Any:
+    if get_origin(annotation) in (Union, types.UnionType):
+        kept = [a for a in get_args(annotation) if a is not type(None)]
+        if len(kept) == 1:
+            return kept[0]
+    return annotation
+
+
+def _model_at(model: type[BaseModel], path: Sequence[str | int]) -> type[BaseModel] | None:
+    """The spec model found at ``path`` inside ``model`` (through optional fields and
+    name-keyed tables), or None when the path leads elsewhere."""
+    node: Any = model
+    for part in path:
+        node = _unwrap_optional(node)
+        if isinstance(node, type) and issubclass(node, BaseModel):
+            field = node.model_fields.get(str(part))
+            if field is None:
+                return None
+            node = field.annotation
+        elif get_origin(node) is dict:
+            node = get_args(node)[1]
+        else:
+            return None
+    node = _unwrap_optional(node)
+    return node if isinstance(node, type) and issubclass(node, BaseModel) else None
+
+
+def _spec_error(exc: ValidationError, model: type[BaseModel], prefix: tuple[str, ...]) -> str:
+    """One line for a preset that does not validate, with the dotted path of the bad
+    key from the top of the preset (``hardware.b200.price_per_hour``). An unknown key
+    is named first, with the keys valid where it stands: a misspelled required key
+    otherwise reads as that key missing."""
+    errors = exc.errors()
+    unknown = [e for e in errors if e["type"] == "extra_forbidden"]
+    first = unknown[0] if unknown else errors[0]
+    loc = tuple(str(part) for part in first["loc"])
+    if unknown:
+        where = ".".join(prefix + loc[:-1])
+        owner = _model_at(model, loc[:-1])
+        valid = f"; valid keys: {', '.join(owner.model_fields)}" if owner is not None else ""
+        return f"unknown key {loc[-1]!r} {f'in {where}' if where else 'at the top level'}{valid}"
+    where = ".".join(prefix + loc)
+    message = first["msg"].removeprefix("Value error, ")
+    return f"{where}: {message}" if where else message
+
+
 def _table(name: str, raw: Any) -> dict[str, Any]:
     if not isinstance(raw, dict):
         raise UserError(f"preset table {name} is not a mapping")
@@ -103,6 +165,14 @@ def _merge_entries(packaged: dict[str, Any], own: Any, what: str, preset: str) -
         packaged[key] = {**base, **entry} if isinstance(base, dict) else dict(entry)
 
 
+def _entry(model: type[_M], raw: Any, where: tuple[str, str], preset: str) -> _M:
+    """One entry of the hardware or model table, its errors named by its path."""
+    try:
+        return model.model_validate(raw)
+    except ValidationError as exc:
+        raise UserError(f"preset {preset}: {_spec_error(exc, model, where)}") from None
+
+
 def load_preset(name: str, overrides: Mapping[str, Any] | None = None) -> ClusterPreset:
     """The preset ``name`` (a packaged preset's name, or the path of a YAML file of the
     same keys) with overrides applied (``pools.md.instances``, ``links.wan.rtt_s``,
@@ -129,19 +199,21 @@ def load_preset(name: str, overrides: Mapping[str, Any] | None = None) -> Cluste
     for key, value in (overrides or {}).items():
         head, _, rest = key.partition(".")
         if head == "hardware" and rest:
+            _check_entry(key, hardware_raw, ("hardware", "hardware"), "the hardware table")
             _set_dotted(hardware_raw, rest, value, "the hardware table")
         elif head == "models" and rest:
+            _check_entry(key, models_raw, ("model", "models"), "the model table")
             _set_dotted(models_raw, rest, value, "the model table")
         else:
+            if head == "pools":
+                _check_entry(key, cluster_raw.get("pools"), ("pool", "pools"), f"preset {name}")
             _set_dotted(cluster_raw, key, value, f"preset {name}")
     try:
         spec = ClusterSpec.model_validate(cluster_raw)
-        hardware = {k: HardwareSpec.model_validate(v) for k, v in hardware_raw.items()}
-        models = {k: ModelSpec.model_validate(v) for k, v in models_raw.items()}
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise UserError(f"preset {name}: {where}: {first['msg']}") from None
+        raise UserError(f"preset {name}: {_spec_error(exc, ClusterSpec, ())}") from None
+    hardware = {k: _entry(HardwareSpec, v, ("hardware", k), name) for k, v in hardware_raw.items()}
+    models = {k: _entry(ModelSpec, v, ("models", k), name) for k, v in models_raw.items()}
     if spec.model not in models:
         raise UserError(
             f"preset {name}: unknown model {spec.model!r}; "

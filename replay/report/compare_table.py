@@ -69,7 +69,11 @@ def compare_table(
 
 def _table(result: CompareResult, all_metrics: bool, wrap: int | None) -> Table:
     labels = result.labels
-    title = f"replay compare on {result.results[0].summary.preset}: Δ vs {labels[0]}"
+    presets = list(dict.fromkeys(result.presets))
+    if result.deployments:
+        title = f"replay compare of deployments ({', '.join(presets)}): Δ vs {labels[0]}"
+    else:
+        title = f"replay compare on {presets[0]}: Δ vs {labels[0]}"
     table = Table(
         title=title,
         caption="Δ: difference from the baseline in the row's unit (pp: percentage points), "

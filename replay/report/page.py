@@ -240,14 +240,21 @@ def page_context(report: Report) -> dict[str, Any]:
         raise ValueError("a report needs at least one run")
     first = report.runs[0].summary
     labels = [run.label for run in report.runs]
+    deployments = len({run.summary.preset for run in report.runs}) > 1
+    compared = "Deployment" if deployments else "Policy"
     titles = {
         "run": f"Replay of {labels[0]}",
-        "compare": "Policy comparison: " + " vs ".join(labels),
+        "compare": f"{compared} comparison: " + " vs ".join(labels),
         "sweep": f"SLA goodput sweep of {labels[0]}",
     }
+    presets = (
+        ("presets", ", ".join(f"{run.label}: {run.summary.preset}" for run in report.runs))
+        if deployments
+        else ("preset", first.preset)
+    )
     meta = [
         ("trace", Path(first.trace).name),
-        ("preset", first.preset),
+        presets,
         ("requests", f"{first.requests:,}"),
         ("seed", str(first.seed)),
         ("rate scale", f"{first.rate_scale:g}"),

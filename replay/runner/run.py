@@ -98,18 +98,25 @@ def _load_trace(
     *,
     count: bool = False,
     name: str = "<memory>",
+    max_requests: int | None = None,
 ) -> _Trace:
     """A file's first request and a stream of the rest (``count``: the requests counted
-    first, for a progress bar), or requests given in memory, sorted by arrival."""
+    first, for a progress bar), or requests given in memory, sorted by arrival; only the
+    first ``max_requests`` of them (in the file's or the sequence's order) when given."""
     if isinstance(trace, str | Path):
         fmt = resolve_format(trace_format) if trace_format is not None else None
-        stream = read_trace(trace, fmt, block_size)
+        stream: Iterator[TraceRequest] = read_trace(trace, fmt, block_size)
+        if max_requests is not None:
+            stream = itertools.islice(stream, max_requests)
         first = next(stream, None)
         if first is None:
             raise UserError(f"{trace}: the trace has no requests")
         total = count_requests(trace, fmt) if count else None
+        if total is not None and max_requests is not None:
+            total = min(total, max_requests)
         return _Trace(str(trace), first, stream, total)
-    requests = sorted(trace, key=lambda r: r.arrival_s)  # stable: file order among equals
+    kept = trace if max_requests is None else trace[:max_requests]
+    requests = sorted(kept, key=lambda r: r.arrival_s)  # stable: file order among equals
     if not requests:
         raise UserError(f"{name}: the trace has no requests")
     return _Trace(name, requests[0], iter(requests[1:]), len(requests), requests)
@@ -200,6 +207,7 @@ def run_replay(
     index_capacity: IndexCapacity = "exact",
     trace_format: str | None = None,
     block_size: int | None = None,
+    max_requests: int | None = None,
 ) -> ReplayResult:
     """Replay ``trace`` (a file, or requests) on the named preset with the named policy.
 
@@ -217,9 +225,12 @@ def run_replay(
     to blocks of this many tokens) apply to a trace file. ``kv_event_wan_delay_s`` delays
     the KV events of instances outside the prefill pool's datacenter further (a router
     whose index hears the other datacenter's engines across the line).
+    ``max_requests`` replays only the trace's first requests (in file order).
     """
     if rate_scale <= 0:
         raise UserError(f"--rate-scale must be positive, got {rate_scale}")
+    if max_requests is not None and max_requests < 1:
+        raise UserError(f"the number of requests must be positive, got {max_requests}")
     if kv_event_delay_s < 0:
         raise UserError(f"--kv-event-delay must be 0 or more, got {kv_event_delay_s}")
     if kv_event_wan_delay_s < 0:
@@ -236,7 +247,9 @@ def run_replay(
         build_policy(parse_policy(policy_name, policy_params))  # a bad name: before the run
     except UnknownPolicyError as exc:
         raise UserError(str(exc)) from None
-    source = _load_trace(trace, trace_format, block_size, count=progress is not None)
+    source = _load_trace(
+        trace, trace_format, block_size, count=progress is not None, max_requests=max_requests
+    )
     # a streamed trace's requests are checked as they are read; its first one now, so a
     # cluster that cannot hold even that is refused before anything is built
     check_cluster(cluster, policy_name, source.held or [source.first])
@@ -258,7 +271,7 @@ def run_replay(
             decision_log.seek(0)
             decision_log.truncate()
         fmt = resolve_format(trace_format) if trace_format is not None else None
-        held = list(read_trace(source.name, fmt, block_size))
+        held = list(itertools.islice(read_trace(source.name, fmt, block_size), max_requests))
         source = _load_trace(held, name=source.name)
         check_cluster(cluster, policy_name, source.held)
         records, sim = _simulate(cluster, source, options)

@@ -67,7 +67,9 @@ class Line:
         try:
             return json.loads(raw)
         except json.JSONDecodeError as exc:
-            raise self.error(f"invalid JSON ({exc.msg} at column {exc.colno})") from None
+            # some messages end in "at" ("Invalid control character at"): not twice
+            message = exc.msg.removesuffix(" at")
+            raise self.error(f"invalid JSON ({message} at column {exc.colno})") from None
         except ValueError as exc:  # undecodable bytes
             raise self.error(f"invalid JSON ({exc})") from None
 

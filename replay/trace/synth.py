@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from policies.param_errors import model_parameters, parameter_problems
 from replay.trace.defaults import PROFILES
 from replay.trace.mooncake import MOONCAKE_BLOCK_SIZE, write_mooncake
 from replay.trace.record import TraceRequest
@@ -28,9 +29,10 @@ def make_profile(name: str, overrides: Mapping[str, Any] | None = None) -> Agent
     try:
         return AgenticProfile(**dict(overrides or {}))
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"]) or "profile"
-        raise UserError(f"invalid {where}: {first['msg']}") from None
+        problems = parameter_problems(
+            exc, model_parameters(AgenticProfile), listing=f"parameters of profile {name}"
+        )
+        raise UserError(f"bad profile parameter: {problems}") from None
 
 
 def synthesize(profile: AgenticProfile, requests: int, seed: int = 0) -> Iterator[TraceRequest]:

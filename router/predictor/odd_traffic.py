@@ -17,10 +17,10 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from policies.config import PddAdaptiveParams
+from policies.param_errors import model_parameters, parameter_problems
 from policies.pdd_adaptive import PddAdaptivePolicy
 from policies.types import RequestView, SessionHistory
 from router.errors import UserError
-from router.predictor.train import one_line
 
 __all__ = ["OddReport", "odd_traffic_report"]
 
@@ -79,7 +79,10 @@ def odd_traffic_report(
     try:
         prm = PddAdaptiveParams.model_validate({**(params or {}), "kind": "pdd-adaptive"})
     except ValidationError as exc:
-        raise UserError(f"bad pdd-adaptive parameter: {one_line(exc)}") from None
+        problems = parameter_problems(
+            exc, model_parameters(PddAdaptiveParams), listing="parameters of pdd-adaptive"
+        )
+        raise UserError(f"bad pdd-adaptive parameter: {problems}") from None
     policy = PddAdaptivePolicy(prm)
     min_input = label_min_input if label_min_input is not None else prm.odd_min_input
     max_output = label_max_output if label_max_output is not None else prm.odd_max_output

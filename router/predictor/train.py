@@ -10,6 +10,7 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from policies.param_errors import model_parameters, parameter_problems
 from router.errors import UserError
 from router.predictor.dataset import Dataset
 from router.predictor.features import TRANSFERABLE
@@ -19,17 +20,15 @@ __all__ = [
     "TrainReport",
     "fit_model",
     "model_features",
-    "one_line",
     "time_order",
     "train_and_save",
+    "training_problems",
 ]
 
 
-def one_line(exc: ValidationError) -> str:
-    """A pydantic validation error as ``field: problem; ...`` on one line."""
-    return "; ".join(
-        f"{'.'.join(str(p) for p in e['loc']) or 'value'}: {e['msg']}" for e in exc.errors()
-    )
+def training_problems(exc: ValidationError) -> str:
+    """Training parameters :class:`TrainParams` refused, on one line with the valid ones."""
+    return parameter_problems(exc, model_parameters(TrainParams), listing="training parameters")
 
 
 class TrainParams(BaseModel):
@@ -176,7 +175,7 @@ def train_and_save(
     try:
         typed = TrainParams.model_validate(dict(params or {}))
     except ValidationError as exc:
-        raise UserError(f"bad training parameter: {one_line(exc)}") from None
+        raise UserError(f"bad training parameter: {training_problems(exc)}") from None
     train, _ = data.split(train_fraction)
     model, features = fit_model(train, typed)
     tiers = ("p", "rld", "md", "none")

@@ -58,3 +58,24 @@ def test_demo_replays_a_given_trace_faster(
     assert summary["requests"] == 300
     assert summary["rate_scale"] == 2.0
     assert main(["demo", "--trace", str(tmp_path / "missing.jsonl"), "--no-progress"]) == 2
+
+
+def test_demo_replays_the_first_requests_of_a_given_trace(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "200")
+    trace = tmp_path / "t.jsonl"
+    assert main(["trace", "synth", "--requests", "200", "--seed", "2", "--out", str(trace)]) == 0
+    out_dir = tmp_path / "runs"
+    args = ["demo", "--trace", str(trace), "--requests", "40", "--no-progress", "--out",
+            str(out_dir)]  # fmt: skip
+    assert main(args) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "trace: 40 requests" in out
+    assert "(its first 40 requests)" in out
+    for preset in ("idc-pd-small", "xdc-pd-small", "pdd-small"):
+        summary = json.loads((out_dir / preset / "summary.json").read_text())
+        assert summary["requests"] == 40
+        assert summary["trace"] == str(trace)
+    lines = (out_dir / "pdd-small" / "requests.jsonl").read_text().splitlines()
+    assert sorted(json.loads(line)["request_id"] for line in lines) == list(range(40))

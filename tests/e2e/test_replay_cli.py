@@ -132,6 +132,15 @@ def test_options_reach_the_run(
         (["--preset", "pdd-small", "--set", "links.wan.bandwidth_gbps=0"], "must be positive"),
         (["--preset", "pdd-small", "--set", "pools.md.kv_capacity_tokens=10"], "holds 10 KV"),
         (["--preset", "pdd-small", "--set", "nonsense"], "is not KEY=VALUE"),
+        (
+            ["--preset", "pdd-small", "--set", "pools.mdd.instances=3"],
+            "override 'pools.mdd.instances': preset pdd-small has no pool named 'mdd'; "
+            "valid pools: p, rld, md",
+        ),
+        (
+            ["--preset", "pdd-small", "--param", "wan_budgt_s=1"],
+            "wan_budgt_s: unknown parameter; parameters of pdd-adaptive: admit_ttft_s,",
+        ),
         (["--preset", "pdd-small", "--rate-scale", "0"], "--rate-scale must be positive"),
     ],
 )

@@ -46,6 +46,8 @@ def test_compare_writes_json_report_and_one_folder_per_policy(
     assert [p["label"] for p in data["policies"]] == ["xdc-pd", "pdd:wan_budget_s=0.5"]
     assert data["policies"][1]["params"] == {"wan_budget_s": 0.5}
     assert data["seed"] == 3
+    assert data["deployments"] is False
+    assert "replay compare on pdd-small: Δ vs xdc-pd" in stdout
     for folder in ("xdc-pd", "pdd_wan_budget_s=0.5"):
         summary = _json(out / folder / "summary.json")
         assert summary["seed"] == 3
@@ -293,6 +295,36 @@ def test_compare_deployments_each_policy_on_its_own_cluster(
     assert all(len(line) <= 80 for line in _table_lines(stdout))
     assert "…" not in stdout
     assert "SLA met (%)" in stdout
+
+
+def test_compare_deployments_from_preset_files_names_each_arms_preset(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    trace: Path,
+) -> None:
+    monkeypatch.setenv("COLUMNS", "200")
+    monkeypatch.chdir(tmp_path)
+    for name, packaged in (("my-idc.yaml", "idc-pd-small"), ("my-cluster.yaml", "pdd-small")):
+        code, stdout, err = run_cli(capsys, "replay", "presets", "--show", packaged)
+        assert code == 0, err
+        (tmp_path / name).write_text(stdout)
+    code, stdout, err = run_cli(
+        capsys, "replay", "compare", str(trace), "--policy", "idc-pd@my-idc.yaml",
+        "--policy", "pdd-adaptive@my-cluster.yaml", "--resamples", "200", "--out", "cmp",
+        "--no-progress",
+    )  # fmt: skip
+    assert code == 0, err
+    assert "replay compare of deployments (my-idc.yaml, my-cluster.yaml): Δ vs idc-pd@" in stdout
+    data = _json(tmp_path / "cmp" / "compare.json")
+    assert data["deployments"] is True
+    assert data["preset"] == "my-idc.yaml"  # the baseline's, as before
+    assert [p["preset"] for p in data["policies"]] == ["my-idc.yaml", "my-cluster.yaml"]
+    html = (tmp_path / "cmp" / "report.html").read_text()
+    assert "Deployment comparison: idc-pd@my-idc.yaml vs pdd-adaptive@my-cluster.yaml" in html
+    assert "idc-pd@my-idc.yaml: my-idc.yaml, pdd-adaptive@my-cluster.yaml: my-cluster.yaml" in html
+    folders = sorted(p.name for p in (tmp_path / "cmp").iterdir() if p.is_dir())
+    assert folders == ["idc-pd_my-idc", "pdd-adaptive_my-cluster"]
 
 
 def test_compare_needs_a_cluster_for_every_policy(

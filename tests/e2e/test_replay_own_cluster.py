@@ -121,6 +121,48 @@ def test_a_preset_file_naming_unknown_hardware_lists_the_known(
     assert "h200" in err
 
 
+def test_a_misspelled_key_in_a_preset_file_is_named(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    tree = yaml.safe_load(show(capsys, "pdd"))
+    tree["links"]["wan"]["bandwith_gbps"] = tree["links"]["wan"].pop("bandwidth_gbps")
+    path = tmp_path / "typo.yaml"
+    path.write_text(yaml.safe_dump(tree))
+    code, _, err = run_cli(capsys, "replay", "presets", "--show", str(path))
+    assert code == 2
+    assert f"preset {path}: unknown key 'bandwith_gbps' in links.wan; valid keys: " in err
+    assert "bandwidth_gbps, rtt_s" in err
+    assert "Field required" not in err
+
+
+def test_a_bad_value_in_a_hardware_entry_is_named_by_its_path(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    tree = yaml.safe_load(show(capsys, "pdd"))
+    tree["hardware"]["b200"] = {**tree["hardware"].pop("h100"), "price_per_hour": "cheap"}
+    path = tmp_path / "b200.yaml"
+    path.write_text(yaml.safe_dump(tree))
+    code, _, err = run_cli(capsys, "replay", "presets", "--show", str(path))
+    assert code == 2
+    assert f"preset {path}: hardware.b200.price_per_hour: Input should be a valid number" in err
+
+
+def test_an_override_of_an_entry_that_does_not_exist_names_the_entries(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    for key, message in [
+        ("hardware.h10.price_per_hour=1", "has no hardware named 'h10'; valid hardware: h100,"),
+        ("models.kimi.layers=1", "has no model named 'kimi'; valid models: kimi-k2-like,"),
+        ("timing.step_token=1", "unknown key 'step_token' in timing; valid keys: "),
+    ]:
+        code, _, err = run_cli(capsys, "replay", "presets", "--show", "pdd", "--set", key)
+        assert code == 2, key
+        assert message in err, err
+    pool = "{tier: md, datacenter: B, hardware: h200, instances: 1, gpus_per_instance: 8}"
+    tree = yaml.safe_load(show(capsys, "pdd", "--set", f"pools.md2={pool}"))
+    assert tree["pools"]["md2"]["instances"] == 1  # a whole new pool is still an override
+
+
 def test_the_trace_format_and_block_size_can_be_given(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, trace: Path
 ) -> None:

@@ -126,6 +126,21 @@ def test_a_malformed_line_is_named_in_one_line(
     assert "Traceback" not in err
 
 
+def test_a_file_that_is_not_per_request_records_says_what_is_expected(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, runs: tuple[Path, Path]
+) -> None:
+    summary = runs[1] / "summary.json"
+    code, _, err = run_cli(capsys, "replay", "validate", str(runs[0]), str(summary), "--out",
+                           str(tmp_path / "v"))  # fmt: skip
+    assert code == 2
+    assert err.strip() == (
+        f"error: {summary}: its first line is not a per-request record (a JSON object with "
+        "request_id): expected a replay's requests.jsonl (replay run, replay live), aiperf's "
+        "profile_export.jsonl, or the run directory holding one"
+    )
+    assert not (tmp_path / "v").exists()
+
+
 def test_prefill_ttft_is_refused_for_a_file_without_it(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, runs: tuple[Path, Path]
 ) -> None:

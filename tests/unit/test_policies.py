@@ -159,6 +159,9 @@ def test_registry_lists_valid_names_and_refuses_bad_parameters() -> None:
         parse_policy("pdd", {"wan_budget_s": -1})
     with pytest.raises(UnknownPolicyError, match="nonsense"):
         parse_policy("pdd", {"nonsense": 1})
+    listing = "parameters of pdd: catch_up_below, chunk_tokens, load_weight_s, "
+    with pytest.raises(UnknownPolicyError, match=f"wan_budgt_s: unknown parameter; {listing}"):
+        parse_policy("pdd", {"wan_budgt_s": 1})
     cfg = parse_policy("pdd", {"chunk_tokens": 32})
     assert isinstance(cfg, PddParams)
     assert cfg.chunk_tokens == 32

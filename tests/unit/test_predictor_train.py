@@ -13,7 +13,13 @@ from router.predictor.cross_eval import concat, leave_one_kind_out
 from router.predictor.dataset import Dataset
 from router.predictor.features import FEATURES, TRANSFERABLE
 from router.predictor.persist import load_predictor
-from router.predictor.train import TrainParams, fit_model, model_features, time_order
+from router.predictor.train import (
+    TrainParams,
+    fit_model,
+    model_features,
+    time_order,
+    train_and_save,
+)
 
 LRU = FEATURES.index("lru_frac")
 MATCH = FEATURES.index("match_frac")
@@ -57,6 +63,14 @@ def test_the_default_model_sees_only_features_that_transfer() -> None:
                         "known_frac", "lru_frac", "match_frac", "route_frac"}  # fmt: skip
     with pytest.raises(UserError, match="unknown feature nope"):
         model_features(TrainParams(features=("nope",)), FEATURES)
+
+
+def test_a_mistyped_training_parameter_is_named_with_the_valid_ones(tmp_path: Path) -> None:
+    with pytest.raises(UserError) as info:
+        train_and_save(dataset(50, 0), [], tmp_path / "m.skops", params={"n_estimator": 3})
+    message = str(info.value)
+    assert "n_estimator: unknown parameter; training parameters: " in message
+    assert "n_estimators" in message
 
 
 def test_validation_rows_are_the_latest_of_every_log() -> None:

@@ -152,6 +152,14 @@ def test_missing_file(tmp_path: Path) -> None:
         read_trace(tmp_path / "nope.jsonl")
 
 
+def test_a_control_character_in_a_line_is_worded_once(tmp_path: Path) -> None:
+    path = tmp_path / "cut.jsonl"
+    path.write_text('{"timestamp": 0, "hash_ids": "\x01"}\n', encoding="utf-8")
+    with pytest.raises(UserError) as exc:
+        list(read_trace(path, format="mooncake"))
+    assert str(exc.value) == f"{path}:1: invalid JSON (Invalid control character at column 31)"
+
+
 @pytest.mark.parametrize(
     ("line", "field"),
     [

@@ -113,6 +113,15 @@ def test_bad_profile_and_parameters() -> None:
         synthesize(make_profile("agentic"), 0)
 
 
+def test_a_mistyped_parameter_is_named_with_the_valid_ones() -> None:
+    with pytest.raises(UserError) as info:
+        make_profile("agentic", {"output_medain": 300})
+    message = str(info.value)
+    assert message.startswith("bad profile parameter: output_medain: unknown parameter; ")
+    assert "parameters of profile agentic: block_size, " in message
+    assert "output_median" in message
+
+
 def test_unwritable_output(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="cannot write"):
         write_synthetic_trace(tmp_path / "missing" / "x.jsonl", make_profile("agentic"), 10)
