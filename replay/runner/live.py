@@ -137,8 +137,9 @@ async def _send(
     async with client.stream("POST", f"{options.url}/v1/completions", json=body) as response:
         if response.status_code != 200:
             await response.aread()
-            if response.status_code == 429:  # the router's admission control refused it
-                seen.rejected = response.headers.get("x-pdd-bottleneck", "overloaded")
+            refused_by = response.headers.get("x-pdd-bottleneck")  # the router's admission
+            if refused_by is not None or response.status_code == 429:  # control refused it
+                seen.rejected = refused_by or "overloaded"
             else:
                 seen.error = f"HTTP {response.status_code}"
             return

@@ -88,6 +88,7 @@ async def decide(
                     f"{refused.alone_s:.2f}s; {refused.reason}. Send a shorter prompt (or one "
                     "with more of it cached), or raise the policy's admit_ttft_s",
                     code="first_token_limit",
+                    headers={"x-pdd-bottleneck": refused.bottleneck.value},
                 ) from refused  # fmt: skip
             raise ApiError(
                 429, f"the cluster is over capacity: {refused.reason}; retry later",

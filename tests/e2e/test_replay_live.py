@@ -120,7 +120,8 @@ def test_requests_the_router_refuses_are_counted_as_refused(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, stack: Stack
 ) -> None:
     """A router whose admission control refuses every request (first token allowed
-    0.1 ms): 429s are rejections by the bottleneck the router names, not failures."""
+    0.1 ms, which no prefill meets even alone: a 400, a 429 under load): rejections by the
+    bottleneck the router names, not failures, as the replay counts them."""
     shared = stack.router
     try:
         refusing = stack.start_router(

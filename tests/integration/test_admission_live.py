@@ -101,6 +101,7 @@ def test_a_request_that_misses_the_limit_on_its_own_is_a_400_not_a_retry(
     response = refused.value.response
     assert response.status_code == 400
     assert "retry-after" not in response.headers
+    assert response.headers["x-pdd-bottleneck"] == "prefill"  # replay live counts it refused
     error = response.json()["error"]
     assert error["code"] == "first_token_limit"
     assert f"first token takes {ALONE_S:.2f}s" in error["message"]
