@@ -84,5 +84,4 @@ def live(
     with progress_bars(not no_progress) as bars:
         bar = ReplayBar(bars, f"sending to {url}") if bars is not None else None
         result = run_live(requests, options, trace_name=str(trace), progress=bar)
-    write_run(out, result.summary, result.records)
-    print_run(result.summary, [out / "summary.json", out / "requests.jsonl"])
+    print_run(result.summary, write_run(out, result.summary, result.records))

@@ -137,10 +137,10 @@ def run(
     finally:
         if log is not None:
             log.close()
-    write_run_with_report(
+    files = write_run_with_report(
         out, result.summary, result.records, overrides=cluster_overrides, command=command_line()
     )
-    print_run(result.summary, [out / "summary.json", out / "requests.jsonl", out / "report.html"])
+    print_run(result.summary, files)
 
 
 @replay_app.command("presets")

@@ -42,11 +42,14 @@ def write_timeline(path: Path, timeline: TimelineSummary) -> None:
             writer.writerow(row)
 
 
-def write_run(out_dir: Path, summary: Summary, records: Sequence[RequestRecord]) -> None:
+def write_run(out_dir: Path, summary: Summary, records: Sequence[RequestRecord]) -> list[Path]:
     """``out_dir/summary.json``, ``out_dir/requests.jsonl`` and, when the run sampled its
-    load, ``out_dir/timeline.csv`` (the folder is created)."""
+    load, ``out_dir/timeline.csv`` (the folder is created); the files written."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    write_summary(out_dir / "summary.json", summary)
-    write_requests(out_dir / "requests.jsonl", records)
+    files = [out_dir / "summary.json", out_dir / "requests.jsonl"]
+    write_summary(files[0], summary)
+    write_requests(files[1], records)
     if summary.timeline is not None:
-        write_timeline(out_dir / "timeline.csv", summary.timeline)
+        files.append(out_dir / "timeline.csv")
+        write_timeline(files[-1], summary.timeline)
+    return files

@@ -43,12 +43,12 @@ def write_run_with_report(
     *,
     overrides: Mapping[str, Any] | None = None,
     command: str | None = None,
-) -> None:
-    """``summary.json``, ``requests.jsonl`` and (when there are records) ``report.html`` in
-    ``out_dir``. ``overrides`` are the run's preset overrides, for the capacities the
-    report draws; ``command`` is shown in the report."""
-    write_run(out_dir, summary, records)
+) -> list[Path]:
+    """``write_run``'s files and (when there are records) ``report.html`` in ``out_dir``;
+    the files written. ``overrides`` are the run's preset overrides, for the capacities
+    the report draws; ``command`` is shown in the report."""
+    files = write_run(out_dir, summary, records)
     if records:
-        write_report_of_run(
-            out_dir / "report.html", summary, records, overrides=overrides, command=command
-        )
+        files.append(out_dir / "report.html")
+        write_report_of_run(files[-1], summary, records, overrides=overrides, command=command)
+    return files

@@ -79,6 +79,10 @@ def test_run_writes_the_summary_and_one_line_per_request(
     assert json.loads(lines[0])["pipeline"] in {"P-MD", "P-RLD", "P-RLD-MD"}
     assert f"replay: {policy} on {preset}" in out
     assert "TTFT P50 / P90 / P99" in out
+    written = sorted(f.name for f in out_dir.iterdir())
+    assert written == ["report.html", "requests.jsonl", "summary.json", "timeline.csv"]
+    said = " ".join(out.split()).split("wrote ")[-1]  # every file it wrote, named
+    assert all(str(out_dir / name) in said.replace(" ", "") for name in written)
     if preset == "idc-pd-small":
         assert summary["wan_bytes"] == 0
 
