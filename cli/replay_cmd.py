@@ -67,6 +67,13 @@ def run(
         metavar="KEY=VALUE",
     ),
     rate_scale: float = typer.Option(1.0, "--rate-scale", help="2 = arrivals twice as fast"),
+    max_requests: int | None = typer.Option(
+        None,
+        "--max-requests",
+        min=1,
+        help="Replay only the trace's first N requests (of a file in time order, the ones "
+        "`replay live --max-requests N` sends: the same slice for `replay validate`)",
+    ),
     seed: int = typer.Option(0, "--seed", help="Seed of everything random in the run"),
     out: Path = typer.Option(Path("replay-out"), "--out", help="Run directory to write"),
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar"),
@@ -133,6 +140,7 @@ def run(
                 index_capacity=index_capacity,  # type: ignore[arg-type]  # checked by run_replay
                 trace_format=trace_format,
                 block_size=block_size,
+                max_requests=max_requests,
             )
     finally:
         if log is not None:

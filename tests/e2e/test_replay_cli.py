@@ -87,6 +87,23 @@ def test_run_writes_the_summary_and_one_line_per_request(
         assert summary["wan_bytes"] == 0
 
 
+def test_max_requests_replays_the_first_requests_as_they_run_whole(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, trace: Path
+) -> None:
+    args = ("replay", "run", str(trace), "--preset", "pdd-small", "--no-progress")
+    assert run_cli(capsys, *args, "--out", str(tmp_path / "whole"))[0] == 0
+    code, _, err = run_cli(capsys, *args, "--max-requests", "7", "--out", str(tmp_path / "cut"))
+    assert code == 0, err
+    assert _summary(tmp_path / "cut")["requests"] == 7
+    cut = (tmp_path / "cut" / "requests.jsonl").read_text().splitlines()
+    whole = (tmp_path / "whole" / "requests.jsonl").read_text().splitlines()
+    ids = [json.loads(line)["request_id"] for line in cut]
+    assert ids == [json.loads(line)["request_id"] for line in whole][:7]
+    code, _, err = run_cli(capsys, *args, "--max-requests", "0")
+    assert code == 2
+    assert "--max-requests" in err
+
+
 def test_options_reach_the_run(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, trace: Path
 ) -> None:
