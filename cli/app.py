@@ -28,7 +28,9 @@ def _readable_option_types() -> None:
     """typer (0.2x) labels a flag's type ``<bool>`` in --help, as if it took a value
     (``--no-progress true`` is refused), and a repeatable option's or argument's
     ``<list[int]>``, a Python type: show no type for a flag and ``<int>...`` for a
-    repeatable one, as click does. Leaves typer versions without these labels alone."""
+    repeatable one, as click does, and ``<int> [x>=1]`` for ``<int range> [x>=1]`` (which
+    cut long option names short at 80 columns). Leaves typer versions without these labels
+    alone."""
     from typer import core
 
     # an argument's name already ends in "..." when it repeats
@@ -46,6 +48,8 @@ def _readable(shown: Callable[..., object], repeats: str) -> Callable[..., objec
         if isinstance(text, str) and text.startswith("<list[") and "]>" in text:
             inner, _, rest = text[6:].partition("]>")
             return f"<{inner}>{rest or repeats}"
+        if isinstance(text, str):  # "<int range> [x>=1]": the bounds say it is a range
+            return text.replace(" range>", ">")
         return text
 
     display_type_rich.readable = True  # type: ignore[attr-defined]

@@ -84,7 +84,7 @@ def compare(
     policy: list[str] = typer.Option(
         ...,
         "--policy",
-        help="NAME[:KEY=VALUE,...][@PRESET], e.g. pdd:wan_budget_s=0.5 or idc-pd@idc-pd (a "
+        help="NAME [:KEY=VALUE,...] [@PRESET], e.g. pdd:wan_budget_s=0.5 or idc-pd@idc-pd (a "
         "policy on its own cluster: compare deployments); repeat, the first is the baseline",
     ),
     seed: int = _SEED,
@@ -179,7 +179,7 @@ def sweep(
     trace: Path = _TRACE,
     preset: str | None = _PRESET,
     policy: str = typer.Option(
-        ..., "--policy", help="NAME[:KEY=VALUE,...][@PRESET] (@PRESET: its own cluster)"
+        ..., "--policy", help="NAME [:KEY=VALUE,...] [@PRESET] (@PRESET: its own cluster)"
     ),
     seed: int = _SEED,
     target: float = typer.Option(0.9, "--target", help="SLA attainment to sustain"),

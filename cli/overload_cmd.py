@@ -26,7 +26,9 @@ def overload(
         None, "--preset", help="Cluster preset: a name from `replay presets`, or a preset file"
     ),
     policy: str = typer.Option(
-        "pdd-adaptive", "--policy", help="NAME[:KEY=VALUE,...][@PRESET] (@PRESET: its own cluster)"
+        "pdd-adaptive",
+        "--policy",
+        help="NAME [:KEY=VALUE,...] [@PRESET] (@PRESET: its own cluster)",
     ),
     multiples: str = typer.Option(
         "0.5,1,1.2,1.5,2",

@@ -33,8 +33,9 @@ def serve(
         None,
         "--redis-url",
         help="Share the prefix index through this Redis (default: in "
-        "memory): redis://HOST:6379/0, or a Sentinel-watched primary, "
-        "redis+sentinel://HOST:26379[,HOST:PORT...]/SERVICE",
+        "memory): redis://HOST:6379/0; a Sentinel-watched primary, "
+        "redis+sentinel://HOST:26379/SERVICE (more sentinels: HOST:26379,HOST:26380); a "
+        "cluster, redis+cluster://HOST:7000",
     ),
     policy: str | None = typer.Option(
         None, help=f"Policy name: {', '.join(policy_names())} (default: {DEFAULT_POLICY})"

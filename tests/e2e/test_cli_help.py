@@ -30,10 +30,14 @@ def test_every_command_is_covered() -> None:
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=" ".join)
-def test_help_shows_no_python_types_and_no_value_for_a_flag(
-    capsys: pytest.CaptureFixture[str], command: tuple[str, ...]
+def test_help_at_80_columns_shows_every_name_whole_and_no_python_types(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, command: tuple[str, ...]
 ) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
     code, out, err = run_cli(capsys, *command, "--help")
     assert code == 0, err
+    assert max(len(line) for line in out.splitlines()) <= 80
+    assert "…" not in out  # nothing cut short: an option's name, its type, its help
     assert "<bool>" not in out  # a flag takes no value
     assert "<list[" not in out  # a repeatable option is <TYPE>..., not a Python type
+    assert " range>" not in out  # <int> [x>=1]: the bounds say it
