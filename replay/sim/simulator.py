@@ -177,15 +177,10 @@ class Simulator:
         cluster.view.now = self.loop.now
         cluster.sync_links()
         trace = request.trace
-        view = RequestView(
-            chain=request.chain,
-            block_size=trace.block_size,
-            input_length=request.input_length,
-            max_tokens=None,
-            session_id=trace.session_id,
-            arrival_s=request.arrival_s,
-            request_id=str(request.key),
-        )
+        view = RequestView(  # chain, block size, input length, max_tokens (never known here)
+            request.chain, trace.block_size, request.input_length, None,
+            trace.session_id, request.arrival_s, str(request.key),
+        )  # fmt: skip
         try:
             decision = self.decider.decide(view, cluster.view)
         except Overloaded as refused:
