@@ -13,12 +13,17 @@ def hit_tokens(request: RequestView, blocks: int, instance: InstanceLoad | None 
     """Prompt tokens covered by ``blocks`` leading blocks, as ``instance``'s engine would
     serve them from its cache: in whole blocks of its own size, and never the prompt's last
     token (vLLM computes it), when the engine reported its block size."""
-    tokens = min(blocks * request.block_size, request.input_length)
+    # min() and max() spelled out (this runs for every candidate of every decision)
+    n = request.input_length
+    tokens = blocks * request.block_size
+    if n < tokens:
+        tokens = n
     engine_block = instance.cache_block_tokens if instance is not None else None
     if engine_block:
-        tokens = min(tokens, request.input_length - 1)
+        if n - 1 < tokens:
+            tokens = n - 1
         tokens -= tokens % engine_block
-    return max(tokens, 0)
+    return 0 if tokens < 0 else tokens
 
 
 def prefill_delay_s(instance: InstanceLoad, uncached_tokens: int, cluster: ClusterView) -> float:

@@ -148,9 +148,12 @@ class PddAdaptivePolicy:
         prm = self.params
         n = max(request.input_length, 1)
         p, p_blocks, p_delay = choose_prefill(request, cluster, matches.get(Tier.P, {}))
-        rlds = cluster.pool(Tier.RLD)
-        rld = min(rlds, key=lambda i: (rld_load(i), i.instance_id)) if rlds else None
-        load = rld_load(rld) if rld is not None else 1.0
+        rld: InstanceLoad | None = None
+        load = 1.0
+        for inst in cluster.pool(Tier.RLD):  # the least loaded (ties by id)
+            inst_load = rld_load(inst)
+            if rld is None or (inst_load, inst.instance_id) < (load, rld.instance_id):
+                rld, load = inst, inst_load
         need = request.input_length + self.expected_output(request)
         rld_room = (
             rld is not None and load < prm.rld_saturation and rld.kv_uncommitted_tokens >= need

@@ -46,8 +46,9 @@ def choose_decode(
     With ``reuse_cache`` only the blocks the instance lacks are shipped (DRC); without
     it the whole prompt's KV crosses the link whatever the instance holds.
     """
-    best: Placement | None = None
-    for inst in cluster.pool(tier):
+    pool = cluster.pool(tier)
+    best: tuple[float, str, InstanceLoad, int, float, float] | None = None
+    for inst in pool:
         if inst.kv_free_tokens < request.input_length and inst.running > 0:
             continue  # would queue for memory; other instances first
         blocks = matches.get(inst.instance_id, 0) if reuse_cache else 0
@@ -55,18 +56,21 @@ def choose_decode(
         nbytes = missing * cluster.kv_bytes_per_token
         seconds = link_between(cluster, source, inst).transfer_s(nbytes)
         score = seconds + load_weight_s * inst.occupancy
-        if best is None or (score, inst.instance_id) < (best.score, best.instance.instance_id):
-            best = Placement(inst, blocks, nbytes, seconds, score)
-    if best is None and cluster.pool(tier):
+        if best is None or (score, inst.instance_id) < (best[0], best[1]):
+            best = (score, inst.instance_id, inst, blocks, nbytes, seconds)
+    if best is not None:
+        score, _, inst, blocks, nbytes, seconds = best
+        return Placement(inst, blocks, nbytes, seconds, score)
+    if pool:
         # every instance is short of KV memory: take the emptiest one, it will queue
-        inst = max(cluster.pool(tier), key=lambda i: (i.kv_free_tokens, i.instance_id))
+        inst = max(pool, key=lambda i: (i.kv_free_tokens, i.instance_id))
         blocks = matches.get(inst.instance_id, 0) if reuse_cache else 0
         nbytes = (
             request.input_length - hit_tokens(request, blocks, inst)
         ) * cluster.kv_bytes_per_token
         seconds = link_between(cluster, source, inst).transfer_s(nbytes)
-        best = Placement(inst, blocks, nbytes, seconds, seconds + load_weight_s)
-    return best
+        return Placement(inst, blocks, nbytes, seconds, seconds + load_weight_s)
+    return None
 
 
 def choose_least_loaded(cluster: ClusterView, tier: Tier) -> InstanceLoad | None:

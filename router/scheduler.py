@@ -119,7 +119,7 @@ class Scheduler:
     def matches(self, request: RequestView) -> dict[Tier, dict[str, int]]:
         """The index's answer for the request's chain, grouped by tier."""
         raw = self.index.match(request.chain)
-        if any(iid not in self._tier_of for iid in raw):
+        if not raw.keys() <= self._tier_of.keys():  # an instance registered since
             self.refresh_instances()
         return self._group(raw)
 

@@ -56,6 +56,7 @@ class DecodeInstance:
         "datacenter",
         "first_token_on_decode",
         "id",
+        "is_rld",
         "load",
         "max_batch",
         "on_demand",
@@ -88,6 +89,7 @@ class DecodeInstance:
         self.first_token_on_decode = first_token_on_decode
         self.id = instance_id
         self.tier = tier
+        self.is_rld = tier == Tier.RLD  # asked on every start and end of a decode
         self.datacenter = datacenter
         self.load = load
         self.cache = cache
@@ -199,8 +201,8 @@ class DecodeInstance:
         if self.first_token_on_decode and request.emitted == 0:
             self._start_from_first_step(request, tokens_left, now)
             return
-        request.emit(1, now, on_rld=self.tier == Tier.RLD)
-        if self.tier == Tier.RLD and request.rld_start_s is None:
+        request.emit(1, now, on_rld=self.is_rld)
+        if self.is_rld and request.rld_start_s is None:
             request.rld_start_s = now
         request.stint_join_s = now
         request.stint_tokens = tokens_left - 1
@@ -214,7 +216,7 @@ class DecodeInstance:
     def _start_from_first_step(self, request: SimRequest, tokens: int, now: float) -> None:
         """Every token from this instance's steps, the first one too: it reaches the client
         one step after joining (the step's length as the batch stands with it)."""
-        if self.tier == Tier.RLD and request.rld_start_s is None:
+        if self.is_rld and request.rld_start_s is None:
             request.rld_start_s = now
         request.stint_join_s = now
         request.stint_tokens = tokens
@@ -230,7 +232,7 @@ class DecodeInstance:
         """Stop decoding the request now (handoff); its tokens so far are accounted."""
         request = leg.request
         if request.key in self.batch:
-            request.leave_batch(self.batch, self._loop.now, on_rld=self.tier == Tier.RLD)
+            request.leave_batch(self.batch, self._loop.now, on_rld=self.is_rld)
         self._stop(request, leg)
         self._admit_ready()
 
@@ -242,7 +244,7 @@ class DecodeInstance:
         leg.running = False
 
     def _leg_of(self, request: SimRequest) -> Leg:
-        leg = request.rld_leg if self.tier == Tier.RLD else request.md_leg
+        leg = request.rld_leg if self.is_rld else request.md_leg
         if leg is None:
             raise RuntimeError(f"request {request.key} has no copy on {self.id}")
         return leg
@@ -251,9 +253,7 @@ class DecodeInstance:
         request = self._running[key]
         self._stop(request, self._leg_of(request))
         gap = self.batch.gap_at_exit.pop(key)
-        request.account_stint(
-            request.stint_tokens, self._loop.now, gap, on_rld=self.tier == Tier.RLD
-        )
+        request.account_stint(request.stint_tokens, self._loop.now, gap, on_rld=self.is_rld)
         self._finished(request)
 
     def _finish_now(self, request: SimRequest) -> None:

@@ -57,14 +57,15 @@ class GrowingMemory:
         change (which arms it again). Call after every change of the batch or memory."""
         batch, cache = self._batch, self._cache
         self._version += 1  # whatever was scheduled is stale now
-        self.refresh()
+        cache.grown = self.base + batch.total_progress()  # refresh(), inline
         n = batch.size
-        if n == 0 or batch.rate <= 0.0:
+        rate = batch.rate
+        if n == 0 or rate <= 0.0:
             return
         free = cache.capacity_tokens - cache.used_tokens
         if free <= 0.0 and cache.evictable_tokens == 0 and n == 1:
             return
-        delay = max(free, 0.0) / (n * batch.rate)
+        delay = (0.0 if free < 0.0 else free) / (n * rate)  # max(free, 0.0)
         if delay >= batch.until_next_s():
             return
         self._loop.after(delay, Priority.DECODE, self._full, self._version)

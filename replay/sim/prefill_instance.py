@@ -52,6 +52,10 @@ class PrefillInstance:
         )
 
     def submit(self, request: SimRequest) -> None:
+        queue = self.queue
+        if queue.idle and self._admit(request):
+            queue.run_alone(request)  # no queue to size it for: its cached prefix is known
+            return
         held = self.cache.leading_blocks(request.chain) * self.cache.block_size
         estimate = max(request.input_length - held, 1)
         self.queue.submit(request, estimate)

@@ -73,6 +73,22 @@ class PrefillQueue(Generic[T]):
         elif self._on_change is not None:
             self._on_change()
 
+    @property
+    def idle(self) -> bool:
+        """Nothing running and nothing waiting."""
+        return not self.busy and not self._queue
+
+    def run_alone(self, job: T) -> None:
+        """Run an admitted ``job`` at once, a batch of its own (the server is ``idle``):
+        what ``submit`` does then. Its size is not needed: it counts only in the queued
+        tokens and against the batch limit of the jobs behind it, and there are none."""
+        batch = [job]
+        self.busy = True
+        self.running = batch
+        self._loop.after(self._cost(batch), Priority.PREFILL, self._done, batch)
+        if self._on_change is not None:
+            self._on_change()
+
     def kick(self) -> None:
         """Something the head job waited for (memory) may be available now."""
         if not self.busy and self._queue:

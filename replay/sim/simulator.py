@@ -31,6 +31,9 @@ from router.index.base import IndexedInstance, PrefixIndex
 
 __all__ = ["Decider", "ProgressObserver", "Simulator"]
 
+_VIA_RLD = frozenset({Pipeline.P_RLD, Pipeline.P_RLD_MD})  # the pipelines decoding on RLD
+_VIA_MD = frozenset({Pipeline.P_MD, Pipeline.P_RLD_MD})  # and on MD
+
 
 class Decider(Protocol):
     """What the simulator needs of the scheduler."""
@@ -177,15 +180,10 @@ class Simulator:
         cluster.view.now = self.loop.now
         cluster.sync_links()
         trace = request.trace
-        view = RequestView(
-            chain=request.chain,
-            block_size=trace.block_size,
-            input_length=request.input_length,
-            max_tokens=None,
-            session_id=trace.session_id,
-            arrival_s=request.arrival_s,
-            request_id=str(request.key),
-        )
+        view = RequestView(  # chain, block size, input length, max_tokens (never known here)
+            request.chain, trace.block_size, request.input_length, None,
+            trace.session_id, request.arrival_s, str(request.key),
+        )  # fmt: skip
         try:
             decision = self.decider.decide(view, cluster.view)
         except Overloaded as refused:
@@ -219,9 +217,9 @@ class Simulator:
                 + ("a colocated engine" if isinstance(p, ColocatedInstance) else "a P instance")
             )
         request.p = p
-        if decision.pipeline in (Pipeline.P_RLD, Pipeline.P_RLD_MD):
+        if decision.pipeline in _VIA_RLD:
             request.rld = self._decode_instance(decision, decision.rld_instance, Tier.RLD)
-        if decision.pipeline in (Pipeline.P_MD, Pipeline.P_RLD_MD):
+        if decision.pipeline in _VIA_MD:
             request.md = self._decode_instance(decision, decision.md_instance, Tier.MD)
         for dest in (request.rld, request.md):
             if dest is not None:  # on its way: counted in the instance's load until it lands
