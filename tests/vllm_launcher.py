@@ -241,7 +241,7 @@ def worker_on_its_own_cores(log: Path) -> Iterator[None]:
     the rest on the host's CPUs. Read from the engine's log (its process IDs and OpenMP
     binding); this process's own affinity is restored after."""
     text = log.read_text(errors="replace")
-    pids = {role: int(pid) for role, pid in re.findall(r"^\((\w+) pid=(\d+)\)", text, re.M)}
+    pids = _pids(text)
     bound = re.findall(r"local_rank=0, core ids=\[([\d, ]+)\]", text)
     if "Worker" not in pids or not bound:
         pytest.fail(f"vLLM's worker process or its OpenMP cores not found in {log}")
@@ -259,6 +259,47 @@ def worker_on_its_own_cores(log: Path) -> Iterator[None]:
         yield
     finally:
         _pin_process(os.getpid(), mine)
+
+
+@contextlib.contextmanager
+def client_scheduled_first(nice: int = -10) -> Iterator[None]:
+    """Run this process's session (its autogroup: the client and whatever started it) at
+    ``nice`` against other sessions, vLLM's among them (it runs in a session of its own),
+    restored after. With autogroup scheduling on, CPU time is shared between sessions
+    first, so a process's own nice value only ranks it within its session; the client,
+    mostly waiting for tokens, then runs as soon as a token arrives instead of after the
+    engine core's time slice. Does nothing where autogroups are off or not permitted."""
+    group = Path("/proc/self/autogroup")
+    try:
+        before = int(group.read_text().split("nice")[1])
+        group.write_text(str(nice))
+    except (OSError, ValueError, IndexError):
+        yield
+        return
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            group.write_text(str(before))
+
+
+def process_cores(log: Path) -> dict[str, list[int]]:
+    """The cores each of vLLM's processes (named as in its log) and this process may run
+    on now, over all of their threads: what ``worker_on_its_own_cores`` set, or not."""
+    found = {role: _cores_of(pid) for role, pid in _pids(log.read_text(errors="replace")).items()}
+    return {**found, "client": _cores_of(os.getpid())}
+
+
+def _pids(text: str) -> dict[str, int]:
+    return {role: int(pid) for role, pid in re.findall(r"^\((\w+) pid=(\d+)\)", text, re.M)}
+
+
+def _cores_of(pid: int) -> list[int]:
+    cores: set[int] = set()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(ProcessLookupError, FileNotFoundError):
+            cores |= os.sched_getaffinity(int(task.name))
+    return sorted(cores)
 
 
 def _pin_process(pid: int, cores: set[int]) -> None:

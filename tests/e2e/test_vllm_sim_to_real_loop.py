@@ -11,12 +11,17 @@ busy production engine does; that is where the two memory models part. vLLM's mo
 worker has the core its OpenMP threads are bound to to itself; its API server, its engine
 core and the client sending the trace share the other (``worker_on_its_own_cores``), as
 the host's CPUs do on a GPU server, so what is measured is the engine's timing rather than
-the two cores' contention."""
+the two cores' contention; the client's session is scheduled ahead of vLLM's
+(``client_scheduled_first``), so that the engine core's busy wait on that core does not
+hold up the client's reading of tokens. The test prints, beside the errors, vLLM's own
+mean latencies (its Prometheus histograms) against the replay's and the client's, the
+CPU time the hypervisor took (steal) and the cores each process ran on."""
 
 from __future__ import annotations
 
 import json
 import math
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,6 +34,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from vllm_launcher import (
     VOCAB,
     Endpoint,
+    client_scheduled_first,
+    process_cores,
     random_model,
     vllm_python,
     vllm_servers,
@@ -66,26 +73,57 @@ def scaled_conversation(conversation: Path, path: Path, requests: int) -> None:
 
 
 @pytest.fixture(scope="module")
-def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoint]:
+def engine_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("vllm-loop") / "vllm-0.log"
+
+
+@pytest.fixture(scope="module")
+def engine(engine_log: Path) -> Iterator[Endpoint]:
     python = vllm_python()
-    model = tmp_path_factory.mktemp("vllm-loop")
+    model = engine_log.parent
     random_model(python, model)
     extra = ["--num-gpu-blocks-override", str(BLOCKS), "--max-num-seqs", str(MAX_SEQS),
              "--max-num-batched-tokens", str(STEP_TOKENS)]  # fmt: skip
     with (
         vllm_servers(python, model, 1, extra_args=extra) as engines,
-        worker_on_its_own_cores(model / "vllm-0.log"),
+        worker_on_its_own_cores(engine_log),
+        client_scheduled_first(),
     ):
         yield engines[0]
 
 
-def preemptions(url: str) -> float:
-    """Requests the engine has preempted so far (vLLM's own counter)."""
+# vLLM's own latency histograms, timed in its API server from a request's arrival there
+ENGINE_LATENCIES = {
+    "ttft_s": "vllm:time_to_first_token_seconds",
+    "tpot_s": "vllm:request_time_per_output_token_seconds",
+    "e2e_s": "vllm:e2e_request_latency_seconds",
+}
+
+
+def engine_counters(url: str) -> dict[str, float]:
+    """The engine's own counters so far: ``preemptions`` (requests it preempted), and per
+    latency of ``ENGINE_LATENCIES`` its histogram's ``KEY sum`` and ``KEY count``."""
     text = httpx.get(f"{url}/metrics", timeout=10).text
+    names = {name: key for key, name in ENGINE_LATENCIES.items()}
+    found: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
         if family.name == "vllm:num_preemptions":
-            return sum(s.value for s in family.samples if s.name.endswith("_total"))
-    raise AssertionError("vllm:num_preemptions_total not exported")
+            found["preemptions"] = sum(s.value for s in family.samples if s.name.endswith("_total"))
+        elif family.name in names:
+            for part in ("sum", "count"):
+                found[f"{names[family.name]} {part}"] = sum(
+                    s.value for s in family.samples if s.name.endswith(f"_{part}")
+                )
+    missing = {"preemptions", *(f"{k} count" for k in ENGINE_LATENCIES)} - set(found)
+    assert not missing, f"vLLM's /metrics lacks {sorted(missing)}"
+    return found
+
+
+def cpu_steal() -> tuple[int, int]:
+    """(steal, all) jiffies of the machine so far (/proc/stat): time the hypervisor gave
+    this machine's CPUs to others, which slows a run without anything here being busy."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n")[0].split()[1:9]]
+    return fields[7], sum(fields)
 
 
 def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
@@ -105,14 +143,18 @@ def errors(folder: Path) -> dict[str, Any]:
 
 
 def test_a_calibrated_replay_of_a_real_vllm_engine(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path, engine: Endpoint, conversation_trace: Path
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    engine: Endpoint,
+    engine_log: Path,
+    conversation_trace: Path,
 ) -> None:
     trace = tmp_path / "trace.jsonl"
     scaled_conversation(conversation_trace, trace, REQUESTS)
     cli(capsys, "calibrate", "--url", engine.url, "--preset", "colocated-small",
         "--pool", "engines", "--out", str(tmp_path / "cluster.yaml"), "--vocab-size",
         str(VOCAB), "--max-prompt", "1024", "--max-batch", "8", "--repeats", "1",
-        "--no-progress")  # fmt: skip
+        "--decode-tokens", "256", "--no-progress")  # fmt: skip
     cluster = [
         "pools.engines.instances=1",
         f"pools.engines.kv_capacity_tokens={BLOCKS * VLLM_BLOCK}",
@@ -122,10 +164,24 @@ def test_a_calibrated_replay_of_a_real_vllm_engine(
     found: dict[str, Any] = {}
     for load, rate in (("light", "1"), ("moderate", "2")):
         live = tmp_path / f"live-{load}"
-        before = preemptions(engine.url)
+        before, steal = engine_counters(engine.url), cpu_steal()
         cli(capsys, "replay", "live", str(trace), "--url", engine.url, "--rate-scale", rate,
             "--vocab-size", str(VOCAB), "--out", str(live), "--no-progress")  # fmt: skip
-        found[f"{load}, vLLM preemptions"] = preemptions(engine.url) - before
+        steal_after = cpu_steal()
+        after = engine_counters(engine.url)
+        deadline = time.monotonic() + 10  # the engine counts a request just after its end
+        while after["e2e_s count"] - before["e2e_s count"] < REQUESTS:
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+            after = engine_counters(engine.url)
+        found[f"{load}, vLLM preemptions"] = after["preemptions"] - before["preemptions"]
+        found[f"{load}, CPU steal"] = round(
+            (steal_after[0] - steal[0]) / (steal_after[1] - steal[1]), 4
+        )
+        served = {k: after[f"{k} count"] - before[f"{k} count"] for k in ENGINE_LATENCIES}
+        assert served["e2e_s"] == REQUESTS, served  # every request, and only these, served
+        engine_mean = {k: (after[f"{k} sum"] - before[f"{k} sum"]) / served[k] for k in served}
         for memory in ("on-demand", "reserve-output"):
             sim = tmp_path / f"sim-{load}-{memory}"
             sets = [*cluster, f"memory.allocation={memory}"]
@@ -138,6 +194,18 @@ def test_a_calibrated_replay_of_a_real_vllm_engine(
                 **errors(out),
                 "preemptions": json.loads((sim / "summary.json").read_text())["preemptions"],
             }
+            # the replay's mean against vLLM's own (timed in its API server), and the
+            # client's against vLLM's: what the client's view adds on this machine
+            metrics = json.loads((out / "validate.json").read_text())["metrics"]
+            found[f"{load}, {memory}, mean against vLLM's own"] = {
+                k: round(metrics[k]["simulated"]["mean"] / engine_mean[k] - 1, 4)
+                for k in ENGINE_LATENCIES
+            }
+        found[f"{load}, client's mean against vLLM's own"] = {
+            k: round(metrics[k]["measured"]["mean"] / engine_mean[k] - 1, 4)
+            for k in ENGINE_LATENCIES
+        }
+    found["cores"] = process_cores(engine_log)
     print("\nsim-to-real on a CPU vLLM engine, signed relative errors of the replay:")
     for key, row in found.items():
         print(f"  {key}: {json.dumps(row)}")
