@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from router.errors import UserError
+from router.errors import UserError, one_line
 
 if TYPE_CHECKING:
     from replay.sim.simulator import ProgressObserver
@@ -104,8 +104,8 @@ def load_suite(path: Path) -> list[TraceKind]:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise UserError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    except yaml.YAMLError:
-        raise UserError(f"{path}: not YAML") from None
+    except yaml.YAMLError as exc:
+        raise UserError(f"{path}: not YAML: {one_line(exc)}") from None
     if not isinstance(raw, list) or not raw:
         raise UserError(f"{path}: expected a list of trace kinds")
     for item in raw:  # a relative trace path is relative to the suite file

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ValidationError
 
 from replay.presets.cluster_preset import ClusterPreset
 from replay.presets.schema import ClusterSpec, HardwareSpec, ModelSpec
-from router.errors import UserError
+from router.errors import UserError, one_line
 
 __all__ = ["load_preset", "parse_overrides", "preset_names"]
 
@@ -145,7 +145,7 @@ def _read_preset_file(preset: str) -> dict[str, Any]:
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise UserError(f"preset file {preset} is not valid YAML: {exc}") from None
+        raise UserError(f"preset file {preset} is not valid YAML: {one_line(exc)}") from None
     if not isinstance(raw, dict):
         raise UserError(f"preset file {preset} is not a mapping of preset keys")
     return raw

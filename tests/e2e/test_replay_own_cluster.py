@@ -106,6 +106,7 @@ def test_a_bad_preset_file_is_named_in_one_line(
     assert code == 2
     assert message.format(path=path) in err
     assert "Traceback" not in err
+    assert err.count("\n") == 1  # a YAML error's caret drawing too
 
 
 def test_a_preset_file_naming_unknown_hardware_lists_the_known(
