@@ -288,9 +288,10 @@ def connect(
     if isinstance(target, ClusterTarget):
         return _connect_cluster(target, options)
     # one try per sentinel and discovery: asking the next sentinel is the retry
+    # (Sentinel is untyped before redis-py 8.2, typed from it: either ignore may be unused)
     asking = connect_kwargs(socket_timeout_s, 0, Retry, connect_timeout_s)
-    sentinel = Sentinel(target.sentinels, sentinel_kwargs=asking)  # type: ignore[no-untyped-call]
-    client = sentinel.master_for(  # type: ignore[no-untyped-call]
+    sentinel = Sentinel(target.sentinels, sentinel_kwargs=asking)  # type: ignore[no-untyped-call, unused-ignore]
+    client = sentinel.master_for(  # type: ignore[no-untyped-call, unused-ignore]
         target.service, redis_class=redis.Redis, **options, **_primary_kwargs(target)
     )
     return cast(redis.Redis, client)
@@ -309,7 +310,7 @@ def connect_async(
         if isinstance(target, ClusterTarget):
             raise ValueError("the asyncio index does not take a Redis Cluster")
     asking = connect_kwargs(socket_timeout_s, 0, AsyncRetry, connect_timeout_s)
-    sentinel = AsyncSentinel(target.sentinels, sentinel_kwargs=asking)  # type: ignore[no-untyped-call]
+    sentinel = AsyncSentinel(target.sentinels, sentinel_kwargs=asking)  # type: ignore[no-untyped-call, unused-ignore]
     client = sentinel.master_for(
         target.service, redis_class=aredis.Redis, **options, **_primary_kwargs(target)
     )
@@ -319,7 +320,7 @@ def connect_async(
 def _connect_cluster(target: ClusterTarget, options: dict[str, Any]) -> redis.Redis:
     """A cluster client; it reads the slot map from the first node that answers (a
     UserError naming the cluster when none does)."""
-    nodes = [ClusterNode(host, port) for host, port in target.nodes]  # type: ignore[no-untyped-call]
+    nodes = [ClusterNode(host, port) for host, port in target.nodes]  # type: ignore[no-untyped-call, unused-ignore]
     try:
         client = RedisCluster(
             startup_nodes=nodes, username=target.username, password=target.password,
