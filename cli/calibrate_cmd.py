@@ -46,18 +46,28 @@ def calibrate(
         min=16,
         help="Tokens each decode probe's requests generate (and a quarter as many, to difference)",
     ),
+    clock: str = typer.Option(
+        "auto",
+        "--clock",
+        help="Whose clock times the probes: engine (its own prefill and decode times at "
+        "/metrics, as vLLM exports them), client (each answer's round trip), or auto "
+        "(engine when it exports them)",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the measurements as JSON"),
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar"),
 ) -> None:
     """Measure a running engine's prefill and decode times and fit the simulator to them.
 
     Prefill: prompts of N new tokens after C cached ones, max_tokens 1. Decode: B
-    streams at once, short and long prompts. Fits a prefill pass as overhead + per token
-    x N + per token pair x (N*C + N*N/2), a decode step as overhead + per request x B +
-    per context token x (the batch's KV tokens), by least squares on relative errors,
-    and prints each probe measured and fitted. With --preset, writes that preset with the
-    fitted timing in its pools: replay a trace on it and set the replay against
-    `replay live` on the same engines with `replay validate`.
+    requests at once, short and long prompts. Each is timed by the engine's own clock
+    when it exports its request prefill and decode times (vLLM's /metrics), so the
+    HTTP round trip and a busy client's delays are not taken for engine work. Fits a
+    prefill pass as overhead + per token x N + per token pair x (N*C + N*N/2), a decode
+    step as overhead + per request x B + per context token x (the batch's KV tokens), by
+    least squares on relative errors, and prints each probe measured and fitted. With
+    --preset, writes that preset with the fitted timing in its pools: replay a trace on
+    it and set the replay against `replay live` on the same engines with `replay
+    validate`.
     """
     import yaml
 
@@ -68,12 +78,15 @@ def calibrate(
 
     if max_prompt < 512 or max_batch < 1:
         raise UserError("--max-prompt must be at least 512 and --max-batch at least 1")
+    if clock not in ("auto", "engine", "client"):
+        raise UserError(f"--clock {clock!r}: expected auto, engine or client")
     news = tuple(n for n in (64, 256, 512, 1024, 2048, 4096, 8192) if n <= max_prompt // 2)
     options = CalibrationOptions(
         url=url.rstrip("/"), model=model, api_key=api_key, vocab_size=vocab_size,
         new_tokens=news, cached_tokens=(0, max_prompt // 2),
         batches=tuple(b for b in (1, 2, 4, 8, 16, 32, 64) if b <= max_batch),
         long_prompt=max_prompt // 2, repeats=repeats, decode_tokens=decode_tokens,
+        clock=clock,  # type: ignore[arg-type]  # checked above
     )  # fmt: skip
     target = load_preset(preset) if preset is not None else None
     if target is not None:
@@ -111,6 +124,13 @@ def calibrate(
         console.print(_table(result.to_json()))
     for warning in result.warnings:
         console.print(f"[yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)
+    timed = (
+        "timed by the engine's clock (its /metrics); a request's round trip outside its "
+        f"prefill: {result.outside_engine_s * 1e3:.1f} ms (median)"
+        if result.outside_engine_s is not None
+        else "timed by the client's clock (round trips)"
+    )
+    console.print(timed, highlight=False, soft_wrap=True)
     console.print(
         f"fit error (mean |fitted - measured| / measured): prefill {result.prefill_error:.1%}, "
         f"decode {result.decode_error:.1%}; {result.wall_s:.0f} s; wrote {out}",

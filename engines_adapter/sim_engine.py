@@ -31,7 +31,7 @@ from engines_adapter.kv_events import with_gap
 from engines_adapter.sim_cache import ChainBlock, SimEngineCache
 from engines_adapter.toy_model import ToyModel
 
-__all__ = ["SimEngine", "SimEngineConfig", "SimFaults"]
+__all__ = ["RequestTimes", "SimEngine", "SimEngineConfig", "SimFaults"]
 
 Sleep = Callable[[float], Awaitable[None]]
 Clock = Callable[[], float]
@@ -83,6 +83,19 @@ class _Run:
     aborted: asyncio.Event = field(default_factory=asyncio.Event)
     state: int = 0
     cached_tokens: int = 0
+    scheduled_at: float = 0.0  # perf_counter when it got a slot
+    first_at: float | None = None  # when its first token was produced
+    last_at: float = 0.0
+
+
+@dataclass(slots=True)
+class RequestTimes:
+    """Totals over the requests that produced a token, as vLLM's histograms count them:
+    seconds from getting a slot to the first token, and from the first to the last."""
+
+    requests: int = 0
+    prefill_s: float = 0.0
+    decode_s: float = 0.0
 
 
 @dataclass(slots=True)
@@ -123,6 +136,7 @@ class SimEngine:
         self._queries = 0
         self._hits = 0
         self._sequence = -1
+        self.times = RequestTimes()
         self._subscriptions: list[_Subscription] = []
         self._closed = False
 
@@ -138,6 +152,7 @@ class SimEngine:
                 raise EngineError(self.instance_id, f"prefill {request.request_id} aborted")
             if self.faults.fail_after_tokens == 0:
                 raise EngineError(self.instance_id, "injected failure during prefill")
+            run.first_at = run.last_at = time.perf_counter()
             return PrefillResult(
                 request_id=request.request_id,
                 first_token_id=self.model.next_token(run.state),
@@ -175,6 +190,9 @@ class SimEngine:
                 token = self.model.next_token(state)
                 state = self.model.step(state, token)
                 self._append(run, token)
+                run.last_at = time.perf_counter()
+                if run.first_at is None:
+                    run.first_at = run.last_at
                 stop = token == self.config.eos_token_id and not request.ignore_eos
                 last = stop or i == request.max_tokens - 1
                 yield TokenDelta(
@@ -280,7 +298,7 @@ class SimEngine:
         finally:
             self._waiting -= 1
         prompt = request.prompt_token_ids
-        run = _Run(request.request_id, list(prompt))
+        run = _Run(request.request_id, list(prompt), scheduled_at=time.perf_counter())
         self._running[run.request_id] = run
         try:
             bs = self.config.block_size
@@ -316,6 +334,10 @@ class SimEngine:
 
     def _finish(self, run: _Run) -> None:
         if self._running.get(run.request_id) is run:
+            if run.first_at is not None:
+                self.times.requests += 1
+                self.times.prefill_s += run.first_at - run.scheduled_at
+                self.times.decode_s += run.last_at - run.first_at
             del self._running[run.request_id]
             self.cache.unpin(run.pinned)
             self._slots.release()

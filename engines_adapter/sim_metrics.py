@@ -3,8 +3,10 @@
 A prometheus-client collector read at scrape time, in a registry of its own (no
 global state), exposing ``vllm:num_requests_running``, ``vllm:num_requests_waiting``,
 ``vllm:kv_cache_usage_perc``, ``vllm:prefix_cache_queries_total``,
-``vllm:prefix_cache_hits_total`` and the info gauge ``vllm:cache_config_info``
-(``block_size``, ``num_gpu_blocks``), labelled ``model_name`` and ``engine`` as vLLM does.
+``vllm:prefix_cache_hits_total``, the info gauge ``vllm:cache_config_info``
+(``block_size``, ``num_gpu_blocks``) and the per-request timing histograms
+``vllm:request_prefill_time_seconds`` and ``vllm:request_decode_time_seconds`` (their
+sum and count; one ``+Inf`` bucket), labelled ``model_name`` and ``engine`` as vLLM does.
 """
 
 from __future__ import annotations
@@ -12,7 +14,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
 from engines_adapter.sim_engine import SimEngine
@@ -69,6 +76,21 @@ class SimEngineCollector(Collector):
         )
         info.add_metric(list(info_labels.values()), 1.0)
         yield info
+        times = self.engine.times
+        histograms = {
+            "vllm:request_prefill_time_seconds": (
+                "Time spent in the prefill phase of a request.",
+                times.prefill_s,
+            ),
+            "vllm:request_decode_time_seconds": (
+                "Time spent in the decode phase of a request.",
+                times.decode_s,
+            ),
+        }
+        for name, (doc, total) in histograms.items():
+            histogram = HistogramMetricFamily(name, doc, labels=_LABELS)
+            histogram.add_metric(values, [("+Inf", float(times.requests))], total)
+            yield histogram
 
 
 def render_metrics(registry: CollectorRegistry) -> bytes:

@@ -4,15 +4,22 @@ A designed set of requests goes to an OpenAI-compatible endpoint (vLLM, SGLang, 
 engine simulator), one kind at a time so each measurement isolates one cost:
 
 * prefill: a prompt of N new tokens after C cached ones (the prefix sent once before,
-  so the engine's prefix cache holds it), ``max_tokens`` 1, timed to its answer, over a
-  grid of N and C; cached tokens are read from ``usage.prompt_tokens_details`` when the
-  engine reports them;
+  so the engine's prefix cache holds it), ``max_tokens`` 1, over a grid of N and C;
+  cached tokens are read from ``usage.prompt_tokens_details`` when the engine reports
+  them;
 * decode: B requests at once of short prompts (and B of long ones), generating N/4
-  tokens with ``ignore_eos``, then B generating N, twice each: the difference of the
-  quicker durations over the 3N/4 tokens between is the step (the prefills cancel, and
-  timing whole answers rather than streamed chunks keeps a busy client from reading
-  bursts of tokens as instant steps); a probe whose difference is not positive is left
-  out with a warning.
+  tokens with ``ignore_eos``, then B generating N: the difference of the two decode
+  times over the 3N/4 tokens between is the step (the prefills and the first steps,
+  while the batch's prompts are still being prefilled, cancel); a probe whose
+  difference is not positive is left out with a warning.
+
+Whose clock times them (``clock``): the engine's own when it exports its per-request
+prefill and decode times (vLLM's histograms at ``/metrics``, ``engine_clock``), so
+neither the HTTP round trip nor a busy client's delays are taken for engine work; the
+client's otherwise (the round trip of each answer, not streamed chunks, the quicker of
+two tries per decode measurement, since a stall only ever adds time). With the engine's
+clock the median of the client's round trip less the engine's prefill time is reported
+as the time a request spends outside the engine's passes.
 
 Least squares with non-negative coefficients then fits a prefill pass as ``overhead +
 per_token * N + per_token_pair * (N*C + N*N/2)`` and a decode step as ``overhead +
@@ -27,7 +34,7 @@ import asyncio
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 import numpy as np
@@ -35,17 +42,22 @@ from scipy.optimize import nnls
 
 from replay.presets.schema import FittedTiming
 from replay.runner.endpoint import check_answers
+from replay.runner.engine_clock import DECODE, PREFILL, read_totals, settled_totals
 from router.errors import UserError
 
 __all__ = [
     "CalibrationOptions",
     "CalibrationResult",
+    "Clock",
     "DecodeProbe",
     "PrefillProbe",
     "calibrate",
     "fit_decode",
     "fit_prefill",
 ]
+
+
+Clock = Literal["auto", "engine", "client"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,8 +73,9 @@ class CalibrationOptions:
     short_prompt: int = 64
     long_prompt: int = 1024
     repeats: int = 3
-    seed: int = 0
+    seed: int | None = None  # of the prompts' token IDs; None: fresh ones each calibration
     timeout_s: float = 300.0
+    clock: Clock = "auto"  # auto: the engine's when it exports its latency histograms
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +101,8 @@ class CalibrationResult:
     decode_error: float
     wall_s: float
     warnings: list[str]
+    clock: Literal["engine", "client"] = "client"
+    outside_engine_s: float | None = None  # median round trip less the engine's prefill
 
     def prefill_fit(self, probe: PrefillProbe) -> float:
         return self.fitted.prefill_s([(probe.new, probe.cached)])
@@ -110,6 +125,9 @@ class CalibrationResult:
                  "measured_s": round(d.seconds, 6), "fitted_s": round(self.decode_fit(d), 6)}
                 for d in self.decode
             ],
+            "clock": self.clock,
+            "outside_engine_s": None if self.outside_engine_s is None
+            else round(self.outside_engine_s, 6),
             "wall_s": round(self.wall_s, 3),
             "warnings": self.warnings,
         }  # fmt: skip
@@ -141,59 +159,80 @@ def fit_decode(probes: Sequence[DecodeProbe]) -> tuple[np.ndarray, float]:
 
 
 class _Engine:
-    """Requests to the endpoint, with fresh token IDs for every prompt."""
+    """Requests to the endpoint, with fresh token IDs for every prompt, timed by the
+    engine's clock (``engine_clock``) or by their round trips."""
 
-    def __init__(self, client: httpx.AsyncClient, options: CalibrationOptions) -> None:
+    def __init__(
+        self, client: httpx.AsyncClient, options: CalibrationOptions, engine_clock: bool
+    ) -> None:
         self.client = client
         self.options = options
+        self.engine_clock = engine_clock
+        self.outside_s: list[float] = []  # round trip less the engine's prefill time
+        # fresh IDs by default: a second calibration of the same engine with the same
+        # prompts would find them cached and time nothing
         self._rng = np.random.default_rng(options.seed)
 
     def tokens(self, n: int) -> list[int]:
         ids: list[int] = self._rng.integers(10, self.options.vocab_size, n).tolist()
         return ids
 
-    def _body(self, prompt: list[int], max_tokens: int, stream: bool) -> dict[str, Any]:
+    def _body(self, prompt: list[int], max_tokens: int) -> dict[str, Any]:
         body: dict[str, Any] = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
-                                "ignore_eos": True, "stream": stream}  # fmt: skip
+                                "ignore_eos": True, "stream": False}  # fmt: skip
         if self.options.model is not None:
             body["model"] = self.options.model
-        if stream:
-            body["return_token_ids"] = True
         return body
 
-    async def complete(self, prompt: list[int]) -> tuple[float, int | None]:
-        """One prefill (max_tokens 1): seconds to the answer, and the cached tokens the
-        engine reported (None: not reported)."""
+    async def _post(self, prompt: list[int], max_tokens: int) -> tuple[float, dict[str, Any]]:
+        """Seconds to the whole answer (not streamed: a client slow to read chunks changes
+        nothing) and the answer's usage."""
         url = f"{self.options.url}/v1/completions"
         start = time.perf_counter()
-        response = await self.client.post(url, json=self._body(prompt, 1, False))
+        response = await self.client.post(url, json=self._body(prompt, max_tokens))
         seconds = time.perf_counter() - start
         if response.status_code != 200:
             raise UserError(
                 f"{url} answered {response.status_code} to a calibration request: "
                 f"{response.text[:200]}"
             )
-        details = (response.json().get("usage") or {}).get("prompt_tokens_details") or {}
+        usage = response.json().get("usage") or {}
+        return seconds, usage if isinstance(usage, dict) else {}
+
+    async def complete(self, prompt: list[int]) -> tuple[float, int | None]:
+        """One prefill (max_tokens 1): its seconds, and the cached tokens the engine
+        reported (None: not reported)."""
+        before = await read_totals(self.client, self.options.url) if self.engine_clock else None
+        seconds, usage = await self._post(prompt, 1)
+        details = usage.get("prompt_tokens_details") or {}
         cached = details.get("cached_tokens")
+        if before is not None:
+            after = await settled_totals(self.client, self.options.url, before, 1)
+            engine_s = after.mean_since(before, PREFILL)
+            self.outside_s.append(seconds - engine_s)
+            seconds = engine_s
         return seconds, cached if isinstance(cached, int) else None
 
-    async def generate_s(self, prompt: list[int], tokens: int) -> float:
-        """Seconds to the whole answer of one request generating ``tokens`` tokens (not
-        streamed: timed on the answer, so a client slow to read chunks changes nothing)."""
-        url = f"{self.options.url}/v1/completions"
-        start = time.perf_counter()
-        response = await self.client.post(url, json=self._body(prompt, tokens, False))
-        seconds = time.perf_counter() - start
-        if response.status_code != 200:
-            raise UserError(
-                f"{url} answered {response.status_code} to a calibration request: "
-                f"{response.text[:200]}"
-            )
-        made = (response.json().get("usage") or {}).get("completion_tokens")
+    async def decode_s(self, batch: int, prompt: int, tokens: int) -> float:
+        """``batch`` requests of ``prompt``-token prompts at once, each generating
+        ``tokens``: by the engine's clock, their mean time from first to last token; by
+        the client's, the median of their round trips."""
+        before = await read_totals(self.client, self.options.url) if self.engine_clock else None
+        runs = await asyncio.gather(
+            *(self._generate_s(self.tokens(prompt), tokens) for _ in range(batch))
+        )
+        if before is None:
+            return float(np.median(runs))
+        after = await settled_totals(self.client, self.options.url, before, batch)
+        return after.mean_since(before, DECODE)
+
+    async def _generate_s(self, prompt: list[int], tokens: int) -> float:
+        seconds, usage = await self._post(prompt, tokens)
+        made = usage.get("completion_tokens")
         if isinstance(made, int) and made != tokens:
             raise UserError(
-                f"{url} generated {made} tokens where {tokens} were asked with ignore_eos: "
-                "calibration needs an engine that honours ignore_eos"
+                f"{self.options.url}/v1/completions generated {made} tokens where {tokens} "
+                "were asked with ignore_eos: calibration needs an engine that honours ignore_eos"
             )
         return seconds
 
@@ -243,22 +282,18 @@ async def _decode_probes(
     n = options.decode_tokens
     fewer = max(n // 4, 1)
 
-    async def batch_s(batch: int, prompt: int, tokens: int) -> float:
-        runs = await asyncio.gather(
-            *(engine.generate_s(engine.tokens(prompt), tokens) for _ in range(batch))
-        )
-        return float(np.median(runs))
-
+    # by the client's clock each twice, interleaved, keeping the quicker (a stall only
+    # ever adds time); the engine's clock has no stalls of the client's to drop
+    tries = 1 if engine.engine_clock else 2
     for batch, prompt in shapes:
         medians = []
         for _ in range(options.repeats):
             # B requests at once generating n tokens, and B generating n/4: the prefills
-            # (fresh prompts each time) cancel in the difference, which is n - n/4 steps;
-            # each twice, interleaved, keeping the quicker (a stall only ever adds time)
+            # (fresh prompts each time) cancel in the difference, which is n - n/4 steps
             short, long = [], []
-            for _ in range(2):
-                short.append(await batch_s(batch, prompt, fewer))
-                long.append(await batch_s(batch, prompt, n))
+            for _ in range(tries):
+                short.append(await engine.decode_s(batch, prompt, fewer))
+                long.append(await engine.decode_s(batch, prompt, n))
             medians.append((min(long) - min(short)) / (n - fewer))
             step()
         seconds = float(np.median(medians))
@@ -289,13 +324,14 @@ async def _calibrate(options: CalibrationOptions, step: Callable[[], None]) -> C
     started = time.perf_counter()
     async with httpx.AsyncClient(headers=headers, timeout=options.timeout_s) as client:
         await check_answers(client, options.url)
-        engine = _Engine(client, options)
+        engine = _Engine(client, options, await _engine_clock(client, options))
         await engine.complete(engine.tokens(64))  # warm-up: first-request compilation
         warnings: list[str] = []
         prefill = await _prefill_probes(engine, options, step, warnings)
         decode = await _decode_probes(engine, options, step, warnings)
     (p0, p1, p2), prefill_error = fit_prefill(prefill)
     (d0, d1, d2), decode_error = fit_decode(decode)
+    clock: Literal["engine", "client"] = "engine" if engine.engine_clock else "client"
     fitted = FittedTiming(
         prefill_overhead_s=float(p0), prefill_s_per_token=float(p1),
         prefill_s_per_token_pair=float(p2), decode_overhead_s=float(d0),
@@ -303,13 +339,28 @@ async def _calibrate(options: CalibrationOptions, step: Callable[[], None]) -> C
         probed_prompt_tokens=max(max(options.new_tokens) + max(options.cached_tokens),
                                  options.long_prompt + options.decode_tokens),
         probed_batch=max(options.batches),
-        source=f"pdd-router calibrate {options.url}: prefill fit error "
+        source=f"pdd-router calibrate {options.url} ({clock}'s clock): prefill fit error "
         f"{prefill_error:.1%}, decode {decode_error:.1%}",
     )  # fmt: skip
+    outside = float(np.median(engine.outside_s)) if engine.outside_s else None
     return CalibrationResult(
         fitted, prefill, decode, prefill_error, decode_error, time.perf_counter() - started,
-        warnings,
+        warnings, clock, outside,
     )  # fmt: skip
+
+
+async def _engine_clock(client: httpx.AsyncClient, options: CalibrationOptions) -> bool:
+    """Whether to time by the engine's clock: ``auto`` when it exports its latency
+    histograms; ``engine`` insists on them."""
+    if options.clock == "client":
+        return False
+    exported = await read_totals(client, options.url) is not None
+    if options.clock == "engine" and not exported:
+        raise UserError(
+            f"--clock engine: {options.url}/metrics does not export vLLM's request prefill "
+            "and decode time histograms; use --clock client (round trips)"
+        )
+    return exported
 
 
 def calibrate(

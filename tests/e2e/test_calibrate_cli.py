@@ -33,17 +33,21 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
         stack.close()
 
 
+@pytest.mark.parametrize("clock", ["engine", "client"])
 def test_the_fit_finds_the_engines_costs_and_the_preset_replays_with_them(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path, engine: Engine
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, engine: Engine, clock: str
 ) -> None:
+    """By the engine's own clock (engine-sim exports vLLM's request prefill and decode
+    time histograms, as the default ``auto`` finds) and by round trips."""
     out = tmp_path / "calibrated.yaml"
     code, printed, err = run_cli(
         capsys, "calibrate", "--url", engine.url, "--vocab-size", "512", "--max-prompt", "1024",
         "--max-batch", "4", "--repeats", "1", "--preset", "idc-pd-small", "--pool", "md",
-        "--out", str(out), "--no-progress",
+        "--out", str(out), "--no-progress", *(["--clock", "client"] if clock == "client" else []),
     )  # fmt: skip
     assert code == 0, err
     assert "fit error" in printed
+    assert f"timed by the {clock}'s clock" in printed
     tree = yaml.safe_load(out.read_text())
     fitted = tree["pools"]["md"]["fitted"]
     assert "fitted" not in tree["pools"]["p"]  # only the pool named
@@ -83,6 +87,17 @@ def replay(
     assert code == 0, err
     summary: dict[str, Any] = json.loads((out / "summary.json").read_text())
     return summary
+
+
+def test_an_unknown_clock_is_refused_naming_the_choices(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code, _, err = run_cli(
+        capsys, "calibrate", "--url", "http://127.0.0.1:9", "--clock", "wall",
+        "--out", str(tmp_path / "c.yaml"), "--no-progress",
+    )  # fmt: skip
+    assert code == 2
+    assert "--clock 'wall': expected auto, engine or client" in err
 
 
 def test_an_engine_that_does_not_answer_is_one_line(

@@ -28,6 +28,7 @@ from typing import Any
 
 import httpx
 import pytest
+import yaml
 from cli_support import run_cli
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -151,17 +152,26 @@ def test_a_calibrated_replay_of_a_real_vllm_engine(
 ) -> None:
     trace = tmp_path / "trace.jsonl"
     scaled_conversation(conversation_trace, trace, REQUESTS)
-    cli(capsys, "calibrate", "--url", engine.url, "--preset", "colocated-small",
+    calibrated = cli(capsys, "calibrate", "--url", engine.url, "--preset", "colocated-small",
         "--pool", "engines", "--out", str(tmp_path / "cluster.yaml"), "--vocab-size",
         str(VOCAB), "--max-prompt", "1024", "--max-batch", "8", "--repeats", "1",
         "--decode-tokens", "256", "--no-progress")  # fmt: skip
+    # vLLM exports its requests' prefill and decode times: the calibration uses its clock
+    assert "timed by the engine's clock" in calibrated, calibrated
+    fitted = yaml.safe_load((tmp_path / "cluster.yaml").read_text())["pools"]["engines"]["fitted"]
     cluster = [
         "pools.engines.instances=1",
         f"pools.engines.kv_capacity_tokens={BLOCKS * VLLM_BLOCK}",
         f"pools.engines.max_batch={MAX_SEQS}",
         f"timing.step_tokens={STEP_TOKENS}",
     ]
-    found: dict[str, Any] = {}
+    found: dict[str, Any] = {
+        "calibration, ms": {k: round(v * 1e3, 6) for k, v in fitted.items()
+                            if isinstance(v, float)},
+        "calibration, outside the engine": next(
+            line for line in calibrated.splitlines() if "timed by" in line
+        ),
+    }  # fmt: skip
     for load, rate in (("light", "1"), ("moderate", "2")):
         live = tmp_path / f"live-{load}"
         before, steal = engine_counters(engine.url), cpu_steal()

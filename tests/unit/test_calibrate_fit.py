@@ -3,11 +3,13 @@ simulator charges."""
 
 from __future__ import annotations
 
+import httpx
 import pytest
 
 from replay.presets.loader import load_preset
 from replay.presets.schema import FittedTiming
 from replay.runner.calibrate import DecodeProbe, PrefillProbe, fit_decode, fit_prefill
+from replay.runner.engine_clock import DECODE, PREFILL, read_totals
 from replay.sim.roofline import Roofline
 
 
@@ -59,3 +61,36 @@ def test_a_pool_with_fitted_timing_is_charged_its_fitted_costs() -> None:
         handoff.extend_overhead_s + 1e-4 * 100 + 1e-9 * (100 * 5000 + 100 * 100 / 2)
         + handoff.extend_per_token_s * 100
     )  # fmt: skip
+
+
+VLLM_TEXT = """# HELP vllm:request_prefill_time_seconds Histogram of time spent in PREFILL phase.
+# TYPE vllm:request_prefill_time_seconds histogram
+vllm:request_prefill_time_seconds_bucket{engine="0",le="+Inf",model_name="m"} 3.0
+vllm:request_prefill_time_seconds_count{engine="0",model_name="m"} 3.0
+vllm:request_prefill_time_seconds_sum{engine="0",model_name="m"} 0.6
+# HELP vllm:request_decode_time_seconds Histogram of time spent in DECODE phase.
+# TYPE vllm:request_decode_time_seconds histogram
+vllm:request_decode_time_seconds_bucket{engine="0",le="+Inf",model_name="m"} 3.0
+vllm:request_decode_time_seconds_count{engine="0",model_name="m"} 3.0
+vllm:request_decode_time_seconds_sum{engine="0",model_name="m"} 1.5
+"""
+
+
+@pytest.mark.parametrize(
+    ("status", "text", "exported"),
+    [(200, VLLM_TEXT, True), (404, "not found", False),
+     (200, VLLM_TEXT.split("# HELP vllm:request_decode")[0], False), (200, "{json", False)],
+)  # fmt: skip
+async def test_the_engine_clock_is_read_only_where_both_histograms_are_exported(
+    status: int, text: str, exported: bool
+) -> None:
+    def answer(request: httpx.Request) -> httpx.Response:
+        assert request.url.path == "/metrics"
+        return httpx.Response(status, text=text)
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
+        totals = await read_totals(client, "http://engine")
+    assert (totals is not None) == exported
+    if totals is not None:
+        assert totals.sums == {PREFILL: 0.6, DECODE: 1.5}
+        assert totals.counts == {PREFILL: 3.0, DECODE: 3.0}

@@ -18,6 +18,7 @@ from engines_adapter.sim_engine import SimEngine, SimEngineConfig
 from engines_adapter.sim_server import SimServerConfig, create_app
 from engines_adapter.toy_model import ToyModel
 from engines_adapter.vllm import VLLMAdapter
+from replay.runner.engine_clock import DECODE, PREFILL, read_totals
 
 PROMPT = list(range(10, 30))
 
@@ -122,6 +123,31 @@ async def test_metrics_use_vllm_names(client: httpx.AsyncClient) -> None:
     assert "vllm:prefix_cache_queries_total" in text
     load = parse_load(text)
     assert (load.prefix_cache_queries, load.block_size, load.num_blocks) == (20.0, 4, 4096)
+
+
+async def test_metrics_time_each_request_as_vllm_does() -> None:
+    """Seconds from a slot to the first token (the prefill: 20 tokens at 1 ms, then the
+    first decode step of 5 ms) and from the first to the last (4 more steps), summed over
+    requests in vLLM's histograms, which `calibrate` reads as the engine's own clock."""
+    engine = SimEngineConfig(block_size=4, prefill_s_per_token=0.001, decode_s_per_token=0.005)
+    app: FastAPI = create_app(SimServerConfig(instance_id="p-1", engine=engine))
+    async with app.router.lifespan_context(app) as state:
+
+        async def with_state(scope: Scope, receive: Receive, send: Send) -> None:
+            scope["state"] = dict(state or {})
+            await app(scope, receive, send)
+
+        transport = httpx.ASGITransport(app=with_state)
+        async with httpx.AsyncClient(transport=transport, base_url="http://sim") as c:
+            before = await read_totals(c, "http://sim")
+            for prompt in (PROMPT, [p + 100 for p in PROMPT]):
+                await c.post("/v1/completions", json={"prompt": prompt, "max_tokens": 5})
+            after = await read_totals(c, "http://sim")
+    assert before is not None
+    assert after is not None
+    assert after.counted_since(before, PREFILL) == after.counted_since(before, DECODE) == 2
+    assert 0.025 <= after.mean_since(before, PREFILL) < 0.045
+    assert 0.020 <= after.mean_since(before, DECODE) < 0.040
 
 
 async def test_reset_prefix_cache(client: httpx.AsyncClient) -> None:
