@@ -142,6 +142,11 @@ class FittedTiming(_Spec):
     decode_s_per_context_token: float = Field(
         ge=0, description="Per KV token the step's batch attends to"
     )
+    frontend_s: float = Field(
+        0.0, ge=0, description="A request's time in the engine's server outside its passes "
+        "(receiving it, handing it to the engine, sending its first token back), one request "
+        "after another: calibrate measures it on the engine's clock",
+    )  # fmt: skip
     probed_prompt_tokens: int | None = Field(
         None, ge=1, description="The longest prompt (cached and new) the calibration sent: "
         "beyond it the fitted costs are extrapolated",

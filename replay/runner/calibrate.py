@@ -31,6 +31,7 @@ pools of a preset whose engines are like the one measured.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -179,25 +180,37 @@ class _Engine:
 
     def _body(self, prompt: list[int], max_tokens: int) -> dict[str, Any]:
         body: dict[str, Any] = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
-                                "ignore_eos": True, "stream": False}  # fmt: skip
+                                "ignore_eos": True, "stream": self.engine_clock}  # fmt: skip
+        if self.engine_clock:
+            body["stream_options"] = {"include_usage": True}
         if self.options.model is not None:
             body["model"] = self.options.model
         return body
 
     async def _post(self, prompt: list[int], max_tokens: int) -> tuple[float, dict[str, Any]]:
-        """Seconds to the whole answer (not streamed: a client slow to read chunks changes
-        nothing) and the answer's usage."""
+        """Seconds to the whole answer and the answer's usage. Timed by the engine's clock,
+        the answer is streamed, as clients ask for it, so the engine does the work of
+        every streamed token while it is measured (on a CPU engine this slows its steps
+        measurably); timed by the client's, it is not (a client slow to read chunks
+        would add its own delays)."""
         url = f"{self.options.url}/v1/completions"
+        body = self._body(prompt, max_tokens)
         start = time.perf_counter()
-        response = await self.client.post(url, json=self._body(prompt, max_tokens))
-        seconds = time.perf_counter() - start
-        if response.status_code != 200:
-            raise UserError(
-                f"{url} answered {response.status_code} to a calibration request: "
-                f"{response.text[:200]}"
-            )
-        usage = response.json().get("usage") or {}
-        return seconds, usage if isinstance(usage, dict) else {}
+        if not self.engine_clock:
+            response = await self.client.post(url, json=body)
+            if response.status_code != 200:
+                raise _refused(url, response.status_code, response.text)
+            usage = response.json().get("usage") or {}
+            return time.perf_counter() - start, usage if isinstance(usage, dict) else {}
+        usage = {}
+        async with self.client.stream("POST", url, json=body) as response:
+            if response.status_code != 200:
+                raise _refused(url, response.status_code, (await response.aread()).decode())
+            async for line in response.aiter_lines():
+                if line.startswith("data: {"):
+                    found = json.loads(line[6:]).get("usage")
+                    usage = found if isinstance(found, dict) else usage
+        return time.perf_counter() - start, usage
 
     async def complete(self, prompt: list[int]) -> tuple[float, int | None]:
         """One prefill (max_tokens 1): its seconds, and the cached tokens the engine
@@ -235,6 +248,10 @@ class _Engine:
                 "were asked with ignore_eos: calibration needs an engine that honours ignore_eos"
             )
         return seconds
+
+
+def _refused(url: str, status: int, text: str) -> UserError:
+    return UserError(f"{url} answered {status} to a calibration request: {text[:200]}")
 
 
 async def _prefill_probes(
@@ -332,17 +349,20 @@ async def _calibrate(options: CalibrationOptions, step: Callable[[], None]) -> C
     (p0, p1, p2), prefill_error = fit_prefill(prefill)
     (d0, d1, d2), decode_error = fit_decode(decode)
     clock: Literal["engine", "client"] = "engine" if engine.engine_clock else "client"
+    # by the engine's clock the passes leave out the server's own time per request; by the
+    # client's, the prefill overhead holds it
+    outside = float(np.median(engine.outside_s)) if engine.outside_s else None
     fitted = FittedTiming(
         prefill_overhead_s=float(p0), prefill_s_per_token=float(p1),
         prefill_s_per_token_pair=float(p2), decode_overhead_s=float(d0),
         decode_s_per_request=float(d1), decode_s_per_context_token=float(d2),
+        frontend_s=max(outside or 0.0, 0.0),
         probed_prompt_tokens=max(max(options.new_tokens) + max(options.cached_tokens),
                                  options.long_prompt + options.decode_tokens),
         probed_batch=max(options.batches),
         source=f"pdd-router calibrate {options.url} ({clock}'s clock): prefill fit error "
         f"{prefill_error:.1%}, decode {decode_error:.1%}",
     )  # fmt: skip
-    outside = float(np.median(engine.outside_s)) if engine.outside_s else None
     return CalibrationResult(
         fitted, prefill, decode, prefill_error, decode_error, time.perf_counter() - started,
         warnings, clock, outside,

@@ -1,19 +1,24 @@
 """A colocated instance: one engine that prefills and decodes, scheduled as vLLM does.
 
-Requests wait in arrival order (a preempted one at the head) until the engine has a
-slot (``max_batch`` requests admitted) and memory for the prompt; its prefix cache
-gives them the blocks it holds. Each engine step processes at most ``step_tokens``
-tokens (vLLM's ``max_num_batched_tokens``): one for every decoding request, the rest
-for the prefills in admission order (chunked prefill). In fluid form the decode batch
-gains a token per step and the prefills ``step_tokens - batch`` tokens per step, a
-step taking one decode step plus the chunk's prefill pass (``Roofline.mixed_step_s``).
-The step that ends a prefill produces the request's first token; the request then
-joins the decode batch.
+A calibrated engine's server first takes each request (``FittedTiming.frontend_s``, one
+after another, as a single API server process does). Requests then wait in arrival
+order (a preempted one at the head) until the engine has a slot (``max_batch`` requests
+admitted) and memory for the prompt; its prefix cache gives them the blocks it holds.
+Each engine step processes at most ``step_tokens`` tokens (vLLM's
+``max_num_batched_tokens``): one for every decoding request, the rest for the prefills in
+admission order (chunked prefill). In fluid form the decode batch gains a token per step
+and the prefills ``step_tokens - batch`` tokens per step, a step taking one decode step
+plus the chunk's prefill pass (``Roofline.mixed_step_s``).
+Steps are tracked as the prefill consumes them (``_step_room``: the tokens left of the
+current step's chunk): a request whose prefill ends inside a step gets its first token when
+that step ends (when the chunk is spent or no prefill is left), as every request finishing
+in one vLLM step does, and then joins the decode batch.
 
 Memory for the output is taken as it is generated (``GrowingMemory``) unless the
 output is reserved at admission (``on_demand`` false). When the growing batch fills
 the memory, the request admitted last is preempted: its memory and its progress are
-lost, and it comes back first to recompute its prompt and what it had generated.
+lost, and it comes back first to recompute its prompt and what it had generated; the
+engine admits nothing else for the step that preempted.
 """
 
 from __future__ import annotations
@@ -53,6 +58,7 @@ class ColocatedInstance:
     __slots__ = (
         "_admitted",
         "_backlog",
+        "_front_free",
         "_growth",
         "_held",
         "_loop",
@@ -63,8 +69,10 @@ class ColocatedInstance:
         "_prefill_speed",
         "_prefill_t",
         "_prefill_version",
+        "_ready",
         "_requests",
         "_reserve_output",
+        "_step_room",
         "_waiting",
         "_waiting_tokens",
         "batch",
@@ -122,13 +130,26 @@ class ColocatedInstance:
         self._prefill_speed = 0.0
         self._prefill_t = loop.now
         self._prefill_version = 0
-        self._held = False  # a preemption holds admissions until a request ends
+        self._step_room = float(step_tokens)  # prefill tokens left in the current step
+        self._ready: list[SimRequest] = []  # prefilled in this step: first token at its end
+        self._held = False  # a preemption holds admissions for one step
         self._requests: dict[int, SimRequest] = {}
+        self._front_free = loop.now  # when the server is done with the requests it holds
 
     # -- what the simulator calls -----------------------------------------------------
 
     def submit(self, request: SimRequest) -> None:
-        """Queue the whole request (prefill and decode)."""
+        """Queue the whole request (prefill and decode), after the engine's server has
+        taken it (``Roofline.frontend_s`` each, one request after another)."""
+        frontend = self.roofline.frontend_s
+        if frontend <= 0.0:
+            self._enqueue(request)
+            return
+        now = self._loop.now
+        self._front_free = max(self._front_free, now) + frontend
+        self._loop.after(self._front_free - now, Priority.ARRIVAL, self._enqueue, request)
+
+    def _enqueue(self, request: SimRequest) -> None:
         self._waiting.append(request)
         self._waiting_tokens += request.input_length
         self._admit()
@@ -164,6 +185,8 @@ class ColocatedInstance:
             self._advance_prefill()
             if not self._prefill:
                 self._prefill_left = work
+                if not self._ready:  # the engine was decoding only: a new step starts
+                    self._step_room = self._budget()
             self._prefill.append(request)
             self._backlog += work
         self._retime()
@@ -176,6 +199,10 @@ class ColocatedInstance:
             return 0.0
         head = self._admitted[self._prefill[0].key].work
         return self._backlog - head + max(self._prefill_left, 0.0)
+
+    def _budget(self) -> float:
+        """Prefill tokens a step starting now may take: what the decoding requests leave."""
+        return float(max(self.step_tokens - self.batch.size, 1))
 
     def _chunk(self, batch: int) -> float:
         """Prefill tokens of one step: the budget the decoding requests leave."""
@@ -198,7 +225,9 @@ class ColocatedInstance:
     def _advance_prefill(self) -> None:
         now = self._loop.now
         if self._prefill_speed > 0.0:
-            self._prefill_left -= self._prefill_speed * (now - self._prefill_t)
+            done = self._prefill_speed * (now - self._prefill_t)
+            self._prefill_left -= done
+            self._step_room -= done
         self._prefill_t = now
 
     def _retime(self) -> None:
@@ -215,47 +244,59 @@ class ColocatedInstance:
                 self._loop.after(0.0, Priority.PREFILL, self._prefilled, self._prefill_version)
             elif chunk > 0.0 and step > 0.0:
                 self._prefill_speed = chunk / step
-                # a step's cost grows with the context before its chunk: re-time each chunk
-                delay = min(self._prefill_left, chunk) / self._prefill_speed
+                # the next event: the head's prefill or the step ends, whichever comes first
+                # (a step's cost grows with the context before its chunk: each is re-timed)
+                delay = min(self._prefill_left, max(self._step_room, 0.0)) / self._prefill_speed
                 self._loop.after(delay, Priority.PREFILL, self._prefilled, self._prefill_version)
+        elif self._ready:  # the prefill left in the step was preempted: the step ends now
+            self._loop.after(0.0, Priority.PREFILL, self._prefilled, self._prefill_version)
         if self._growth is not None:
             self._growth.arm()
         self._sync_load()
 
     def _prefilled(self, version: int) -> None:
-        """A chunk of the head's prefill is done; at its last, the step produced the next
-        token."""
+        """The head's prefill or the current step ended (or both)."""
         if version != self._prefill_version:
             return
         self._advance_prefill()
-        if not self._head_done():
-            self._retime()  # one chunk done: the next one attends to more context
-            return
-        request = self._prefill.popleft()
-        held = self._admitted[request.key]
-        self._backlog -= held.work
-        if self._prefill:
-            self._prefill_left = self._admitted[self._prefill[0].key].work
-        now = self._loop.now
-        if request.emitted == 0:
-            request.prefill_end_s = now
-        self._on_stored(self.id, request.chain)
-        request.emit(1, now, on_rld=False)
-        left = request.output_length - request.emitted
-        if left <= 0:
-            self._end(request)
-            return
-        if self._growth is not None:  # what it had generated counts as grown from now on
-            resumed = held.resumed
-            held.extra -= resumed
-            self.cache.reserved -= resumed
-            held.resumed = 0
-            held.grown_base = request.emitted
-            self._growth.base += request.emitted
-        request.stint_join_s = now
-        request.stint_tokens = left
-        self.batch.join(request.key, left, request.input_length + request.emitted)
+        if self._prefill and self._head_done():
+            request = self._prefill.popleft()
+            self._backlog -= self._admitted[request.key].work
+            if self._prefill:
+                self._prefill_left = self._admitted[self._prefill[0].key].work
+            self._on_stored(self.id, request.chain)
+            self._ready.append(request)
+        if self._step_room <= 1e-6 * self.step_tokens or not self._prefill:
+            self._end_step()
         self._retime()
+
+    def _end_step(self) -> None:
+        """The step ends: the requests it prefilled get their first token and decode."""
+        ready, self._ready = self._ready, []
+        now = self._loop.now
+        ended: list[SimRequest] = []
+        for request in ready:
+            if request.emitted == 0:
+                request.prefill_end_s = now
+            request.emit(1, now, on_rld=False)
+            left = request.output_length - request.emitted
+            if left <= 0:
+                ended.append(request)
+                continue
+            held = self._admitted[request.key]
+            if self._growth is not None:  # what it had generated counts as grown from now on
+                resumed = held.resumed
+                held.extra -= resumed
+                self.cache.reserved -= resumed
+                held.resumed = 0
+                held.grown_base = request.emitted
+                self._growth.base += request.emitted
+            request.stint_join_s = now
+            request.stint_tokens = left
+            self.batch.join(request.key, left, request.input_length + request.emitted)
+        self._step_room = self._budget()
+        for request in ended:
+            self._end(request)
 
     def _decoded(self, key: int) -> None:
         request = self._requests[key]
@@ -299,6 +340,8 @@ class ColocatedInstance:
         held = self._admitted[key]
         if key in self.batch:
             request.leave_batch(self.batch, self._loop.now, on_rld=False)
+        elif request in self._ready:  # prefilled, its first token not out yet
+            self._ready.remove(request)
         else:  # still prefilling: its progress is lost
             self._advance_prefill()
             head = self._prefill[0] is request
@@ -312,7 +355,15 @@ class ColocatedInstance:
         self._waiting.appendleft(request)
         self._waiting_tokens += request.input_length
         self._held = True  # as vLLM admits nothing in a step that preempted
+        step = self._step_s(self.batch.size, self.batch.context_tokens())
+        self._loop.after(step, Priority.PREFILL, self._release, self.preemptions)
         self._admit()
+
+    def _release(self, preemption: int) -> None:
+        """The step that preempted (the latest one) is over: admissions resume."""
+        if self._held and preemption == self.preemptions:
+            self._held = False
+            self._admit()
 
     def _evicted(self) -> None:
         if self._growth is not None:

@@ -94,6 +94,11 @@ class Roofline:
         flops = self._active2 * new + self._attn * (new * cached + 0.5 * new * new)
         return flops, self._kv * (new + cached)
 
+    @property
+    def frontend_s(self) -> float:
+        """A request's time in the engine's server outside its passes (calibrated pools)."""
+        return self._fitted.frontend_s if self._fitted is not None else 0.0
+
     def prefill_s(self, items: list[tuple[int, int]]) -> float:
         """One prefill pass over requests given as (new tokens, cached tokens)."""
         if self._fitted is not None:

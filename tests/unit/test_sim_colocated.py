@@ -3,6 +3,7 @@ a cap on running requests, memory taken as tokens are generated; and its checks.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ from policies.types import ClusterView, Decision, Matches, Pipeline, RequestView
 from replay.metrics import RequestRecord, record_of
 from replay.presets import load_preset
 from replay.presets.cluster_preset import ClusterPreset
+from replay.presets.schema import FittedTiming
 from replay.runner.checks import check_cluster
 from replay.sim.colocated_instance import ColocatedInstance
 from replay.sim.event_loop import EventLoop
@@ -189,3 +191,50 @@ def test_a_request_preempted_while_prefilling_comes_back_and_finishes() -> None:
     assert [r.tokens_md for r in records] == [3000, 3000, 3000, 10]
     assert engine.cache.pinned_tokens == pytest.approx(0.0, abs=1e-6)
     assert sim.loop.pending() == 0
+
+
+def test_the_requests_prefilled_in_one_step_get_their_first_token_when_it_ends() -> None:
+    """Five 2,048-token prompts arriving together, 8,192-token steps: vLLM prefills the
+    first four in one step and gives all four their first token when it ends (not one
+    after the other as their prefills finish); the fifth comes a step later."""
+    preset = _preset()
+    trace = [_req(i, 0.0, [100 * i + b for b in range(4)], output=20) for i in range(5)]
+    records, sim = _run(trace, preset)
+    ttfts = [r.ttft_s for r in records]
+    assert all(t is not None for t in ttfts)
+    first_four = [t for t in ttfts[:4] if t is not None]
+    assert max(first_four) - min(first_four) < 1e-9
+    roofline = _engine(sim).roofline
+    assert first_four[0] == pytest.approx(roofline.prefill_s([(8192, 0)]), rel=0.05)
+    second_step = roofline.mixed_step_s(4, 4 * 2049, 2048, 0)  # beside the four decoding
+    fifth = ttfts[4]
+    assert fifth is not None
+    assert fifth - first_four[0] == pytest.approx(second_step, rel=0.05)
+
+
+def _calibrated(frontend_s: float) -> ClusterPreset:
+    preset = _preset()
+    fitted = FittedTiming(
+        prefill_overhead_s=0.001, prefill_s_per_token=1e-6, prefill_s_per_token_pair=0.0,
+        decode_overhead_s=0.002, decode_s_per_request=0.0, decode_s_per_context_token=0.0,
+        frontend_s=frontend_s,
+    )  # fmt: skip
+    spec = preset.spec
+    pool = spec.pools["engines"].model_copy(update={"fitted": fitted})
+    spec = spec.model_copy(update={"pools": {**spec.pools, "engines": pool}})
+    return dataclasses.replace(preset, spec=spec)
+
+
+def test_a_calibrated_engines_server_takes_requests_one_after_another() -> None:
+    """The time a calibrated engine spends on a request outside its passes (its API
+    server's, 10 ms here) is paid in turn by requests arriving together, and once by a
+    request arriving alone."""
+    prefill = 0.001 + 512e-6  # one 512-token prompt's pass
+    trace = [_req(i, 0.0, [10 * i], output=4) for i in range(3)]
+    alone = _req(3, 5.0, [77], output=4)
+    records, _ = _run([*trace, alone], _calibrated(0.010))
+    ttfts = sorted(r.ttft_s or 0.0 for r in records[:3])
+    assert ttfts == pytest.approx([0.010 + prefill, 0.020 + prefill, 0.030 + prefill], abs=2e-3)
+    assert records[3].ttft_s == pytest.approx(0.010 + prefill, abs=1e-3)
+    uncalibrated, _ = _run([alone], _calibrated(0.0))
+    assert uncalibrated[0].ttft_s == pytest.approx(prefill, abs=1e-3)
