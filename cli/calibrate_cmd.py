@@ -126,7 +126,7 @@ def calibrate(
         console.print(f"[yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)
     timed = (
         "timed by the engine's clock (its /metrics); a request's round trip outside its "
-        f"prefill: {result.outside_engine_s * 1e3:.1f} ms (median)"
+        f"prefill: {result.outside_engine_s * 1e3:.1f} ms (median; fitted.frontend_s)"
         if result.outside_engine_s is not None
         else "timed by the client's clock (round trips)"
     )

@@ -145,7 +145,8 @@ class FittedTiming(_Spec):
     frontend_s: float = Field(
         0.0, ge=0, description="A request's time in the engine's server outside its passes "
         "(receiving it, handing it to the engine, sending its first token back), one request "
-        "after another: calibrate measures it on the engine's clock",
+        "after another: calibrate measures it on the engine's clock. A colocated pool's "
+        "replay charges it; P, RLD and MD pools do not yet",
     )  # fmt: skip
     probed_prompt_tokens: int | None = Field(
         None, ge=1, description="The longest prompt (cached and new) the calibration sent: "
