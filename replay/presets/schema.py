@@ -145,8 +145,8 @@ class FittedTiming(_Spec):
     frontend_s: float = Field(
         0.0, ge=0, description="A request's time in the engine's server outside its passes "
         "(receiving it, handing it to the engine, sending its first token back), one request "
-        "after another: calibrate measures it on the engine's clock. A colocated pool's "
-        "replay charges it; P, RLD and MD pools do not yet",
+        "after another: calibrate measures it on the engine's clock. The replay charges it "
+        "on colocated and P pools (a request's second engine call, to RLD or MD, not yet)",
     )  # fmt: skip
     probed_prompt_tokens: int | None = Field(
         None, ge=1, description="The longest prompt (cached and new) the calibration sent: "

@@ -31,6 +31,7 @@ from policies.types import InstanceLoad
 from replay.sim.decode_batch import DecodeBatch
 from replay.sim.event_loop import EventLoop
 from replay.sim.events import Priority
+from replay.sim.frontend import Frontend
 from replay.sim.growing_memory import GrowingMemory
 from replay.sim.kv_memory import KvMemory
 from replay.sim.request_state import SimRequest
@@ -58,7 +59,7 @@ class ColocatedInstance:
     __slots__ = (
         "_admitted",
         "_backlog",
-        "_front_free",
+        "_frontend",
         "_growth",
         "_held",
         "_loop",
@@ -134,20 +135,14 @@ class ColocatedInstance:
         self._ready: list[SimRequest] = []  # prefilled in this step: first token at its end
         self._held = False  # a preemption holds admissions for one step
         self._requests: dict[int, SimRequest] = {}
-        self._front_free = loop.now  # when the server is done with the requests it holds
+        self._frontend = Frontend(loop, roofline.frontend_s, self._enqueue)
 
     # -- what the simulator calls -----------------------------------------------------
 
     def submit(self, request: SimRequest) -> None:
         """Queue the whole request (prefill and decode), after the engine's server has
-        taken it (``Roofline.frontend_s`` each, one request after another)."""
-        frontend = self.roofline.frontend_s
-        if frontend <= 0.0:
-            self._enqueue(request)
-            return
-        now = self._loop.now
-        self._front_free = max(self._front_free, now) + frontend
-        self._loop.after(self._front_free - now, Priority.ARRIVAL, self._enqueue, request)
+        taken it (``Frontend``)."""
+        self._frontend.submit(request)
 
     def _enqueue(self, request: SimRequest) -> None:
         self._waiting.append(request)

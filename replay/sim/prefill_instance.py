@@ -7,6 +7,7 @@ from collections.abc import Callable
 from policies.tiers import Tier
 from policies.types import InstanceLoad
 from replay.sim.event_loop import EventLoop
+from replay.sim.frontend import Frontend
 from replay.sim.kv_memory import KvMemory
 from replay.sim.prefill_queue import PrefillQueue
 from replay.sim.request_state import SimRequest
@@ -22,7 +23,17 @@ class PrefillInstance:
     KV has left (``release``): P holds a request's KV until it is shipped.
     """
 
-    __slots__ = ("_loop", "cache", "datacenter", "id", "load", "queue", "roofline", "tier")
+    __slots__ = (
+        "_frontend",
+        "_loop",
+        "cache",
+        "datacenter",
+        "id",
+        "load",
+        "queue",
+        "roofline",
+        "tier",
+    )
 
     def __init__(
         self,
@@ -50,8 +61,14 @@ class PrefillInstance:
             batch_tokens=batch_tokens,
             on_change=self._sync_load,
         )
+        self._frontend = Frontend(loop, roofline.frontend_s, self._enqueue)
 
     def submit(self, request: SimRequest) -> None:
+        """Queue the request's prefill, after the engine's server has taken it
+        (``Frontend``: a calibrated pool's ``frontend_s``)."""
+        self._frontend.submit(request)
+
+    def _enqueue(self, request: SimRequest) -> None:
         queue = self.queue
         if queue.idle and self._admit(request):
             queue.run_alone(request)  # no queue to size it for: its cached prefix is known

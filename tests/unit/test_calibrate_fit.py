@@ -10,7 +10,9 @@ from replay.presets.loader import load_preset
 from replay.presets.schema import FittedTiming
 from replay.runner.calibrate import DecodeProbe, PrefillProbe, fit_decode, fit_prefill
 from replay.runner.engine_clock import DECODE, PREFILL, read_totals
+from replay.runner.run import run_replay
 from replay.sim.roofline import Roofline
+from replay.trace.record import TraceRequest
 
 
 def test_the_prefill_fit_recovers_overhead_per_token_and_per_pair_costs() -> None:
@@ -94,3 +96,24 @@ async def test_the_engine_clock_is_read_only_where_both_histograms_are_exported(
     if totals is not None:
         assert totals.sums == {PREFILL: 0.6, DECODE: 1.5}
         assert totals.counts == {PREFILL: 3.0, DECODE: 3.0}
+
+
+@pytest.mark.parametrize("preset", ["idc-pd-small", "colocated-small"])
+def test_the_calibrated_servers_time_is_in_the_first_token(preset: str) -> None:
+    """A calibrated P (or colocated) pool's ``frontend_s``: a lone request's first token
+    comes that much later; two arriving together are taken one after the other."""
+    pool = "p" if preset == "idc-pd-small" else "engines"
+
+    def ttfts(frontend_s: float) -> list[float]:
+        fitted = {"prefill_overhead_s": 0.002, "prefill_s_per_token": 1e-5,
+                  "prefill_s_per_token_pair": 0.0, "decode_overhead_s": 0.005,
+                  "decode_s_per_request": 0.0, "decode_s_per_context_token": 0.0,
+                  "frontend_s": frontend_s}  # fmt: skip
+        trace = [TraceRequest(i, at, 1024, 8, (10 * i, 10 * i + 1), 512)
+                 for i, at in enumerate((0.0, 0.0, 30.0))]  # fmt: skip
+        result = run_replay(trace, preset, overrides={f"pools.{pool}.fitted": fitted})
+        return [r.ttft_s or 0.0 for r in sorted(result.records, key=lambda r: r.request_id)]
+
+    base, served = ttfts(0.0), ttfts(0.05)
+    assert served[2] - base[2] == pytest.approx(0.05, abs=1e-3)
+    assert sorted(served[:2])[1] - sorted(base[:2])[1] == pytest.approx(0.10, abs=0.02)

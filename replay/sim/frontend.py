@@ -1,0 +1,40 @@
+"""An engine's server in front of its engine: it takes requests one after another.
+
+A calibrated pool's ``FittedTiming.frontend_s`` is the time a request spends in the
+engine's server outside the engine's passes (receiving it, handing it over, sending its
+first token back). One API server process does that work for one request at a time, so
+requests arriving together reach the engine ``frontend_s`` apart. Without a calibrated
+value (0) a request reaches the engine at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from replay.sim.event_loop import EventLoop
+from replay.sim.events import Priority
+from replay.sim.request_state import SimRequest
+
+__all__ = ["Frontend"]
+
+
+class Frontend:
+    """FIFO, ``seconds`` per request, then ``on_taken(request)``."""
+
+    __slots__ = ("_free_at", "_loop", "_on_taken", "seconds")
+
+    def __init__(
+        self, loop: EventLoop, seconds: float, on_taken: Callable[[SimRequest], None]
+    ) -> None:
+        self._loop = loop
+        self.seconds = seconds
+        self._on_taken = on_taken
+        self._free_at = loop.now  # when the server is done with the requests it holds
+
+    def submit(self, request: SimRequest) -> None:
+        if self.seconds <= 0.0:
+            self._on_taken(request)
+            return
+        now = self._loop.now
+        self._free_at = max(self._free_at, now) + self.seconds
+        self._loop.after(self._free_at - now, Priority.ARRIVAL, self._on_taken, request)
