@@ -125,8 +125,10 @@ def calibrate(
     for warning in result.warnings:
         console.print(f"[yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)
     timed = (
-        "timed by the engine's clock (its /metrics); a request's round trip outside its "
-        f"prefill: {result.outside_engine_s * 1e3:.1f} ms (median; fitted.frontend_s)"
+        "timed by the engine's clock (its /metrics); a request's time in the engine's server "
+        f"outside its prefill: {result.outside_engine_s * 1e3:.1f} ms (median; "
+        f"fitted.frontend_s), less the {(result.round_trip_s or 0.0) * 1e3:.1f} ms round "
+        "trip of GET /v1/models"
         if result.outside_engine_s is not None
         else "timed by the client's clock (round trips)"
     )

@@ -103,7 +103,9 @@ class CalibrationResult:
     wall_s: float
     warnings: list[str]
     clock: Literal["engine", "client"] = "client"
-    outside_engine_s: float | None = None  # median round trip less the engine's prefill
+    # median round trip less the engine's prefill and less a bare round trip (network)
+    outside_engine_s: float | None = None
+    round_trip_s: float | None = None  # median of GET /v1/models: the network's share
 
     def prefill_fit(self, probe: PrefillProbe) -> float:
         return self.fitted.prefill_s([(probe.new, probe.cached)])
@@ -129,6 +131,7 @@ class CalibrationResult:
             "clock": self.clock,
             "outside_engine_s": None if self.outside_engine_s is None
             else round(self.outside_engine_s, 6),
+            "round_trip_s": None if self.round_trip_s is None else round(self.round_trip_s, 6),
             "wall_s": round(self.wall_s, 3),
             "warnings": self.warnings,
         }  # fmt: skip
@@ -200,16 +203,31 @@ class _Engine:
             response = await self.client.post(url, json=body)
             if response.status_code != 200:
                 raise _refused(url, response.status_code, response.text)
-            usage = response.json().get("usage") or {}
-            return time.perf_counter() - start, usage if isinstance(usage, dict) else {}
-        usage = {}
+            answered = response.json().get("usage") or {}
+            return time.perf_counter() - start, answered if isinstance(answered, dict) else {}
+        usage: dict[str, Any] | None = None
         async with self.client.stream("POST", url, json=body) as response:
             if response.status_code != 200:
-                raise _refused(url, response.status_code, (await response.aread()).decode())
+                text = (await response.aread()).decode(errors="replace")
+                raise _refused(url, response.status_code, text)
             async for line in response.aiter_lines():
-                if line.startswith("data: {"):
-                    found = json.loads(line[6:]).get("usage")
-                    usage = found if isinstance(found, dict) else usage
+                event = line.removeprefix("data:").strip()
+                if not line.startswith("data:") or not event.startswith("{"):
+                    continue
+                chunk = json.loads(event)
+                if not isinstance(chunk, dict):
+                    continue
+                if "error" in chunk:
+                    raise UserError(
+                        f"{url} ended a calibration request with an error: {event[:200]}"
+                    )
+                if isinstance(chunk.get("usage"), dict):
+                    usage = chunk["usage"]
+        if usage is None:
+            raise UserError(
+                f"{url} streamed an answer without its usage (stream_options.include_usage), "
+                "which calibration by the engine's clock reads; use --clock client"
+            )
         return time.perf_counter() - start, usage
 
     async def complete(self, prompt: list[int]) -> tuple[float, int | None]:
@@ -343,6 +361,8 @@ async def _calibrate(options: CalibrationOptions, step: Callable[[], None]) -> C
         await check_answers(client, options.url)
         engine = _Engine(client, options, await _engine_clock(client, options))
         await engine.complete(engine.tokens(64))  # warm-up: first-request compilation
+        engine.outside_s.clear()
+        round_trip = await _round_trip_s(client, options.url) if engine.engine_clock else None
         warnings: list[str] = []
         prefill = await _prefill_probes(engine, options, step, warnings)
         decode = await _decode_probes(engine, options, step, warnings)
@@ -350,13 +370,16 @@ async def _calibrate(options: CalibrationOptions, step: Callable[[], None]) -> C
     (d0, d1, d2), decode_error = fit_decode(decode)
     clock: Literal["engine", "client"] = "engine" if engine.engine_clock else "client"
     # by the engine's clock the passes leave out the server's own time per request; by the
-    # client's, the prefill overhead holds it
-    outside = float(np.median(engine.outside_s)) if engine.outside_s else None
+    # client's, the prefill overhead holds it. The network's round trip is not the server's
+    # work (and a replay's requests come from elsewhere): it is left out.
+    outside = None
+    if engine.outside_s:
+        outside = max(float(np.median(engine.outside_s)) - (round_trip or 0.0), 0.0)
     fitted = FittedTiming(
         prefill_overhead_s=float(p0), prefill_s_per_token=float(p1),
         prefill_s_per_token_pair=float(p2), decode_overhead_s=float(d0),
         decode_s_per_request=float(d1), decode_s_per_context_token=float(d2),
-        frontend_s=max(outside or 0.0, 0.0),
+        frontend_s=outside or 0.0,
         probed_prompt_tokens=max(max(options.new_tokens) + max(options.cached_tokens),
                                  options.long_prompt + options.decode_tokens),
         probed_batch=max(options.batches),
@@ -365,8 +388,20 @@ async def _calibrate(options: CalibrationOptions, step: Callable[[], None]) -> C
     )  # fmt: skip
     return CalibrationResult(
         fitted, prefill, decode, prefill_error, decode_error, time.perf_counter() - started,
-        warnings, clock, outside,
+        warnings, clock, outside, round_trip,
     )  # fmt: skip
+
+
+async def _round_trip_s(client: httpx.AsyncClient, url: str) -> float:
+    """Median of five round trips of ``GET /v1/models``, the engine's lightest answer."""
+    times = []
+    for _ in range(5):
+        start = time.perf_counter()
+        response = await client.get(f"{url}/v1/models")
+        times.append(time.perf_counter() - start)
+        if response.status_code != 200:
+            raise _refused(f"{url}/v1/models", response.status_code, response.text)
+    return float(np.median(times))
 
 
 async def _engine_clock(client: httpx.AsyncClient, options: CalibrationOptions) -> bool:

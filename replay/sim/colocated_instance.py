@@ -143,6 +143,7 @@ class ColocatedInstance:
         """Queue the whole request (prefill and decode), after the engine's server has
         taken it (``Frontend``)."""
         self._frontend.submit(request)
+        self._sync_load()
 
     def _enqueue(self, request: SimRequest) -> None:
         self._waiting.append(request)
@@ -254,6 +255,15 @@ class ColocatedInstance:
         if version != self._prefill_version:
             return
         self._advance_prefill()
+        if self._prefill_speed > 0.0:
+            # timed for this moment: the nearer of the two limits is reached, whatever the
+            # rounding left of it (far from time 0, a remainder of a few ulps would be
+            # timed again at this same instant, forever)
+            low = min(self._prefill_left, self._step_room)
+            if self._prefill_left <= low:
+                self._prefill_left = 0.0
+            if self._step_room <= low:
+                self._step_room = 0.0
         if self._prefill and self._head_done():
             request = self._prefill.popleft()
             self._backlog -= self._admitted[request.key].work
@@ -317,18 +327,9 @@ class ColocatedInstance:
     def _preempt(self) -> None:
         """Free the request admitted last; it waits at the head to be recomputed. One that
         could never be taken back (its prompt and output so far beyond the memory) is
-        passed over; when every one is, the engine overcommits instead."""
-        key = next(
-            (
-                key
-                for key in reversed(self._admitted)
-                if self.cache.could_hold(
-                    self._requests[key].chain,
-                    self._requests[key].private_tokens + self._requests[key].emitted_in(self.batch),
-                )
-            ),
-            None,
-        )
+        passed over, and so is one whose last token is out (its end, at this instant, frees
+        its memory); when every one is, the engine overcommits instead."""
+        key = next((key for key in reversed(self._admitted) if self._preemptible(key)), None)
         if key is None:
             return
         request = self._requests[key]
@@ -354,6 +355,13 @@ class ColocatedInstance:
         self._loop.after(step, Priority.PREFILL, self._release, self.preemptions)
         self._admit()
 
+    def _preemptible(self, key: int) -> bool:
+        request = self._requests[key]
+        emitted = request.emitted_in(self.batch)
+        if emitted >= request.output_length:
+            return False
+        return self.cache.could_hold(request.chain, request.private_tokens + emitted)
+
     def _release(self, preemption: int) -> None:
         """The step that preempted (the latest one) is over: admissions resume."""
         if self._held and preemption == self.preemptions:
@@ -370,6 +378,9 @@ class ColocatedInstance:
     def _sync_load(self) -> None:
         load = self.load
         load.running = len(self._admitted)
-        load.queued = len(self._waiting)
-        load.queued_prefill_tokens = int(self._remaining()) + self._waiting_tokens
+        front = self._frontend
+        load.queued = len(self._waiting) + front.waiting
+        load.queued_prefill_tokens = (
+            int(self._remaining()) + self._waiting_tokens + front.waiting_tokens
+        )
         load.kv_used_tokens = int(self.cache.pinned_tokens)

@@ -19,9 +19,11 @@ __all__ = ["Frontend"]
 
 
 class Frontend:
-    """FIFO, ``seconds`` per request, then ``on_taken(request)``."""
+    """FIFO, ``seconds`` per request, then ``on_taken(request)``. ``waiting`` and
+    ``waiting_tokens`` (prompt tokens) count the requests it holds: the instance's load
+    includes them, so a router sees a burst it has sent even before the engine does."""
 
-    __slots__ = ("_free_at", "_loop", "_on_taken", "seconds")
+    __slots__ = ("_free_at", "_loop", "_on_taken", "seconds", "waiting", "waiting_tokens")
 
     def __init__(
         self, loop: EventLoop, seconds: float, on_taken: Callable[[SimRequest], None]
@@ -30,6 +32,8 @@ class Frontend:
         self.seconds = seconds
         self._on_taken = on_taken
         self._free_at = loop.now  # when the server is done with the requests it holds
+        self.waiting = 0
+        self.waiting_tokens = 0
 
     def submit(self, request: SimRequest) -> None:
         if self.seconds <= 0.0:
@@ -37,4 +41,11 @@ class Frontend:
             return
         now = self._loop.now
         self._free_at = max(self._free_at, now) + self.seconds
-        self._loop.after(self._free_at - now, Priority.ARRIVAL, self._on_taken, request)
+        self.waiting += 1
+        self.waiting_tokens += request.input_length
+        self._loop.after(self._free_at - now, Priority.ARRIVAL, self._taken, request)
+
+    def _taken(self, request: SimRequest) -> None:
+        self.waiting -= 1
+        self.waiting_tokens -= request.input_length
+        self._on_taken(request)

@@ -67,6 +67,7 @@ class PrefillInstance:
         """Queue the request's prefill, after the engine's server has taken it
         (``Frontend``: a calibrated pool's ``frontend_s``)."""
         self._frontend.submit(request)
+        self._sync_load()
 
     def _enqueue(self, request: SimRequest) -> None:
         queue = self.queue
@@ -99,6 +100,6 @@ class PrefillInstance:
     def _sync_load(self) -> None:
         load, queue = self.load, self.queue
         load.running = len(queue.running)
-        load.queued = len(queue)
-        load.queued_prefill_tokens = queue.queued_tokens
+        load.queued = len(queue) + self._frontend.waiting
+        load.queued_prefill_tokens = queue.queued_tokens + self._frontend.waiting_tokens
         load.kv_used_tokens = int(self.cache.pinned_tokens)

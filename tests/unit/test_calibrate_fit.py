@@ -8,11 +8,19 @@ import pytest
 
 from replay.presets.loader import load_preset
 from replay.presets.schema import FittedTiming
-from replay.runner.calibrate import DecodeProbe, PrefillProbe, fit_decode, fit_prefill
+from replay.runner.calibrate import (
+    CalibrationOptions,
+    DecodeProbe,
+    PrefillProbe,
+    _Engine,
+    fit_decode,
+    fit_prefill,
+)
 from replay.runner.engine_clock import DECODE, PREFILL, read_totals
 from replay.runner.run import run_replay
 from replay.sim.roofline import Roofline
 from replay.trace.record import TraceRequest
+from router.errors import UserError
 
 
 def test_the_prefill_fit_recovers_overhead_per_token_and_per_pair_costs() -> None:
@@ -101,7 +109,8 @@ async def test_the_engine_clock_is_read_only_where_both_histograms_are_exported(
 @pytest.mark.parametrize("preset", ["idc-pd-small", "colocated-small"])
 def test_the_calibrated_servers_time_is_in_the_first_token(preset: str) -> None:
     """A calibrated P (or colocated) pool's ``frontend_s``: a lone request's first token
-    comes that much later; two arriving together are taken one after the other."""
+    comes that much later; two arriving together at one engine are taken one after the
+    other."""
     pool = "p" if preset == "idc-pd-small" else "engines"
 
     def ttfts(frontend_s: float) -> list[float]:
@@ -111,9 +120,39 @@ def test_the_calibrated_servers_time_is_in_the_first_token(preset: str) -> None:
                   "frontend_s": frontend_s}  # fmt: skip
         trace = [TraceRequest(i, at, 1024, 8, (10 * i, 10 * i + 1), 512)
                  for i, at in enumerate((0.0, 0.0, 30.0))]  # fmt: skip
-        result = run_replay(trace, preset, overrides={f"pools.{pool}.fitted": fitted})
+        overrides = {f"pools.{pool}.fitted": fitted, f"pools.{pool}.instances": 1}
+        result = run_replay(trace, preset, overrides=overrides)
         return [r.ttft_s or 0.0 for r in sorted(result.records, key=lambda r: r.request_id)]
 
     base, served = ttfts(0.0), ttfts(0.05)
     assert served[2] - base[2] == pytest.approx(0.05, abs=1e-3)
     assert sorted(served[:2])[1] - sorted(base[:2])[1] == pytest.approx(0.10, abs=0.02)
+
+
+def _sse(*events: str) -> str:
+    return "".join(f"{event}\n\n" for event in events) + "data: [DONE]\n\n"
+
+
+@pytest.mark.parametrize(
+    ("stream", "problem"),
+    [
+        (_sse('data: {"choices": [{"text": "a"}]}'), "without its usage"),
+        (_sse('data: {"error": {"message": "boom", "code": 500}}'), "ended .* with an error"),
+        (_sse('data:{"choices": [], "usage": {"completion_tokens": 3}}'), "generated 3 tokens"),
+    ],
+)  # fmt: skip
+async def test_a_streamed_probe_that_is_not_what_was_asked_stops_the_calibration(
+    stream: str, problem: str
+) -> None:
+    """Timed by the engine's clock, probes are streamed: an answer without its usage (so
+    no check that ``ignore_eos`` held), an error event, or too few tokens (read from a
+    ``data:`` line without its space too) each stop calibration with a message."""
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, text=stream, headers={"content-type": "text/event-stream"})
+
+    options = CalibrationOptions(url="http://engine", vocab_size=512)
+    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
+        engine = _Engine(client, options, engine_clock=True)
+        with pytest.raises(UserError, match=problem):
+            await engine._generate_s([1, 2, 3], 16)

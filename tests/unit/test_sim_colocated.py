@@ -238,3 +238,76 @@ def test_a_calibrated_engines_server_takes_requests_one_after_another() -> None:
     assert records[3].ttft_s == pytest.approx(0.010 + prefill, abs=1e-3)
     uncalibrated, _ = _run([alone], _calibrated(0.0))
     assert uncalibrated[0].ttft_s == pytest.approx(prefill, abs=1e-3)
+
+
+class _BoundedLoop(EventLoop):
+    """Stops a run that schedules more events than a replay of its size could need."""
+
+    __slots__ = ("budget",)
+
+    def __init__(self, budget: int) -> None:
+        super().__init__()
+        self.budget = budget
+
+    def after(self, delay: float, priority: int, handler: Any, arg: Any = None) -> None:
+        self.budget -= 1
+        if self.budget < 0:
+            raise RuntimeError(f"runaway: an event at {self.now} keeps scheduling itself")
+        super().after(delay, priority, handler, arg)
+
+
+def _run_small_blocks(
+    trace: list[TraceRequest], preset: ClusterPreset, budget: int = 100_000
+) -> tuple[list[RequestRecord], Simulator]:
+    loop = _BoundedLoop(budget)
+    index = MemoryPrefixIndex(clock=loop.clock)
+    sim = Simulator(preset, OnEngine(), index, block_size=16, kv_event_delay_s=0.0, loop=loop)
+    return [record_of(r) for r in sim.run(trace)], sim
+
+
+@pytest.mark.parametrize("step_tokens", [64, 2048, 8192])
+def test_a_trace_timed_in_epoch_seconds_replays_to_its_end(step_tokens: int) -> None:
+    """Far from time 0 a step's remainder of a few ulps was timed again at the same
+    instant, forever (a trace whose timestamps are Unix seconds hung the replay)."""
+    preset = _preset(**{"timing.step_tokens": step_tokens})
+    trace = [
+        TraceRequest(i, 1.7e9 + 0.01 * i, 512 * (3 + i), 50,
+                     tuple(100 * (i + 1) + b for b in range(3 + i)), 512)
+        for i in range(6)
+    ]  # fmt: skip
+    records, sim = _run_small_blocks(trace, preset)
+    assert [r.tokens_md for r in records] == [50] * 6
+    assert sim.loop.pending() == 0
+
+
+def test_a_request_whose_last_token_is_out_is_not_preempted() -> None:
+    """Memory fills at the instant two requests emit their last tokens: neither is
+    preempted (their ends free the memory), so neither emits a token more than asked."""
+    blocks = [(1, 10, 11), (3, 3, 9), (3, 10, 50)]  # shared prefix blocks, own blocks, output
+    arrivals = [0.0, 0.015625, 0.19421225653923604]
+    trace = []
+    for i, ((prefix, own, output), at) in enumerate(zip(blocks, arrivals, strict=True)):
+        chain = tuple([1000 + b for b in range(prefix)] + [100 * (i + 1) + b for b in range(own)])
+        trace.append(TraceRequest(i, at, 16 * len(chain), output, chain, 16))
+    capacity = max(r.input_length + r.output_length for r in trace) + 18
+    preset = _preset(**{"pools.engines.kv_capacity_tokens": capacity, "timing.step_tokens": 33,
+                        "pools.engines.max_batch": 2})  # fmt: skip
+    records, sim = _run_small_blocks(trace, preset)
+    assert [r.tokens_md for r in records] == [11, 9, 50]
+    assert _engine(sim).cache.pinned_tokens == pytest.approx(0.0, abs=1e-6)
+
+
+def test_requests_still_in_the_engines_server_count_in_its_load() -> None:
+    """Four requests arriving together at two calibrated engines (10 ms of server time
+    each): the colocated policy sees those it has just sent, so it splits them two and
+    two, rather than sending all four to the engine that looked idle."""
+    preset = _calibrated(0.010)
+    spec = preset.spec
+    pool = spec.pools["engines"].model_copy(update={"instances": 2})
+    preset = dataclasses.replace(
+        preset, spec=spec.model_copy(update={"pools": {**spec.pools, "engines": pool}})
+    )
+    trace = [_req(i, 0.0, [10 * i, 10 * i + 1], output=4) for i in range(4)]
+    records, _ = _run(trace, preset, OnEngine(None))
+    engines = sorted(r.p_instance or "" for r in records)
+    assert engines == ["engines-0", "engines-0", "engines-1", "engines-1"]
