@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -23,11 +24,10 @@ from replay.runner.engine_clock import DECODE, PREFILL, read_totals
 PROMPT = list(range(10, 30))
 
 
-@pytest.fixture
-async def client() -> AsyncIterator[httpx.AsyncClient]:
+@contextlib.asynccontextmanager
+async def in_process(engine: SimEngineConfig) -> AsyncIterator[httpx.AsyncClient]:
     """The app in process: its lifespan run by hand, its state put in each scope."""
-    config = SimServerConfig(instance_id="p-1", engine=SimEngineConfig(block_size=4))
-    app: FastAPI = create_app(config)
+    app: FastAPI = create_app(SimServerConfig(instance_id="p-1", engine=engine))
     async with app.router.lifespan_context(app) as state:
 
         async def with_state(scope: Scope, receive: Receive, send: Send) -> None:
@@ -37,6 +37,12 @@ async def client() -> AsyncIterator[httpx.AsyncClient]:
         transport = httpx.ASGITransport(app=with_state)
         async with httpx.AsyncClient(transport=transport, base_url="http://sim") as c:
             yield c
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[httpx.AsyncClient]:
+    async with in_process(SimEngineConfig(block_size=4)) as c:
+        yield c
 
 
 def _events(text: str) -> list[Any]:
@@ -130,19 +136,11 @@ async def test_metrics_time_each_request_as_vllm_does() -> None:
     first decode step of 5 ms) and from the first to the last (4 more steps), summed over
     requests in vLLM's histograms, which `calibrate` reads as the engine's own clock."""
     engine = SimEngineConfig(block_size=4, prefill_s_per_token=0.001, decode_s_per_token=0.005)
-    app: FastAPI = create_app(SimServerConfig(instance_id="p-1", engine=engine))
-    async with app.router.lifespan_context(app) as state:
-
-        async def with_state(scope: Scope, receive: Receive, send: Send) -> None:
-            scope["state"] = dict(state or {})
-            await app(scope, receive, send)
-
-        transport = httpx.ASGITransport(app=with_state)
-        async with httpx.AsyncClient(transport=transport, base_url="http://sim") as c:
-            before = await read_totals(c, "http://sim")
-            for prompt in (PROMPT, [p + 100 for p in PROMPT]):
-                await c.post("/v1/completions", json={"prompt": prompt, "max_tokens": 5})
-            after = await read_totals(c, "http://sim")
+    async with in_process(engine) as c:
+        before = await read_totals(c, "http://sim")
+        for prompt in (PROMPT, [p + 100 for p in PROMPT]):
+            await c.post("/v1/completions", json={"prompt": prompt, "max_tokens": 5})
+        after = await read_totals(c, "http://sim")
     assert before is not None
     assert after is not None
     assert after.counted_since(before, PREFILL) == after.counted_since(before, DECODE) == 2
