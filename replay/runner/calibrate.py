@@ -16,10 +16,14 @@ engine simulator), one kind at a time so each measurement isolates one cost:
 Whose clock times them (``clock``): the engine's own when it exports its per-request
 prefill and decode times (vLLM's histograms at ``/metrics``, ``engine_clock``), so
 neither the HTTP round trip nor a busy client's delays are taken for engine work; the
-client's otherwise (the round trip of each answer, not streamed chunks, the quicker of
-two tries per decode measurement, since a stall only ever adds time). With the engine's
-clock the median of the client's round trip less the engine's prefill time is reported
-as the time a request spends outside the engine's passes.
+probes are then streamed, as clients ask, so the server's per-token work is in the decode
+cost. The client's clock otherwise (the round trip of each answer, not streamed, the
+quicker of two tries per decode measurement, since a stall only ever adds time). With the
+engine's clock, the median round trip less the engine's prefill time and less a round trip
+of ``GET /v1/models`` (the network's share) is the server's own time per request
+(``FittedTiming.frontend_s``).
+
+The fit itself is ``calibration_fit``.
 
 Least squares with non-negative coefficients then fits a prefill pass as ``overhead +
 per_token * N + per_token_pair * (N*C + N*N/2)`` and a decode step as ``overhead +
@@ -33,29 +37,20 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import httpx
 import numpy as np
-from scipy.optimize import nnls
 
 from replay.presets.schema import FittedTiming
+from replay.runner.calibration_fit import DecodeProbe, PrefillProbe, fit_decode, fit_prefill
 from replay.runner.endpoint import check_answers
 from replay.runner.engine_clock import DECODE, PREFILL, read_totals, settled_totals
 from router.errors import UserError
 
-__all__ = [
-    "CalibrationOptions",
-    "CalibrationResult",
-    "Clock",
-    "DecodeProbe",
-    "PrefillProbe",
-    "calibrate",
-    "fit_decode",
-    "fit_prefill",
-]
+__all__ = ["CalibrationOptions", "CalibrationResult", "Clock", "calibrate", "probe_count"]
 
 
 Clock = Literal["auto", "engine", "client"]
@@ -77,20 +72,6 @@ class CalibrationOptions:
     seed: int | None = None  # of the prompts' token IDs; None: fresh ones each calibration
     timeout_s: float = 300.0
     clock: Clock = "auto"  # auto: the engine's when it exports its latency histograms
-
-
-@dataclass(frozen=True, slots=True)
-class PrefillProbe:
-    new: int
-    cached: int
-    seconds: float  # median over the repeats
-
-
-@dataclass(frozen=True, slots=True)
-class DecodeProbe:
-    batch: int
-    context_tokens: float  # the batch's KV tokens at the middle of the measured steps
-    seconds: float  # median step
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,31 +116,6 @@ class CalibrationResult:
             "wall_s": round(self.wall_s, 3),
             "warnings": self.warnings,
         }  # fmt: skip
-
-
-def _nnls(columns: list[np.ndarray], y: np.ndarray) -> tuple[np.ndarray, float]:
-    """Non-negative least squares on relative errors (each row weighted by 1/y, so short
-    and long passes count alike); the coefficients and the mean relative error."""
-    a = np.column_stack(columns) / y[:, None]
-    coef, _ = nnls(a, np.ones_like(y))
-    fitted = np.column_stack(columns) @ coef
-    return coef, float(np.mean(np.abs(fitted - y) / y))
-
-
-def fit_prefill(probes: Sequence[PrefillProbe]) -> tuple[np.ndarray, float]:
-    """(overhead, per token, per token pair) and the mean relative error."""
-    new = np.array([p.new for p in probes], dtype=np.float64)
-    cached = np.array([p.cached for p in probes], dtype=np.float64)
-    y = np.array([p.seconds for p in probes], dtype=np.float64)
-    return _nnls([np.ones_like(new), new, new * cached + 0.5 * new * new], y)
-
-
-def fit_decode(probes: Sequence[DecodeProbe]) -> tuple[np.ndarray, float]:
-    """(overhead, per request, per context token) and the mean relative error."""
-    batch = np.array([p.batch for p in probes], dtype=np.float64)
-    context = np.array([p.context_tokens for p in probes], dtype=np.float64)
-    y = np.array([p.seconds for p in probes], dtype=np.float64)
-    return _nnls([np.ones_like(batch), batch, context], y)
 
 
 class _Engine:

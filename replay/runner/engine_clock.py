@@ -7,8 +7,9 @@ the probe's requests' total and number, so a calibration can time the engine's p
 without the HTTP round trip and without the client's own delays (a busy client reads a
 burst of tokens late and would take the engine for slower than it is).
 
-Engines that export no such histograms (SGLang names them otherwise; the engine simulator
-exports none) are timed by the client instead: ``read_totals`` returns None for them.
+Engines that export no such histograms (SGLang names them otherwise) are timed by the
+client instead: ``read_totals`` returns None for them. The engine simulator exports both,
+timed as vLLM times them.
 """
 
 from __future__ import annotations

@@ -133,7 +133,7 @@ class ColocatedInstance:
         self._prefill_version = 0
         self._step_room = float(step_tokens)  # prefill tokens left in the current step
         self._ready: list[SimRequest] = []  # prefilled in this step: first token at its end
-        self._held = False  # a preemption holds admissions for one step
+        self._held = False  # a preemption holds admissions for a step (or till an end)
         self._requests: dict[int, SimRequest] = {}
         self._frontend = Frontend(loop, roofline.frontend_s, self._enqueue)
 
@@ -142,8 +142,8 @@ class ColocatedInstance:
     def submit(self, request: SimRequest) -> None:
         """Queue the whole request (prefill and decode), after the engine's server has
         taken it (``Frontend``)."""
-        self._frontend.submit(request)
-        self._sync_load()
+        if self._frontend.submit(request):
+            self._sync_load()
 
     def _enqueue(self, request: SimRequest) -> None:
         self._waiting.append(request)
@@ -357,9 +357,9 @@ class ColocatedInstance:
 
     def _preemptible(self, key: int) -> bool:
         request = self._requests[key]
-        emitted = request.emitted_in(self.batch)
-        if emitted >= request.output_length:
+        if request.stint_done_in(self.batch):
             return False
+        emitted = request.emitted_in(self.batch)
         return self.cache.could_hold(request.chain, request.private_tokens + emitted)
 
     def _release(self, preemption: int) -> None:

@@ -293,12 +293,14 @@ class DecodeInstance:
     def _preempt(self) -> None:
         """Free the request that started last and queue it first for re-admission; one
         that could never be taken back (its prompt and output so far beyond the memory)
-        is passed over, and when every one is, the batch overcommits instead."""
+        is passed over, and so is one whose stint's last token is out (its end, at this
+        instant, frees its memory); when every one is, the batch overcommits instead."""
         request = next(
             (
                 r
                 for r in (self._running[key] for key in reversed(self._running))
                 if r.key in self.batch
+                and not r.stint_done_in(self.batch)
                 and self.cache.could_hold(
                     r.chain, self._leg_of(r).extra_tokens + r.emitted_in(self.batch)
                 )

@@ -35,15 +35,17 @@ class Frontend:
         self.waiting = 0
         self.waiting_tokens = 0
 
-    def submit(self, request: SimRequest) -> None:
+    def submit(self, request: SimRequest) -> bool:
+        """Whether the server holds the request (False: taken at once)."""
         if self.seconds <= 0.0:
             self._on_taken(request)
-            return
+            return False
         now = self._loop.now
         self._free_at = max(self._free_at, now) + self.seconds
         self.waiting += 1
         self.waiting_tokens += request.input_length
         self._loop.after(self._free_at - now, Priority.ARRIVAL, self._taken, request)
+        return True
 
     def _taken(self, request: SimRequest) -> None:
         self.waiting -= 1

@@ -66,8 +66,8 @@ class PrefillInstance:
     def submit(self, request: SimRequest) -> None:
         """Queue the request's prefill, after the engine's server has taken it
         (``Frontend``: a calibrated pool's ``frontend_s``)."""
-        self._frontend.submit(request)
-        self._sync_load()
+        if self._frontend.submit(request):
+            self._sync_load()
 
     def _enqueue(self, request: SimRequest) -> None:
         queue = self.queue

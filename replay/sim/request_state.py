@@ -232,6 +232,11 @@ class SimRequest:
         done = int(batch.progress_of(self.key) + 1e-9)
         return self.emitted + min(done, self.stint_tokens)
 
+    def stint_done_in(self, batch: DecodeBatch) -> bool:
+        """Its stint in ``batch`` has produced its last token by now (its end is due at
+        this instant): preempting it would take back tokens already out."""
+        return self.key in batch and batch.progress_of(self.key) + 1e-9 >= self.stint_tokens
+
     def leave_batch(self, batch: DecodeBatch, now: float, *, on_rld: bool) -> None:
         """Stop decoding in ``batch`` before the stint's end (a handoff, a preemption): the
         tokens emitted so far are accounted, the last one at the step it came out."""

@@ -8,14 +8,8 @@ import pytest
 
 from replay.presets.loader import load_preset
 from replay.presets.schema import FittedTiming
-from replay.runner.calibrate import (
-    CalibrationOptions,
-    DecodeProbe,
-    PrefillProbe,
-    _Engine,
-    fit_decode,
-    fit_prefill,
-)
+from replay.runner.calibrate import CalibrationOptions, _Engine
+from replay.runner.calibration_fit import DecodeProbe, PrefillProbe, fit_decode, fit_prefill
 from replay.runner.engine_clock import DECODE, PREFILL, read_totals
 from replay.runner.run import run_replay
 from replay.sim.roofline import Roofline
