@@ -19,6 +19,15 @@ def print_run(summary: Summary, files: list[Path]) -> None:
 
     console = Console()
     console.print(summary_table(summary))
+    if summary.client is not None:  # a live run: how promptly the client did its part
+        lag, client = summary.client.send_lag_s, summary.client
+        console.print(
+            f"client: requests sent {1e3 * (lag.p50 or 0.0):.1f} ms (P50) and "
+            f"{1e3 * (lag.p99 or 0.0):.1f} ms (P99) after they were due; its event loop "
+            f"woke up to {1e3 * client.loop_stall_s_max:.1f} ms late "
+            f"(P99 {1e3 * client.loop_stall_s_p99:.1f} ms)",
+            highlight=False, soft_wrap=True,
+        )  # fmt: skip
     for warning in summary.warnings:
         console.print(f"[yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)
     names = [str(f) for f in files]

@@ -16,11 +16,13 @@ from router.sla import SLA_TPOT_S, SLA_TTFT_S
 
 __all__ = [
     "MAX_WINDOWS",
+    "ClientTiming",
     "Percentiles",
     "SlaThresholds",
     "Summary",
     "TimelineSummary",
     "TransferStats",
+    "client_timing",
     "summarize",
     "timeline_summary",
     "wan_gbps",
@@ -86,6 +88,21 @@ class Percentiles(BaseModel):
     p90: float | None
     p99: float | None
     mean: float | None
+
+
+class ClientTiming(BaseModel):
+    """How promptly the client of a live run did its part: a busy client's own delays are
+    in every latency it measured, and no engine model has them."""
+
+    send_lag_s: Percentiles = Field(
+        description="How long after its due time each request was sent (s; a wait for a "
+        "`--concurrency` slot left out)"
+    )
+    loop_stall_s_p99: float = Field(
+        description="P99 of how late the client's event loop woke from a 10 ms sleep (s): "
+        "a token that arrived then was read that much late"
+    )
+    loop_stall_s_max: float = Field(description="The most it woke late (s)")
 
 
 class TransferStats(BaseModel):
@@ -181,6 +198,10 @@ class Summary(BaseModel):
     timeline: TimelineSummary | None = Field(
         None, description="The line's and the tiers' load over the run, in windows"
     )
+    client: ClientTiming | None = Field(
+        None, description="A live run's client: how late it sent requests and read tokens "
+        "(None in a replay)",
+    )  # fmt: skip
 
 
 def _pct(values: FloatArray, qs: tuple[int, ...]) -> list[float | None]:
@@ -195,6 +216,16 @@ def _pct(values: FloatArray, qs: tuple[int, ...]) -> list[float | None]:
 def _percentiles(values: FloatArray) -> Percentiles:
     p50, p90, p99, mean = _pct(values, (50, 90, 99))
     return Percentiles(p50=p50, p90=p90, p99=p99, mean=mean)
+
+
+def client_timing(send_lags_s: Sequence[float], loop_stalls_s: Sequence[float]) -> ClientTiming:
+    """A live client's promptness from each request's send lag and each loop-stall sample."""
+    stalls = np.asarray(loop_stalls_s, dtype=np.float64)
+    return ClientTiming(
+        send_lag_s=_percentiles(np.asarray(send_lags_s, dtype=np.float64)),
+        loop_stall_s_p99=round(float(np.percentile(stalls, 99)), 6) if stalls.size else 0.0,
+        loop_stall_s_max=round(float(stalls.max()), 6) if stalls.size else 0.0,
+    )
 
 
 def wan_gbps(times: Sequence[float], rates: Sequence[float], start: float, end: float) -> float:

@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import json
 import time
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,7 +32,7 @@ from typing import Any
 import httpx
 
 from replay.metrics.record import RequestRecord
-from replay.metrics.summary import SlaThresholds, Summary, summarize
+from replay.metrics.summary import ClientTiming, SlaThresholds, Summary, client_timing, summarize
 from replay.runner.endpoint import check_answers, tokens_in_chunk
 from replay.sim.simulator import ProgressObserver
 from replay.trace.record import TraceRequest
@@ -87,6 +88,7 @@ class _Seen:
     instances: dict[str, str] = field(default_factory=dict)
     error: str | None = None
     rejected: str | None = None  # refused by admission control (429): the bottleneck named
+    send_lag_s: float | None = None  # sent this long after it was due (slot wait left out)
 
 
 def _selected(requests: Sequence[TraceRequest], options: LiveOptions) -> list[TraceRequest]:
@@ -177,14 +179,32 @@ async def _send(
         seen.error = "no tokens"
 
 
+LOOP_PROBE_S = 0.01
+"""The client's event loop is timed by a sleep this long, over and over."""
+
+LATE_CLIENT_S = 0.05
+"""A client whose loop stalled this long, or that sent 1% of requests this late, is warned
+about: what it measured is then partly its own delay."""
+
+
+async def _watch_loop(stalls: array[float]) -> None:
+    """Time ``LOOP_PROBE_S`` sleeps until cancelled: how late each wake-up came is how late
+    a token arriving then was read (the client was busy, or its machine was)."""
+    while True:
+        before = time.perf_counter()
+        await asyncio.sleep(LOOP_PROBE_S)
+        stalls.append(max(time.perf_counter() - before - LOOP_PROBE_S, 0.0))
+
+
 async def _drive(
     requests: list[TraceRequest],
     options: LiveOptions,
     progress: ProgressObserver | None,
     seen: list[_Seen],
+    stalls: array[float],
 ) -> None:
     """Send the requests; ``seen`` gets each one's record as it is sent (so a caller
-    interrupted midway still has them)."""
+    interrupted midway still has them), ``stalls`` the client's loop stalls."""
     synth = TokenSynth(options.vocab_size, options.seed)
     headers = {"authorization": f"Bearer {options.api_key}"} if options.api_key else {}
     # An idle connection is dropped before the server's own keep-alive timeout (uvicorn's,
@@ -206,6 +226,8 @@ async def _drive(
             record = _Seen(request, due)
             seen.append(record)
             prompt = synth.prompt(request)
+            # how late it is ready to go (a wait for a --concurrency slot is the option's)
+            record.send_lag_s = max(time.perf_counter() - t0 - due, 0.0)
             async with slots:
                 try:
                     await asyncio.wait_for(_send(client, options, record, prompt, t0),
@@ -224,6 +246,7 @@ async def _drive(
                 progress.advance(finished)
 
         tasks: list[asyncio.Task[None]] = []
+        watch = asyncio.create_task(_watch_loop(stalls))
         try:
             for request in requests:
                 due = (request.arrival_s - start) / options.rate_scale
@@ -233,10 +256,10 @@ async def _drive(
                 tasks.append(asyncio.create_task(one(request, due)))
             await asyncio.gather(*tasks)
         finally:  # cancelled (Ctrl-C): stop what is in flight, keep what finished
-            for task in tasks:
+            for task in (*tasks, watch):
                 task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.gather(*tasks, return_exceptions=True)
+                await asyncio.gather(*tasks, watch, return_exceptions=True)
 
 
 def _record(seen: _Seen) -> RequestRecord:
@@ -281,9 +304,10 @@ def run_live(
     selected = _selected(requests, options)
     started = time.perf_counter()
     seen: list[_Seen] = []
+    stalls: array[float] = array("d")
     interrupted = False
     try:
-        asyncio.run(_drive(selected, options, progress, seen))
+        asyncio.run(_drive(selected, options, progress, seen, stalls))
     except KeyboardInterrupt:  # Ctrl-C: keep the requests sent so far
         interrupted = True
     records = sorted((_record(s) for s in seen), key=lambda r: (r.arrival_s, r.request_id))
@@ -294,6 +318,10 @@ def run_live(
     warnings = [f"{n} requests failed: {kind}" for kind, n in sorted(errors.items())]
     if interrupted:
         warnings.append(f"interrupted: {len(seen)} of {len(selected)} requests were sent")
+    client = client_timing([s.send_lag_s for s in seen if s.send_lag_s is not None], stalls)
+    late = _late_client(client)
+    if late:
+        warnings.append(late)
     warnings.append(NOT_MEASURED)
     summary = summarize(
         records, policy="live", preset=f"live:{options.url}", trace=trace_name,
@@ -302,4 +330,18 @@ def run_live(
         wall_s=time.perf_counter() - started, index_mode="live", version=__version__,
         warnings=warnings,
     )  # fmt: skip
+    summary.client = client
     return LiveResult(summary, records, errors)
+
+
+def _late_client(client: ClientTiming) -> str | None:
+    """A warning when the client's own delays are large enough to weigh in its figures."""
+    lag = client.send_lag_s.p99 or 0.0
+    stall = client.loop_stall_s_max
+    if lag < LATE_CLIENT_S and stall < LATE_CLIENT_S:
+        return None
+    return (
+        f"the client ran late: 1% of requests were sent {lag * 1e3:.0f} ms or more after "
+        f"they were due, and its event loop stalled for up to {stall * 1e3:.0f} ms; the "
+        "latencies it measured include these delays (send from a less busy machine)"
+    )
