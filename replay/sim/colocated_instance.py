@@ -1,7 +1,8 @@
 """A colocated instance: one engine that prefills and decodes, scheduled as vLLM does.
 
 A calibrated engine's server first takes each request (``FittedTiming.frontend_s``, one
-after another, as a single API server process does). Requests then wait in arrival
+after another, as a single API server process does), and streams a first token only once
+it is through the requests it is taking in (``Frontend.busy_until``). Requests then wait in arrival
 order (a preempted one at the head) until the engine has a slot (``max_batch`` requests
 admitted) and memory for the prompt; its prefix cache gives them the blocks it holds.
 Each engine step processes at most ``step_tokens`` tokens (vLLM's
@@ -283,7 +284,10 @@ class ColocatedInstance:
         for request in ready:
             if request.emitted == 0:
                 request.prefill_end_s = now
-            request.emit(1, now, on_rld=False)
+                # the server streams it once it is through the requests it is taking in
+                request.emit(1, self._frontend.busy_until(), on_rld=False)
+            else:
+                request.emit(1, now, on_rld=False)
             left = request.output_length - request.emitted
             if left <= 0:
                 ended.append(request)
@@ -306,7 +310,9 @@ class ColocatedInstance:
     def _decoded(self, key: int) -> None:
         request = self._requests[key]
         gap = self.batch.gap_at_exit.pop(key)
-        request.account_stint(request.stint_tokens, self._loop.now, gap, on_rld=False)
+        # its last token cannot reach the client before its first (held by a busy server)
+        last = max(self._loop.now, request.first_token_s or 0.0)
+        request.account_stint(request.stint_tokens, last, gap, on_rld=False)
         self._end(request)
 
     def _end(self, request: SimRequest) -> None:

@@ -3,8 +3,9 @@
 A calibrated pool's ``FittedTiming.frontend_s`` is the time a request spends in the
 engine's server outside the engine's passes (receiving it, handing it over, sending its
 first token back). One API server process does that work for one request at a time, so
-requests arriving together reach the engine ``frontend_s`` apart. Without a calibrated
-value (0) a request reaches the engine at once.
+requests arriving together reach the engine ``frontend_s`` apart, and a first token the
+engine produces while the server is still taking requests in waits until it is through.
+Without a calibrated value (0) a request reaches the engine at once.
 """
 
 from __future__ import annotations
@@ -46,6 +47,13 @@ class Frontend:
         self.waiting_tokens += request.input_length
         self._loop.after(self._free_at - now, Priority.ARRIVAL, self._taken, request)
         return True
+
+    def busy_until(self) -> float:
+        """When the server is through the requests it holds (now if it holds none). The
+        same process streams the answers, so a first token the engine produces meanwhile
+        reaches the client then: a burst's first tokens come out together, after the
+        burst is taken in."""
+        return self._free_at if self._free_at > self._loop.now else self._loop.now
 
     def _taken(self, request: SimRequest) -> None:
         self.waiting -= 1

@@ -228,13 +228,20 @@ def _calibrated(frontend_s: float) -> ClusterPreset:
 def test_a_calibrated_engines_server_takes_requests_one_after_another() -> None:
     """The time a calibrated engine spends on a request outside its passes (its API
     server's, 10 ms here) is paid in turn by requests arriving together, and once by a
-    request arriving alone."""
+    request arriving alone. The same server streams the answers: the first tokens the
+    engine produces while it is still taking the burst in come out when it is through (as
+    vLLM's first tokens of a burst do, together), not 10 ms apart."""
     prefill = 0.001 + 512e-6  # one 512-token prompt's pass
     trace = [_req(i, 0.0, [10 * i], output=4) for i in range(3)]
     alone = _req(3, 5.0, [77], output=4)
-    records, _ = _run([*trace, alone], _calibrated(0.010))
-    ttfts = sorted(r.ttft_s or 0.0 for r in records[:3])
-    assert ttfts == pytest.approx([0.010 + prefill, 0.020 + prefill, 0.030 + prefill], abs=2e-3)
+    records, sim = _run([*trace, alone], _calibrated(0.010))
+    # prefilled at 10 and 20 ms (+ the pass), held until the server took the third in
+    ttfts = [r.ttft_s or 0.0 for r in records[:3]]
+    assert ttfts == pytest.approx([0.030, 0.030, 0.030 + prefill], abs=1e-4)
+    engine = sim.requests[0]
+    assert engine.prefill_end_s == pytest.approx(0.010 + prefill, abs=1e-4)  # engine's time
+    # its other tokens, out of the engine meanwhile, cannot reach the client before it
+    assert all(r.e2e_s is not None and r.e2e_s >= r.ttft_s for r in records[:3] if r.ttft_s)
     assert records[3].ttft_s == pytest.approx(0.010 + prefill, abs=1e-3)
     uncalibrated, _ = _run([alone], _calibrated(0.0))
     assert uncalibrated[0].ttft_s == pytest.approx(prefill, abs=1e-3)
