@@ -8,14 +8,15 @@ at admission (the replay's first model); `replay validate` on each pair.
 
 The engine's KV memory is kept small (``BLOCKS``) so that it fills and vLLM preempts, as a
 busy production engine does; that is where the two memory models part. vLLM's model
-worker has the core its OpenMP threads are bound to to itself; its API server, its engine
-core and the client sending the trace share the other (``worker_on_its_own_cores``), as
-the host's CPUs do on a GPU server, so what is measured is the engine's timing rather than
-the two cores' contention; the client's session is scheduled ahead of vLLM's
-(``client_scheduled_first``), so that the engine core's busy wait on that core does not
-hold up the client's reading of tokens. The test prints, beside the errors, vLLM's own
-mean latencies (its Prometheus histograms) against the replay's and the client's, the
-CPU time the hypervisor took (steal) and the cores each process ran on."""
+worker has the core its OpenMP threads are bound to to itself; its API server and engine
+core share the other (``worker_on_its_own_cores``), as the host's CPUs do on a GPU server,
+so what is measured is the engine's timing rather than the two cores' contention. The
+client sending the trace may run on either core, and its session is scheduled ahead of
+vLLM's (``client_scheduled_first``), so that it reads tokens as they come. The test
+prints, beside the errors, vLLM's own mean latencies (its Prometheus histograms) against
+the replay's and the client's, how late the client sent requests and read tokens (the
+`client` section of `replay live`'s summary), the CPU time the hypervisor took (steal)
+and the cores each process ran on."""
 
 from __future__ import annotations
 
@@ -154,7 +155,7 @@ def test_a_calibrated_replay_of_a_real_vllm_engine(
     scaled_conversation(conversation_trace, trace, REQUESTS)
     calibrated = cli(capsys, "calibrate", "--url", engine.url, "--preset", "colocated-small",
         "--pool", "engines", "--out", str(tmp_path / "cluster.yaml"), "--vocab-size",
-        str(VOCAB), "--max-prompt", "1024", "--max-batch", "8", "--repeats", "1",
+        str(VOCAB), "--max-prompt", "1024", "--max-batch", "8", "--repeats", "3",
         "--decode-tokens", "256", "--no-progress")  # fmt: skip
     # vLLM exports its requests' prefill and decode times: the calibration uses its clock
     assert "timed by the engine's clock" in calibrated, calibrated
@@ -178,6 +179,12 @@ def test_a_calibrated_replay_of_a_real_vllm_engine(
         cli(capsys, "replay", "live", str(trace), "--url", engine.url, "--rate-scale", rate,
             "--vocab-size", str(VOCAB), "--out", str(live), "--no-progress")  # fmt: skip
         steal_after = cpu_steal()
+        client = json.loads((live / "summary.json").read_text())["client"]
+        found[f"{load}, client's delays, ms"] = {  # how late it sent requests and read tokens
+            "send P99": round(client["send_lag_s"]["p99"] * 1e3, 1),
+            "loop stall P99": round(client["loop_stall_s_p99"] * 1e3, 1),
+            "loop stall max": round(client["loop_stall_s_max"] * 1e3, 1),
+        }
         after = engine_counters(engine.url)
         deadline = time.monotonic() + 10  # the engine counts a request just after its end
         while after["e2e_s count"] - before["e2e_s count"] < REQUESTS:
