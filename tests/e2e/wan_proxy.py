@@ -45,16 +45,22 @@ class WanProxy:
             self._loop.close()
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        # both ends closed however this ends (cancelled when the proxy stops, too): a
+        # writer left open is collected after its loop has closed, and warns then
+        up_writer = None
         try:
             up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target)
+            await asyncio.gather(
+                self._pipe(reader, up_writer, "to_target"),
+                self._pipe(up_reader, writer, "to_client"),
+                return_exceptions=True,
+            )
         except OSError:
-            writer.close()
-            return
-        await asyncio.gather(
-            self._pipe(reader, up_writer, "to_target"),
-            self._pipe(up_reader, writer, "to_client"),
-            return_exceptions=True,
-        )
+            pass
+        finally:
+            for end in (writer, up_writer):
+                if end is not None:
+                    end.close()
 
     async def _pipe(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, counter: str
@@ -77,9 +83,11 @@ class WanProxy:
                 queue.put_nowait((time.monotonic() + self.delay_s, chunk))
         finally:
             queue.put_nowait((0.0, b""))
-            with contextlib.suppress(Exception):
-                await sender
-            writer.close()
+            try:
+                with contextlib.suppress(Exception):
+                    await sender
+            finally:
+                writer.close()
 
     def close(self) -> None:
         self._loop.call_soon_threadsafe(self._loop.stop)
