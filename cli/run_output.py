@@ -19,13 +19,14 @@ def print_run(summary: Summary, files: list[Path]) -> None:
 
     console = Console()
     console.print(summary_table(summary))
-    if summary.client is not None:  # a live run: how promptly the client did its part
-        lag, client = summary.client.send_lag_s, summary.client
+    client = summary.client
+    if client is not None and client.requests_sent and client.loop_samples:  # a live run
+        lag = client.send_lag_s
         console.print(
             f"client: requests sent {1e3 * (lag.p50 or 0.0):.1f} ms (P50) and "
             f"{1e3 * (lag.p99 or 0.0):.1f} ms (P99) after they were due; its event loop "
-            f"woke up to {1e3 * client.loop_stall_s_max:.1f} ms late "
-            f"(P99 {1e3 * client.loop_stall_s_p99:.1f} ms)",
+            f"woke late {client.loop_stalled_share or 0.0:.1%} of the time, at most "
+            f"{1e3 * (client.loop_stall_s_max or 0.0):.1f} ms at once",
             highlight=False, soft_wrap=True,
         )  # fmt: skip
     for warning in summary.warnings:

@@ -94,15 +94,22 @@ class ClientTiming(BaseModel):
     """How promptly the client of a live run did its part: a busy client's own delays are
     in every latency it measured, and no engine model has them."""
 
+    requests_sent: int = Field(description="Requests the client started sending")
     send_lag_s: Percentiles = Field(
-        description="How long after its due time each request was sent (s; a wait for a "
-        "`--concurrency` slot left out)"
+        description="How long after its due time the client started sending each request "
+        "(s; a wait for a `--concurrency` slot left out; None when none was sent)"
     )
-    loop_stall_s_p99: float = Field(
-        description="P99 of how late the client's event loop woke from a 10 ms sleep (s): "
-        "a token that arrived then was read that much late"
+    loop_samples: int = Field(
+        description="Times the client's event loop was timed (a 10 ms sleep, over and over)"
     )
-    loop_stall_s_max: float = Field(description="The most it woke late (s)")
+    loop_stalled_s: float = Field(
+        description="How late the loop woke, summed over the run (s): tokens that arrived "
+        "then were read late"
+    )
+    loop_stalled_share: float | None = Field(
+        description="loop_stalled_s over the time the loop was timed (fraction)"
+    )
+    loop_stall_s_max: float | None = Field(description="The most it woke late at once (s)")
 
 
 class TransferStats(BaseModel):
@@ -112,7 +119,8 @@ class TransferStats(BaseModel):
 
 
 class Summary(BaseModel):
-    """summary.json: everything but ``wall_s`` is a function of the run's inputs."""
+    """summary.json: everything but ``wall_s`` is a function of the run's inputs (a live
+    run's, measured, are not: its latencies and ``client``)."""
 
     policy: str
     preset: str
@@ -218,13 +226,20 @@ def _percentiles(values: FloatArray) -> Percentiles:
     return Percentiles(p50=p50, p90=p90, p99=p99, mean=mean)
 
 
-def client_timing(send_lags_s: Sequence[float], loop_stalls_s: Sequence[float]) -> ClientTiming:
-    """A live client's promptness from each request's send lag and each loop-stall sample."""
+def client_timing(
+    send_lags_s: Sequence[float], loop_stalls_s: Sequence[float], loop_period_s: float
+) -> ClientTiming:
+    """A live client's promptness from each request's send lag and each timed sleep of
+    ``loop_period_s`` (how late it woke)."""
     stalls = np.asarray(loop_stalls_s, dtype=np.float64)
+    timed = float(stalls.sum()) + loop_period_s * stalls.size
     return ClientTiming(
+        requests_sent=len(send_lags_s),
         send_lag_s=_percentiles(np.asarray(send_lags_s, dtype=np.float64)),
-        loop_stall_s_p99=round(float(np.percentile(stalls, 99)), 6) if stalls.size else 0.0,
-        loop_stall_s_max=round(float(stalls.max()), 6) if stalls.size else 0.0,
+        loop_samples=int(stalls.size),
+        loop_stalled_s=round(float(stalls.sum()), 6),
+        loop_stalled_share=round(float(stalls.sum()) / timed, 6) if stalls.size else None,
+        loop_stall_s_max=round(float(stalls.max()), 6) if stalls.size else None,
     )
 
 
@@ -265,6 +280,7 @@ def summarize(
     timeline: TimelineSamples | None = None,
     wan_bandwidth_gbps: float | None = None,
     cost_split: Mapping[str, float] | None = None,
+    client: ClientTiming | None = None,
 ) -> Summary:
     """Aggregate per-request records into the run's summary."""
     # one column at a time, each dropped once used: a million records are 8 MB a column
@@ -353,6 +369,7 @@ def summarize(
         kv_used={t: _mean(v) for t, v in timeline.kv_used.items()} if timeline else {},
         cost_split={k: round(v, 6) for k, v in (cost_split or {}).items()},
         timeline=timeline_summary(timeline) if timeline is not None else None,
+        client=client,
     )
 
 

@@ -182,9 +182,13 @@ async def _send(
 LOOP_PROBE_S = 0.01
 """The client's event loop is timed by a sleep this long, over and over."""
 
-LATE_CLIENT_S = 0.05
-"""A client whose loop stalled this long, or that sent 1% of requests this late, is warned
-about: what it measured is then partly its own delay."""
+LATE_SEND_S = 0.05
+"""A client that started sending 1% of requests this late is warned about."""
+
+STALLED_SHARE = 0.01
+"""A client whose event loop woke late this share of the time (and ``LATE_SEND_S`` in all,
+so that a short run's one late wake-up is not a warning) is warned about: what it
+measured is then partly its own delay."""
 
 
 async def _watch_loop(stalls: array[float]) -> None:
@@ -226,7 +230,8 @@ async def _drive(
             record = _Seen(request, due)
             seen.append(record)
             prompt = synth.prompt(request)
-            # how late it is ready to go (a wait for a --concurrency slot is the option's)
+            # how late it starts sending (a wait for a --concurrency slot is the option's,
+            # and nothing else happens between here and the request going out)
             record.send_lag_s = max(time.perf_counter() - t0 - due, 0.0)
             async with slots:
                 try:
@@ -318,7 +323,8 @@ def run_live(
     warnings = [f"{n} requests failed: {kind}" for kind, n in sorted(errors.items())]
     if interrupted:
         warnings.append(f"interrupted: {len(seen)} of {len(selected)} requests were sent")
-    client = client_timing([s.send_lag_s for s in seen if s.send_lag_s is not None], stalls)
+    lags = [s.send_lag_s for s in seen if s.send_lag_s is not None]
+    client = client_timing(lags, stalls, LOOP_PROBE_S)
     late = _late_client(client)
     if late:
         warnings.append(late)
@@ -328,20 +334,26 @@ def run_live(
         seed=options.seed, rate_scale=options.rate_scale, kv_event_delay_s=0.0,
         sla=options.sla, cost_per_hour=0.0, wan_throughput=None,
         wall_s=time.perf_counter() - started, index_mode="live", version=__version__,
-        warnings=warnings,
+        warnings=warnings, client=client,
     )  # fmt: skip
-    summary.client = client
     return LiveResult(summary, records, errors)
 
 
 def _late_client(client: ClientTiming) -> str | None:
     """A warning when the client's own delays are large enough to weigh in its figures."""
-    lag = client.send_lag_s.p99 or 0.0
-    stall = client.loop_stall_s_max
-    if lag < LATE_CLIENT_S and stall < LATE_CLIENT_S:
+    parts = []
+    lag = client.send_lag_s.p99
+    if lag is not None and lag >= LATE_SEND_S:
+        parts.append(f"its P99 request was sent {lag * 1e3:.0f} ms after it was due")
+    share = client.loop_stalled_share
+    if share is not None and share >= STALLED_SHARE and client.loop_stalled_s >= LATE_SEND_S:
+        parts.append(
+            f"its event loop woke late {share:.1%} of the time (at most "
+            f"{(client.loop_stall_s_max or 0.0) * 1e3:.0f} ms at once)"
+        )
+    if not parts:
         return None
     return (
-        f"the client ran late: 1% of requests were sent {lag * 1e3:.0f} ms or more after "
-        f"they were due, and its event loop stalled for up to {stall * 1e3:.0f} ms; the "
-        "latencies it measured include these delays (send from a less busy machine)"
+        f"the client ran late: {' and '.join(parts)}; the latencies it measured include "
+        "these delays (send from a less busy machine)"
     )

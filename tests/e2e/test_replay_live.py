@@ -116,8 +116,8 @@ def test_a_trace_through_the_router_is_recorded_as_clients_saw_it(
         NOT_MEASURED
     ]
     client = summary["client"]  # how promptly the client did its part
-    assert 0 <= client["send_lag_s"]["p50"] <= client["send_lag_s"]["p99"]
-    assert 0 <= client["loop_stall_s_p99"] <= client["loop_stall_s_max"]
+    assert client["requests_sent"] == 12
+    assert client["loop_samples"] > 20  # 10 ms sleeps over a run of more than half a second
     assert "client: requests sent" in printed
     assert "wrote" in printed
     assert "RLD token share" not in printed  # not measured: not shown
@@ -212,6 +212,7 @@ def test_ctrl_c_writes_what_was_sent(tmp_path: Path, stack: Stack) -> None:
     assert 2 <= len(got) < 12  # what was sent, not the requests still due
     summary = json.loads((out / "summary.json").read_text())
     assert any(w.startswith("interrupted:") for w in summary["warnings"])
+    assert summary["client"]["requests_sent"] == len(got)  # its timing kept too
     assert b"interrupted" in stdout
 
 
@@ -232,15 +233,21 @@ def test_a_client_held_up_says_so(tmp_path: Path, stack: Stack) -> None:
         assert time.monotonic() < deadline, "replay live sent nothing within 30 s"
         assert proc.poll() is None, proc.communicate()[1].decode()
         time.sleep(0.02)
-    proc.send_signal(signal.SIGSTOP)
-    time.sleep(0.5)
-    proc.send_signal(signal.SIGCONT)
-    stdout, stderr = proc.communicate(timeout=60)
+    try:
+        proc.send_signal(signal.SIGSTOP)
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGCONT)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
     assert proc.returncode == 0, stderr.decode()
     summary = json.loads((out / "summary.json").read_text())
     assert summary["completed"] == 12
     client = summary["client"]
     assert client["loop_stall_s_max"] >= 0.4
+    assert client["loop_stalled_share"] >= 0.1  # half a second of a run under 5 s
     assert client["send_lag_s"]["p99"] >= 0.1  # those due while it was stopped went late
     assert any(w.startswith("the client ran late") for w in summary["warnings"])
     assert b"the client ran late" in stdout

@@ -6,9 +6,11 @@ from __future__ import annotations
 import json
 
 import httpx
+import pytest
 import respx
 
-from replay.runner.live import NOT_MEASURED, LiveOptions, run_live
+from replay.metrics.summary import client_timing
+from replay.runner.live import NOT_MEASURED, LiveOptions, _late_client, run_live
 from replay.trace.record import TraceRequest
 
 URL = "http://engine.test"
@@ -42,5 +44,38 @@ def test_odd_lines_are_skipped_and_an_answer_without_tokens_is_an_error() -> Non
     assert first.e2e_s is not None
     assert (second.reason, second.ttft_s, second.e2e_s) == ("no tokens", None, None)
     assert result.errors == {"no tokens": 1}
-    assert result.summary.warnings == ["1 requests failed: no tokens", NOT_MEASURED]
+    # a busy machine may hold the client up: that is warned about, nothing else
+    warned = [w for w in result.summary.warnings if not w.startswith("the client ran late")]
+    assert warned == ["1 requests failed: no tokens", NOT_MEASURED]
     assert (result.summary.requests, result.summary.completed) == (2, 1)
+
+
+def test_the_clients_delays_are_summarized_and_warned_about_past_a_limit() -> None:
+    # 12 requests sent 0-60 ms late; 100 timed sleeps of 10 ms, four of them woken late
+    lags = [0.005 * i for i in range(12)]
+    stalls = [0.0] * 96 + [0.001, 0.002, 0.003, 0.2]
+    client = client_timing(lags, stalls, 0.010)
+    assert (client.requests_sent, client.loop_samples) == (12, 100)
+    assert client.send_lag_s.p50 == pytest.approx(0.0275)
+    assert client.loop_stalled_s == pytest.approx(0.206)
+    assert client.loop_stalled_share == pytest.approx(0.206 / 1.206, abs=1e-6)
+    assert client.loop_stall_s_max == pytest.approx(0.2)
+    warning = _late_client(client)
+    assert warning is not None
+    assert "P99 request was sent 54 ms after it was due" in warning
+    assert "woke late 17.1% of the time (at most 200 ms at once)" in warning
+    # prompt sends, and one short run's single late wake-up, are no warning
+    assert _late_client(client_timing([0.001] * 12, stalls, 0.010)) is not None  # stalls
+    assert _late_client(client_timing([0.001] * 12, [0.0] * 99 + [0.02], 0.010)) is None
+    assert _late_client(client_timing([0.001], [0.004], 0.010)) is None
+    only_late_sends = _late_client(client_timing(lags, [0.0] * 100, 0.010))
+    assert only_late_sends is not None
+    assert "event loop" not in only_late_sends
+
+
+def test_a_run_with_nothing_sent_has_no_figures_to_show() -> None:
+    client = client_timing([], [], 0.010)
+    assert (client.requests_sent, client.loop_samples) == (0, 0)
+    assert client.send_lag_s.p50 is None
+    assert (client.loop_stalled_share, client.loop_stall_s_max) == (None, None)
+    assert _late_client(client) is None
