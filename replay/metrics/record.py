@@ -84,6 +84,9 @@ def record_fields(request: SimRequest) -> tuple[Any, ...]:
     finished = request.finished_s is not None and first is not None and last is not None
     ttft = e2e = tpot = None
     if finished and first is not None and last is not None:
+        # a first token held by a busy server (Frontend.busy_until) may reach the client
+        # after the engine produced the rest: they all reach it then
+        last = max(last, first)
         ttft = round(first - arrival, 6)
         e2e = round(last - arrival, 6)
         if request.emitted > 1:

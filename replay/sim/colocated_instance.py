@@ -2,7 +2,7 @@
 
 A calibrated engine's server first takes each request (``FittedTiming.frontend_s``, one
 after another, as a single API server process does), and streams a first token only once
-it is through the requests it is taking in (``Frontend.busy_until``). Requests then wait in arrival
+it is through the requests it holds (``Frontend.busy_until``). Requests then wait in arrival
 order (a preempted one at the head) until the engine has a slot (``max_batch`` requests
 admitted) and memory for the prompt; its prefix cache gives them the blocks it holds.
 Each engine step processes at most ``step_tokens`` tokens (vLLM's
@@ -310,9 +310,7 @@ class ColocatedInstance:
     def _decoded(self, key: int) -> None:
         request = self._requests[key]
         gap = self.batch.gap_at_exit.pop(key)
-        # its last token cannot reach the client before its first (held by a busy server)
-        last = max(self._loop.now, request.first_token_s or 0.0)
-        request.account_stint(request.stint_tokens, last, gap, on_rld=False)
+        request.account_stint(request.stint_tokens, self._loop.now, gap, on_rld=False)
         self._end(request)
 
     def _end(self, request: SimRequest) -> None:

@@ -3,9 +3,14 @@
 A calibrated pool's ``FittedTiming.frontend_s`` is the time a request spends in the
 engine's server outside the engine's passes (receiving it, handing it over, sending its
 first token back). One API server process does that work for one request at a time, so
-requests arriving together reach the engine ``frontend_s`` apart, and a first token the
-engine produces while the server is still taking requests in waits until it is through.
-Without a calibrated value (0) a request reaches the engine at once.
+requests arriving together reach the engine ``frontend_s`` apart. On a colocated engine a
+first token the engine produces while the server still holds requests waits until it is
+through them, as in an asyncio server whose request handlers run before its output
+handler: a burst's first tokens come out together. Under a steady load near one request
+per ``frontend_s`` that holds first tokens for the server's whole queue, which a real
+server, interleaving the two, may not. (P instances do not hold theirs: with PD, the first
+token comes from the decode side, whose server is not modelled.) Without a calibrated
+value (0) a request reaches the engine at once.
 """
 
 from __future__ import annotations

@@ -238,13 +238,29 @@ def test_a_calibrated_engines_server_takes_requests_one_after_another() -> None:
     # prefilled at 10 and 20 ms (+ the pass), held until the server took the third in
     ttfts = [r.ttft_s or 0.0 for r in records[:3]]
     assert ttfts == pytest.approx([0.030, 0.030, 0.030 + prefill], abs=1e-4)
-    engine = sim.requests[0]
-    assert engine.prefill_end_s == pytest.approx(0.010 + prefill, abs=1e-4)  # engine's time
+    first = sim.requests[0]
+    assert first.prefill_end_s == pytest.approx(0.010 + prefill, abs=1e-4)  # engine's time
     # its other tokens, out of the engine meanwhile, cannot reach the client before it
     assert all(r.e2e_s is not None and r.e2e_s >= r.ttft_s for r in records[:3] if r.ttft_s)
     assert records[3].ttft_s == pytest.approx(0.010 + prefill, abs=1e-3)
     uncalibrated, _ = _run([alone], _calibrated(0.0))
     assert uncalibrated[0].ttft_s == pytest.approx(prefill, abs=1e-3)
+
+
+def test_a_held_first_token_is_also_the_end_of_a_short_answer() -> None:
+    """A one-token answer and a four-token one, prefilled while the server still takes a
+    burst in: each ends, for the client, when its held first token reaches it; neither
+    ends before it starts."""
+    trace = [_req(0, 0.0, [1], output=1), _req(1, 0.0, [2], output=4)]
+    trace += [_req(i, 0.0, [10 * i], output=4) for i in range(2, 5)]
+    records, _ = _run(trace, _calibrated(0.010))
+    one, four = records[0], records[1]
+    assert one.ttft_s == pytest.approx(0.050, abs=1e-4)  # the server took five in
+    assert one.e2e_s == one.ttft_s
+    assert one.tpot_s is None
+    assert four.ttft_s == pytest.approx(0.050, abs=1e-4)
+    assert four.e2e_s == four.ttft_s  # its other tokens came out of the engine meanwhile
+    assert four.tpot_s == 0.0
 
 
 class _BoundedLoop(EventLoop):
