@@ -234,16 +234,17 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 @contextlib.contextmanager
-def worker_on_its_own_cores(log: Path) -> Iterator[None]:
+def host_processes_off_the_worker(log: Path) -> Iterator[None]:
     """Keep vLLM's API server and engine-core (scheduler) processes off the cores its model
     worker's OpenMP threads are bound to, as on a GPU server where the model runs on the
     accelerator and the rest on the host's CPUs. Read from the engine's log (its process
     IDs and OpenMP binding).
 
     This process (the client) may run on every core: pinned beside the API server and the
-    engine core, its thread waited 100-450 ms at a time for that core right after each
-    burst of requests (its run-queue wait in /proc's schedstat), though the core was not
-    busy on average, and it read first tokens that much late."""
+    engine core, its event loop woke 100-600 ms late right after bursts of requests, its
+    thread waiting on that core's run queue (/proc's schedstat) though the core was about
+    half busy on average, and it read first tokens that much late. Unpinned, it may take
+    time from the worker's core instead (at nice -10, ``client_scheduled_first``)."""
     text = log.read_text(errors="replace")
     pids = _pids(text)
     bound = re.findall(r"local_rank=0, core ids=\[([\d, ]+)\]", text)
@@ -285,7 +286,7 @@ def client_scheduled_first(nice: int = -10) -> Iterator[None]:
 
 def process_cores(log: Path) -> dict[str, list[int]]:
     """The cores each of vLLM's processes (named as in its log) and this process may run
-    on now, over all of their threads: what ``worker_on_its_own_cores`` set, or not."""
+    on now, over all of their threads: what ``host_processes_off_the_worker`` set, or not."""
     found = {role: _cores_of(pid) for role, pid in _pids(log.read_text(errors="replace")).items()}
     return {**found, "client": _cores_of(os.getpid())}
 

@@ -9,7 +9,7 @@ at admission (the replay's first model); `replay validate` on each pair.
 The engine's KV memory is kept small (``BLOCKS``) so that it fills and vLLM preempts, as a
 busy production engine does; that is where the two memory models part. vLLM's model
 worker has the core its OpenMP threads are bound to to itself; its API server and engine
-core share the other (``worker_on_its_own_cores``), as the host's CPUs do on a GPU server,
+core share the other (``host_processes_off_the_worker``), as the host's CPUs do on a GPU server,
 so what is measured is the engine's timing rather than the two cores' contention. The
 client sending the trace may run on either core, and its session is scheduled ahead of
 vLLM's (``client_scheduled_first``), so that it reads tokens as they come. The test
@@ -37,11 +37,11 @@ from vllm_launcher import (
     VOCAB,
     Endpoint,
     client_scheduled_first,
+    host_processes_off_the_worker,
     process_cores,
     random_model,
     vllm_python,
     vllm_servers,
-    worker_on_its_own_cores,
 )
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
@@ -88,7 +88,7 @@ def engine(engine_log: Path) -> Iterator[Endpoint]:
              "--max-num-batched-tokens", str(STEP_TOKENS)]  # fmt: skip
     with (
         vllm_servers(python, model, 1, extra_args=extra) as engines,
-        worker_on_its_own_cores(engine_log),
+        host_processes_off_the_worker(engine_log),
         client_scheduled_first(),
     ):
         yield engines[0]
@@ -182,7 +182,7 @@ def test_a_calibrated_replay_of_a_real_vllm_engine(
         client = json.loads((live / "summary.json").read_text())["client"]
         found[f"{load}, client's delays, ms"] = {  # how late it sent requests and read tokens
             "send P99": round(client["send_lag_s"]["p99"] * 1e3, 1),
-            "loop stall P99": round(client["loop_stall_s_p99"] * 1e3, 1),
+            "loop stalled, %": round(client["loop_stalled_share"] * 100, 2),
             "loop stall max": round(client["loop_stall_s_max"] * 1e3, 1),
         }
         after = engine_counters(engine.url)
