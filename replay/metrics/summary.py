@@ -232,13 +232,14 @@ def client_timing(
     """A live client's promptness from each request's send lag and each timed sleep of
     ``loop_period_s`` (how late it woke)."""
     stalls = np.asarray(loop_stalls_s, dtype=np.float64)
-    timed = float(stalls.sum()) + loop_period_s * stalls.size
+    stalled = float(stalls.sum())
+    timed = stalled + loop_period_s * stalls.size
     return ClientTiming(
         requests_sent=len(send_lags_s),
         send_lag_s=_percentiles(np.asarray(send_lags_s, dtype=np.float64)),
         loop_samples=int(stalls.size),
-        loop_stalled_s=round(float(stalls.sum()), 6),
-        loop_stalled_share=round(float(stalls.sum()) / timed, 6) if stalls.size else None,
+        loop_stalled_s=round(stalled, 6),
+        loop_stalled_share=round(stalled / timed, 6) if stalls.size else None,
         loop_stall_s_max=round(float(stalls.max()), 6) if stalls.size else None,
     )
 

@@ -230,8 +230,8 @@ async def _drive(
             record = _Seen(request, due)
             seen.append(record)
             prompt = synth.prompt(request)
-            # how late it starts sending (a wait for a --concurrency slot is the option's,
-            # and nothing else happens between here and the request going out)
+            # how late it starts sending: what follows is the wait for a --concurrency
+            # slot (the option's, left out) and the request itself (connecting included)
             record.send_lag_s = max(time.perf_counter() - t0 - due, 0.0)
             async with slots:
                 try:

@@ -2,9 +2,10 @@
 
 A calibrated engine's server first takes each request (``FittedTiming.frontend_s``, one
 after another, as a single API server process does), and streams a first token only once
-it is through the requests it holds (``Frontend.busy_until``). Requests then wait in arrival
-order (a preempted one at the head) until the engine has a slot (``max_batch`` requests
-admitted) and memory for the prompt; its prefix cache gives them the blocks it holds.
+it is through the requests it holds (``Frontend.busy_until``). Requests then wait in
+arrival order (a preempted one at the head) until the engine has a slot (``max_batch``
+requests admitted) and memory for the prompt; its prefix cache gives them the blocks it
+holds.
 Each engine step processes at most ``step_tokens`` tokens (vLLM's
 ``max_num_batched_tokens``): one for every decoding request, the rest for the prefills in
 admission order (chunked prefill). In fluid form the decode batch gains a token per step
