@@ -1,10 +1,13 @@
 """Body limits and big bodies against a real uvicorn server: refused while streaming,
-nothing buffered past the limit, the event loop free during a large KV-event batch."""
+nothing buffered past the limit, the event loop free during a large KV-event batch (that
+one against a router process of its own, as users run it: a server in the test's process
+shares its interpreter lock and garbage collector with the test)."""
 
 from __future__ import annotations
 
 import json
 import socket
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -15,6 +18,7 @@ import pytest
 import uvicorn
 from fastapi import FastAPI
 
+from e2e.process_support import free_port, spawn, wait_for
 from engines_adapter.sim_engine import SimEngine, SimEngineConfig
 from router.service.app import create_app
 from router.service.schemas import InstanceConfig
@@ -30,15 +34,8 @@ def _sim(config: InstanceConfig, _: httpx.AsyncClient) -> SimEngine:
     return SimEngine(config.instance_id, SimEngineConfig(vocab_size=VOCAB))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 def _serve(app: FastAPI) -> Iterator[str]:
-    port = _free_port()
+    port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, port=port, log_level="error"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -76,8 +73,31 @@ def small_limit() -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def default_limit() -> Iterator[str]:
-    yield from _serve(_app(8 * 1024 * 1024))
+def router_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``pdd-router serve`` in a process of its own, on three simulated instances, with the
+    default 8 MiB body limit."""
+    folder = tmp_path_factory.mktemp("router")
+    instances = [
+        {"instance_id": iid, "tier": tier, "datacenter": dc, "adapter": "sim"}
+        for iid, tier, dc in (("p0", "p", "A"), ("rld0", "rld", "A"), ("md0", "md", "B"))
+    ]
+    (folder / "instances.json").write_text(json.dumps(instances))
+    port, log = free_port(), folder / "router.log"
+    env = {"PDD_ROUTER_SERVICE__API_KEY": KEY, "PDD_ROUTER_SERVICE__VOCAB_SIZE": str(VOCAB)}
+    args = ["serve", "--port", str(port), "--instances", str(folder / "instances.json"),
+            "--log-level", "warning"]  # fmt: skip
+    proc = spawn(args, log, env)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_for(f"{url}/readyz", [(proc, log)])
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
 
 
 def _rss_bytes() -> int:
@@ -210,7 +230,7 @@ def _kv_batch(target_bytes: int) -> tuple[bytes, list[int]]:
     return json.dumps({"instance_id": "md0", "events": events}).encode(), first
 
 
-def test_large_kv_event_batch_leaves_the_event_loop_free(default_limit: str) -> None:
+def test_large_kv_event_batch_leaves_the_event_loop_free(router_process: str) -> None:
     """While a 7.5 MB batch is decoded and applied, /healthz keeps answering: its worst
     latency is a small part of the batch's time (a blocked loop makes them equal), and the
     batch is applied (its first blocks now steer a route to the MD instance holding them)."""
@@ -222,14 +242,14 @@ def test_large_kv_event_batch_leaves_the_event_loop_free(default_limit: str) -> 
     def post() -> None:
         start = time.perf_counter()
         response = httpx.post(
-            f"{default_limit}/v1/kv-events", content=body, timeout=120,
+            f"{router_process}/v1/kv-events", content=body, timeout=120,
             headers={**AUTH, "content-type": "application/json"},
         )  # fmt: skip
         outcome["status"] = response.status_code
         outcome["seconds"] = time.perf_counter() - start
         done.set()
 
-    with httpx.Client(base_url=default_limit, timeout=60) as client:
+    with httpx.Client(base_url=router_process, timeout=60) as client:
         client.get("/healthz")
         poster = threading.Thread(target=post)
         poster.start()
