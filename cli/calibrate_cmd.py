@@ -105,9 +105,14 @@ def calibrate(
 
         result = calibrate(options, step)
     fitted = result.fitted.model_dump(mode="json")
+    # the engine's KV memory as it reports it: its block size and, when known, its capacity
+    layout = {"kv_block_tokens": result.kv_block_tokens,
+              "kv_capacity_tokens": result.kv_capacity_tokens}  # fmt: skip
+    layout = {k: v for k, v in layout.items() if v is not None}
     if target is not None:
         tree = target.resolved()
         for name in pool or list(tree["pools"]):
+            tree["pools"][name].update(layout)
             tree["pools"][name]["fitted"] = fitted
         # measured engines behind the router: the first token is the decode side's
         tree["timing"]["first_token_on_decode"] = True
@@ -115,7 +120,7 @@ def calibrate(
             tree, sort_keys=False, width=88
         )
     else:
-        text = yaml.safe_dump({"fitted": fitted}, sort_keys=False, width=88)
+        text = yaml.safe_dump({**layout, "fitted": fitted}, sort_keys=False, width=88)
     out.write_text(text, encoding="utf-8")
     console = Console()
     if as_json:
@@ -133,6 +138,13 @@ def calibrate(
         else "timed by the client's clock (round trips)"
     )
     console.print(timed, highlight=False, soft_wrap=True)
+    if result.kv_block_tokens is not None:
+        capacity = result.kv_capacity_tokens
+        console.print(
+            f"the engine's KV blocks: {result.kv_block_tokens} tokens (kv_block_tokens)"
+            + (f", {capacity:,} tokens in all (kv_capacity_tokens)" if capacity else ""),
+            highlight=False, soft_wrap=True,
+        )  # fmt: skip
     console.print(
         f"fit error (mean |fitted - measured| / measured): prefill {result.prefill_error:.1%}, "
         f"decode {result.decode_error:.1%}; {result.wall_s:.0f} s; wrote {out}",

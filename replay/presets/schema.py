@@ -187,6 +187,12 @@ class PoolSpec(_Spec):
         None, ge=0, description="Explicit KV pool per instance (default: from HBM minus weights)"
     )
     max_batch: int = Field(256, ge=1, description="Most requests decoding at once")
+    kv_block_tokens: int | None = Field(
+        None, ge=1, description="The engines' KV block (page) size in tokens: their prefix "
+        "cache serves whole blocks, and a request holds its last block whole (vLLM: 16 on "
+        "GPUs by default, 128 on the CPU; `calibrate` reads it from the engine). Default: "
+        "the trace's block size, a request's tokens counted exactly",
+    )  # fmt: skip
     colocated: bool = Field(
         False, description="Each instance prefills and decodes its requests (one engine, "
         "chunked prefill, as most deployments run vLLM or SGLang today); a P pool only, "

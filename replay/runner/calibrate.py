@@ -44,6 +44,7 @@ from typing import Any, Literal
 import httpx
 import numpy as np
 
+from engines_adapter.engine_metrics import parse_load
 from replay.presets.schema import FittedTiming
 from replay.runner.calibration_fit import DecodeProbe, PrefillProbe, fit_decode, fit_prefill
 from replay.runner.endpoint import check_answers
@@ -87,6 +88,8 @@ class CalibrationResult:
     # median round trip less the engine's prefill and less a bare round trip (network)
     outside_engine_s: float | None = None
     round_trip_s: float | None = None  # median of GET /v1/models: the network's share
+    kv_block_tokens: int | None = None  # the engine's KV block size (vLLM's /metrics)
+    kv_capacity_tokens: int | None = None  # its KV blocks times their size
 
     def prefill_fit(self, probe: PrefillProbe) -> float:
         return self.fitted.prefill_s([(probe.new, probe.cached)])
@@ -113,6 +116,8 @@ class CalibrationResult:
             "outside_engine_s": None if self.outside_engine_s is None
             else round(self.outside_engine_s, 6),
             "round_trip_s": None if self.round_trip_s is None else round(self.round_trip_s, 6),
+            "kv_block_tokens": self.kv_block_tokens,
+            "kv_capacity_tokens": self.kv_capacity_tokens,
             "wall_s": round(self.wall_s, 3),
             "warnings": self.warnings,
         }  # fmt: skip
@@ -322,6 +327,7 @@ async def _calibrate(options: CalibrationOptions, step: Callable[[], None]) -> C
         warnings: list[str] = []
         prefill = await _prefill_probes(engine, options, step, warnings)
         decode = await _decode_probes(engine, options, step, warnings)
+        block_tokens, capacity_tokens = await _kv_layout(client, options.url)
     (p0, p1, p2), prefill_error = fit_prefill(prefill)
     (d0, d1, d2), decode_error = fit_decode(decode)
     clock: Literal["engine", "client"] = "engine" if engine.engine_clock else "client"
@@ -344,8 +350,22 @@ async def _calibrate(options: CalibrationOptions, step: Callable[[], None]) -> C
     )  # fmt: skip
     return CalibrationResult(
         fitted, prefill, decode, prefill_error, decode_error, time.perf_counter() - started,
-        warnings, clock, outside, round_trip,
+        warnings, clock, outside, round_trip, block_tokens, capacity_tokens,
     )  # fmt: skip
+
+
+async def _kv_layout(client: httpx.AsyncClient, url: str) -> tuple[int | None, int | None]:
+    """The engine's KV block size and capacity in tokens, as vLLM reports them at
+    ``/metrics`` (``vllm:cache_config_info``); None for what it does not report."""
+    try:
+        response = await client.get(f"{url}/metrics", timeout=10)
+        load = parse_load(response.text) if response.status_code == 200 else None
+    except (httpx.HTTPError, ValueError):
+        load = None
+    if load is None or load.block_size is None or load.block_size <= 0:
+        return None, None
+    blocks = load.num_blocks
+    return load.block_size, blocks * load.block_size if blocks is not None and blocks > 0 else None
 
 
 async def _round_trip_s(client: httpx.AsyncClient, url: str) -> float:

@@ -12,8 +12,13 @@ except the pipeline and instances when the router's ``x-pdd-pipeline`` header an
 ``usage.completion_tokens``, else the tokens counted in the stream), ``reason`` the
 error of a request that failed.
 
-At most ``concurrency`` requests are in flight; a request due while that many are
-open waits, and the wait counts in its TTFT, as it would for a client. Stopping early
+Requests reach the endpoint in the trace's order, those due at the same moment included:
+each one's connection and bytes are sent before the next one's start (``_InOrder``), so an
+engine queueing them first come, first served takes them in the order the replay does
+(sent at once over separate connections, the order in which they arrived varied from run
+to run, and with it which of a burst waited for memory). At most ``concurrency`` requests
+are in flight; a request due while that many are open waits, and the wait counts in its
+TTFT, as it would for a client. Stopping early
 (``max_requests``, ``duration_s``, or cancellation such as Ctrl-C) keeps what finished:
 the records of the requests sent, unfinished ones with no first or last token.
 """
@@ -132,51 +137,95 @@ def _body(options: LiveOptions, prompt: list[int], output_length: int) -> dict[s
     return body
 
 
+class _Turn:
+    """One request's turn to send: ``release`` (idempotent) lets the next one go."""
+
+    def __init__(self, lock: asyncio.Lock) -> None:
+        self._lock: asyncio.Lock | None = lock
+
+    def release(self) -> None:
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
+    async def trace(self, event: str, info: dict[str, Any]) -> None:
+        """httpcore's ``trace`` extension: the turn ends once the body is sent."""
+        if event.endswith("send_request_body.complete"):  # HTTP/1.1 and HTTP/2
+            self.release()
+
+
+class _InOrder:
+    """Requests sent one after another up to their last byte, then answered together: a
+    request holds the turn (a fair lock: taken in the order asked) from its connection
+    until its body is sent, its answer's headers arrive (a transport that traces nothing)
+    or it fails."""
+
+    def __init__(self) -> None:
+        self._lock = asyncio.Lock()
+
+    async def take(self) -> _Turn:
+        await self._lock.acquire()
+        return _Turn(self._lock)
+
+
 async def _send(
-    client: httpx.AsyncClient, options: LiveOptions, seen: _Seen, prompt: list[int], t0: float
-) -> None:
+    client: httpx.AsyncClient, options: LiveOptions, seen: _Seen, prompt: list[int], t0: float,
+    order: _InOrder,
+) -> None:  # fmt: skip
     body = _body(options, prompt, seen.request.output_length)
-    async with client.stream("POST", f"{options.url}/v1/completions", json=body) as response:
-        if response.status_code != 200:
-            await response.aread()
-            refused_by = response.headers.get("x-pdd-bottleneck")  # the router's admission
-            if refused_by is not None or response.status_code == 429:  # control refused it
-                seen.rejected = refused_by or "overloaded"
-            else:
-                seen.error = f"HTTP {response.status_code}"
-            return
-        seen.pipeline = response.headers.get("x-pdd-pipeline", "")
-        async for line in response.aiter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            try:
-                chunk = json.loads(line[6:])
-            except ValueError:
-                continue  # not an event of the completion (a proxy's keep-alive, say)
-            if not isinstance(chunk, dict):
-                continue
-            if "error" in chunk:
-                seen.error = "stream error"
-                return
-            usage = chunk.get("usage")
-            if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
-                seen.reported_tokens = usage["completion_tokens"]
-            served = chunk.get("pdd")
-            if isinstance(served, dict):
-                seen.pipeline = str(served.get("pipeline") or seen.pipeline)
-                seen.instances = dict(served.get("instances") or {})
-            tokens = tokens_in_chunk(chunk)
-            if tokens == 0:
-                continue
-            now = time.perf_counter() - t0
-            if seen.last_s is not None:
-                seen.max_gap_s = max(seen.max_gap_s, now - seen.last_s)
-            else:
-                seen.first_s = now
-            seen.last_s = now
-            seen.tokens += tokens
+    turn = await order.take()
+    try:
+        async with client.stream(
+            "POST", f"{options.url}/v1/completions", json=body, extensions={"trace": turn.trace}
+        ) as response:
+            turn.release()
+            await _read(response, seen, t0)
+    finally:
+        turn.release()
     if seen.first_s is None and seen.error is None and seen.rejected is None:
         seen.error = "no tokens"
+
+
+async def _read(response: httpx.Response, seen: _Seen, t0: float) -> None:
+    """The answer's status, then its stream of tokens, into ``seen``."""
+    if response.status_code != 200:
+        await response.aread()
+        refused_by = response.headers.get("x-pdd-bottleneck")  # the router's admission
+        if refused_by is not None or response.status_code == 429:  # control refused it
+            seen.rejected = refused_by or "overloaded"
+        else:
+            seen.error = f"HTTP {response.status_code}"
+        return
+    seen.pipeline = response.headers.get("x-pdd-pipeline", "")
+    async for line in response.aiter_lines():
+        if not line.startswith("data: ") or line == "data: [DONE]":
+            continue
+        try:
+            chunk = json.loads(line[6:])
+        except ValueError:
+            continue  # not an event of the completion (a proxy's keep-alive, say)
+        if not isinstance(chunk, dict):
+            continue
+        if "error" in chunk:
+            seen.error = "stream error"
+            return
+        usage = chunk.get("usage")
+        if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
+            seen.reported_tokens = usage["completion_tokens"]
+        served = chunk.get("pdd")
+        if isinstance(served, dict):
+            seen.pipeline = str(served.get("pipeline") or seen.pipeline)
+            seen.instances = dict(served.get("instances") or {})
+        tokens = tokens_in_chunk(chunk)
+        if tokens == 0:
+            continue
+        now = time.perf_counter() - t0
+        if seen.last_s is not None:
+            seen.max_gap_s = max(seen.max_gap_s, now - seen.last_s)
+        else:
+            seen.first_s = now
+        seen.last_s = now
+        seen.tokens += tokens
 
 
 LOOP_PROBE_S = 0.01
@@ -217,6 +266,7 @@ async def _drive(
     limits = httpx.Limits(max_connections=options.concurrency + 1, keepalive_expiry=2.0)
     timeout = httpx.Timeout(options.timeout_s, connect=10.0)
     slots = asyncio.Semaphore(options.concurrency)
+    order = _InOrder()
     start = requests[0].arrival_s
     finished = 0
     async with httpx.AsyncClient(headers=headers, limits=limits, timeout=timeout) as client:
@@ -235,7 +285,7 @@ async def _drive(
             record.send_lag_s = max(time.perf_counter() - t0 - due, 0.0)
             async with slots:
                 try:
-                    await asyncio.wait_for(_send(client, options, record, prompt, t0),
+                    await asyncio.wait_for(_send(client, options, record, prompt, t0, order),
                                            options.timeout_s)  # fmt: skip
                 except TimeoutError:
                     record.error = "timeout"

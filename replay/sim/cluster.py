@@ -83,7 +83,7 @@ def build_cluster(
                 max_batch=pool.max_batch,
             )
             loads.setdefault(pool.tier, []).append(load)
-            cache = KvMemory(capacity, block_size, _evict_to(feed, iid))
+            cache = KvMemory(capacity, block_size, _evict_to(feed, iid), pool.kv_block_tokens)
             if pool.colocated:
                 prefill[iid] = ColocatedInstance(
                     loop, iid, pool.datacenter, load, cache, roofline,

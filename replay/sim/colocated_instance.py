@@ -165,6 +165,7 @@ class ColocatedInstance:
             extra = request.private_tokens + generated
             if self._reserve_output:
                 extra += request.output_length - generated
+            extra += cache.padding(len(request.chain) * cache.block_size + extra)
             if self._growth is not None:
                 self._growth.refresh()
             hits = cache.acquire(request.chain, extra)
@@ -172,7 +173,7 @@ class ColocatedInstance:
                 break  # head of line: vLLM's FCFS waits for the head
             waiting.popleft()
             self._waiting_tokens -= request.input_length
-            cached = min(hits * cache.block_size, request.input_length)
+            cached = cache.cached_tokens(hits, request.input_length)
             work = max(request.input_length - cached, 1) + generated
             if request.preemptions == 0:
                 request.p_hit_tokens = cached

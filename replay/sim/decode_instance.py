@@ -122,7 +122,7 @@ class DecodeInstance:
         hits = self.cache.acquire(request.chain, leg.extra_tokens)
         if hits is None:
             return False
-        leg.hit_tokens = min(hits * self.cache.block_size, request.input_length)
+        leg.hit_tokens = self.cache.cached_tokens(hits, request.input_length)
         leg.state = LegState.SENDING
         self._incoming += 1
         self._sync_load()
@@ -332,7 +332,7 @@ class DecodeInstance:
         leg.recomputing = True
         leg.resume_tokens = generated
         self._recomputing += 1
-        cached = min(hits * self.cache.block_size, request.input_length)
+        cached = self.cache.cached_tokens(hits, request.input_length)
         work = [(request.input_length - cached + generated, cached)]
         self._loop.after(self.roofline.prefill_s(work), Priority.DECODE, self._recomputed, leg)
         return True

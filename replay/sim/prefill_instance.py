@@ -80,19 +80,25 @@ class PrefillInstance:
 
     def release(self, request: SimRequest) -> None:
         """Every copy of the KV has left P: unpin it (it stays cached) and go on."""
-        self.cache.release(request.chain, request.private_tokens)
+        self.cache.release(request.chain, self._extra(request))
         self._sync_load()
         self.queue.kick()
 
     def _admit(self, request: SimRequest) -> bool:
-        hits = self.cache.acquire(request.chain, request.private_tokens)
+        hits = self.cache.acquire(request.chain, self._extra(request))
         if hits is None:
             return False
-        hit_tokens = min(hits * self.cache.block_size, request.input_length)
+        hit_tokens = self.cache.cached_tokens(hits, request.input_length)
         request.p_hit_tokens = hit_tokens
         request.new_tokens = max(request.input_length - hit_tokens, 1)
         request.prefill_start_s = self._loop.now
         return True
+
+    def _extra(self, request: SimRequest) -> int:
+        """What the request holds beyond its chain's blocks: its block-less prompt tail and
+        the rest of its last page."""
+        cache, private = self.cache, request.private_tokens
+        return private + cache.padding(len(request.chain) * cache.block_size + private)
 
     def _cost(self, batch: list[SimRequest]) -> float:
         return self.roofline.prefill_s([(r.new_tokens, r.p_hit_tokens) for r in batch])

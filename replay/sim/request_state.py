@@ -19,6 +19,7 @@ from replay.trace.record import TraceRequest
 
 if TYPE_CHECKING:
     from replay.sim.decode_batch import DecodeBatch
+    from replay.sim.kv_memory import KvMemory
 
 __all__ = ["DecodeServer", "Leg", "LegState", "PrefillServer", "SimRequest"]
 
@@ -50,6 +51,11 @@ class DecodeServer(Protocol):
 
     @property
     def roofline(self) -> Roofline: ...
+
+    @property
+    def cache(self) -> KvMemory:
+        """Its KV memory."""
+        ...
 
     @property
     def load(self) -> InstanceLoad:

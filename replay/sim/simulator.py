@@ -263,6 +263,7 @@ class Simulator:
         extra = request.private_tokens
         if self._reserve_output:
             extra += request.output_length
+        extra += dest.cache.padding(len(request.chain) * dest.cache.block_size + extra)
         return Leg(request, dest, reuse, extra)
 
     def _reserved(self, leg: Leg) -> None:

@@ -334,3 +334,32 @@ def test_requests_still_in_the_engines_server_count_in_its_load() -> None:
     records, _ = _run(trace, preset, OnEngine(None))
     engines = sorted(r.p_instance or "" for r in records)
     assert engines == ["engines-0", "engines-0", "engines-1", "engines-1"]
+
+
+def test_an_engine_with_larger_kv_blocks_hits_whole_blocks_of_a_cached_prefix() -> None:
+    """Pages of four trace blocks (2,048 tokens): a second request sharing ten blocks of the
+    first's prompt is served eight of them (two whole pages) from the cache."""
+    shared = list(range(10))
+    trace = [_req(0, 0.0, [*shared, 50], output=5), _req(1, 30.0, [*shared, 60, 61], output=5)]
+    exact, _ = _run(trace, _preset())
+    paged, _ = _run(trace, _preset(**{"pools.engines.kv_block_tokens": 4 * BLOCK}))
+    assert exact[1].hit_p == pytest.approx(10 / 12)
+    assert paged[1].hit_p == pytest.approx(8 / 12)
+
+
+@pytest.mark.parametrize("allocation", ["on-demand", "reserve-output"])
+def test_each_request_holds_its_last_kv_block_whole(allocation: str) -> None:
+    """Memory for four pages of 4,096 tokens: requests of one 512-token block and a short
+    output each hold a whole page, so four run at once and the fifth waits for one to end
+    (counted token by token, all five fit). The pages' rest is freed with the requests."""
+    capacity = {"pools.engines.kv_capacity_tokens": 16_384, "memory.allocation": allocation}
+    trace = [_req(i, 0.0, [100 + i], output=200) for i in range(5)]
+    exact, _ = _run(trace, _preset(**capacity))
+    paged, sim = _run(trace, _preset(**capacity, **{"pools.engines.kv_block_tokens": 4096}))
+    first_end = min(r.e2e_s or 0.0 for r in paged[:4])
+    assert max(r.ttft_s or 0.0 for r in exact) < first_end / 5
+    assert paged[4].ttft_s is not None
+    assert paged[4].ttft_s >= first_end - 1e-6
+    engine = _engine(sim)
+    assert engine.cache.pinned_tokens == pytest.approx(0.0, abs=1e-6)
+    assert engine.cache.reserved == 0

@@ -135,3 +135,21 @@ def test_one_request_larger_than_the_memory_still_finishes() -> None:
     assert records[0].e2e_s is not None
     assert records[0].tokens_md == 20_000
     assert sim.cluster.decode["md-0"].preemptions == 0
+
+
+@pytest.mark.parametrize("allocation", ["on-demand", "reserve-output"])
+def test_kv_blocks_larger_than_the_traces_are_held_whole(allocation: str) -> None:
+    """Engines paging 4,096 tokens: each request holds its last page whole, so fewer run at
+    once (reserving the output, 2,048 + 3,000 tokens take two pages: two run, not three; on
+    demand, a 2,048-token prompt takes a page: at most four, as the first grow fewer, not
+    the six counted token by token), and every page's rest is freed with its request, on P
+    and on MD."""
+    pages = {"pools.md.kv_block_tokens": 4096, "pools.p.kv_block_tokens": 4096}
+    records, sim, running = _run(_burst(6), allocation, **pages)
+    _assert_clean(records, sim)
+    if allocation == "reserve-output":
+        assert max(running) == 2
+    else:
+        assert 2 <= max(running) <= 4
+    for instance in [*sim.cluster.prefill.values(), *sim.cluster.decode.values()]:
+        assert instance.cache.reserved == 0, instance.id
