@@ -142,7 +142,9 @@ def calibrate(
         capacity = result.kv_capacity_tokens
         console.print(
             f"the engine's KV blocks: {result.kv_block_tokens} tokens (kv_block_tokens)"
-            + (f", {capacity:,} tokens in all (kv_capacity_tokens)" if capacity else ""),
+            + (f", {capacity:,} tokens in all (kv_capacity_tokens)" if capacity else "")
+            + (", written in the pools' settings, in place of those the preset had"
+               if target is not None else ""),
             highlight=False, soft_wrap=True,
         )  # fmt: skip
     console.print(

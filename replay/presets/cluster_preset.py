@@ -38,13 +38,17 @@ class ClusterPreset:
         return {pool.tier for pool in self.pools().values()}
 
     def kv_capacity_tokens(self, pool: PoolSpec) -> int:
-        """KV tokens one instance of the pool holds: HBM share minus weights, or explicit."""
+        """KV tokens one instance of the pool holds: HBM share minus weights, or explicit;
+        whole engine blocks of it when the pool gives their size (``kv_block_tokens``)."""
         if pool.kv_capacity_tokens is not None:
-            return pool.kv_capacity_tokens
-        hw = self.hardware[pool.hardware]
-        usable = pool.gpus_per_instance * hw.hbm_bytes * self.spec.timing.memory_utilization
-        free = usable - self.model.weight_bytes
-        return max(int(free // self.model.kv_bytes_per_token), 0)
+            tokens = pool.kv_capacity_tokens
+        else:
+            hw = self.hardware[pool.hardware]
+            usable = pool.gpus_per_instance * hw.hbm_bytes * self.spec.timing.memory_utilization
+            free = usable - self.model.weight_bytes
+            tokens = max(int(free // self.model.kv_bytes_per_token), 0)
+        block = pool.kv_block_tokens
+        return tokens if block is None else tokens - tokens % block
 
     def gpu_counts(self) -> dict[str, int]:
         """GPUs per hardware name over all pools."""

@@ -328,6 +328,12 @@ async def _calibrate(options: CalibrationOptions, step: Callable[[], None]) -> C
         prefill = await _prefill_probes(engine, options, step, warnings)
         decode = await _decode_probes(engine, options, step, warnings)
         block_tokens, capacity_tokens = await _kv_layout(client, options.url)
+        if block_tokens is None:
+            warnings.append(
+                f"{options.url}/metrics does not report the engine's KV block size "
+                "(vllm:cache_config_info): set kv_block_tokens and kv_capacity_tokens in the "
+                "preset's pools by hand"
+            )
     (p0, p1, p2), prefill_error = fit_prefill(prefill)
     (d0, d1, d2), decode_error = fit_decode(decode)
     clock: Literal["engine", "client"] = "engine" if engine.engine_clock else "client"

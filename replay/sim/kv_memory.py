@@ -112,14 +112,6 @@ class KvMemory:
         everything else (a preempted request that could not is never taken back)."""
         return len(chain) * self.block_size + extra_tokens <= self.capacity_tokens
 
-    def fits(self, chain: Sequence[int], extra_tokens: int) -> bool:
-        """Whether pinning ``chain`` and reserving ``extra_tokens`` fits once unpinned
-        blocks are evicted."""
-        pins = self._pins
-        new_pins = sum(1 for block in chain if block not in pins)
-        need = (len(pins) + new_pins) * self.block_size + self.reserved + extra_tokens
-        return need + self.grown <= self.capacity_tokens
-
     def acquire(self, chain: Sequence[int], extra_tokens: int) -> int | None:
         """Pin ``chain`` (inserting missing blocks) and reserve ``extra_tokens``.
 

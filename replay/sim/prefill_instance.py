@@ -74,7 +74,8 @@ class PrefillInstance:
         if queue.idle and self._admit(request):
             queue.run_alone(request)  # no queue to size it for: its cached prefix is known
             return
-        held = self.cache.leading_blocks(request.chain) * self.cache.block_size
+        cache = self.cache
+        held = cache.cached_tokens(cache.leading_blocks(request.chain), request.input_length)
         estimate = max(request.input_length - held, 1)
         self.queue.submit(request, estimate)
 

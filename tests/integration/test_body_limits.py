@@ -241,13 +241,15 @@ def test_large_kv_event_batch_leaves_the_event_loop_free(router_process: str) ->
 
     def post() -> None:
         start = time.perf_counter()
-        response = httpx.post(
-            f"{router_process}/v1/kv-events", content=body, timeout=120,
-            headers={**AUTH, "content-type": "application/json"},
-        )  # fmt: skip
-        outcome["status"] = response.status_code
-        outcome["seconds"] = time.perf_counter() - start
-        done.set()
+        try:
+            response = httpx.post(
+                f"{router_process}/v1/kv-events", content=body, timeout=120,
+                headers={**AUTH, "content-type": "application/json"},
+            )  # fmt: skip
+            outcome["status"] = response.status_code
+            outcome["seconds"] = time.perf_counter() - start
+        finally:  # a failed post ends the polling too (the status check then fails)
+            done.set()
 
     with httpx.Client(base_url=router_process, timeout=60) as client:
         client.get("/healthz")

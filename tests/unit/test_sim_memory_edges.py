@@ -177,3 +177,18 @@ def test_a_colocated_engine_that_reserves_outputs_refuses_a_request_it_cannot_ho
     on_demand = load_preset("colocated-small", {"pools.engines.kv_capacity_tokens": 10000})
     trace = iter([TraceRequest(0, 0.0, 8 * BLOCK, 8000, tuple(range(8)), BLOCK)])
     assert len(list(CheckedTrace(trace, on_demand))) == 1
+
+
+def test_an_engine_holds_whole_kv_blocks_of_its_capacity() -> None:
+    """10,000 tokens of memory in blocks of 4,096 are two blocks: a request of 8,192 tokens
+    (prompt and output) is held, one of 8,700 (which 10,000 tokens would hold, but not two
+    blocks) is refused by name rather than left waiting forever."""
+    overrides = {"pools.engines.kv_capacity_tokens": 10000, "pools.engines.kv_block_tokens": 4096,
+                 "memory.allocation": "reserve-output"}  # fmt: skip
+    preset = load_preset("colocated-small", overrides)
+    assert preset.kv_capacity_tokens(preset.spec.pools["engines"]) == 8192
+    fits = iter([TraceRequest(0, 0.0, 8 * BLOCK, 4096, tuple(range(8)), BLOCK)])
+    assert len(list(CheckedTrace(fits, preset))) == 1
+    too_long = iter([TraceRequest(0, 0.0, 8 * BLOCK, 4604, tuple(range(8)), BLOCK)])
+    with pytest.raises(UserError, match="holds 8192 KV tokens"):
+        list(CheckedTrace(too_long, preset))
