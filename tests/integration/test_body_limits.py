@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import socket
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -18,7 +17,7 @@ import pytest
 import uvicorn
 from fastapi import FastAPI
 
-from e2e.process_support import free_port, spawn, wait_for
+from e2e.process_support import Stack, free_port, spawn, wait_for
 from engines_adapter.sim_engine import SimEngine, SimEngineConfig
 from router.service.app import create_app
 from router.service.schemas import InstanceConfig
@@ -86,18 +85,13 @@ def router_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     env = {"PDD_ROUTER_SERVICE__API_KEY": KEY, "PDD_ROUTER_SERVICE__VOCAB_SIZE": str(VOCAB)}
     args = ["serve", "--port", str(port), "--instances", str(folder / "instances.json"),
             "--log-level", "warning"]  # fmt: skip
-    proc = spawn(args, log, env)
+    stack = Stack(folder, procs=[(spawn(args, log, env), log)])
     try:
         url = f"http://127.0.0.1:{port}"
-        wait_for(f"{url}/readyz", [(proc, log)])
+        wait_for(f"{url}/readyz", stack.procs)
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
+        stack.close()
 
 
 def _rss_bytes() -> int:
