@@ -362,7 +362,9 @@ async def _calibrate(options: CalibrationOptions, step: Callable[[], None]) -> C
 
 async def _kv_layout(client: httpx.AsyncClient, url: str) -> tuple[int | None, int | None]:
     """The engine's KV block size and capacity in tokens, as vLLM reports them at
-    ``/metrics`` (``vllm:cache_config_info``); None for what it does not report."""
+    ``/metrics`` (``vllm:cache_config_info``); None for what it does not report. vLLM
+    keeps its first block as a placeholder (the null block) that no request uses: the
+    capacity is the other blocks'."""
     try:
         response = await client.get(f"{url}/metrics", timeout=10)
         load = parse_load(response.text) if response.status_code == 200 else None
@@ -371,7 +373,8 @@ async def _kv_layout(client: httpx.AsyncClient, url: str) -> tuple[int | None, i
     if load is None or load.block_size is None or load.block_size <= 0:
         return None, None
     blocks = load.num_blocks
-    return load.block_size, blocks * load.block_size if blocks is not None and blocks > 0 else None
+    usable = blocks - 1 if blocks is not None and blocks > 1 else None
+    return load.block_size, usable * load.block_size if usable is not None else None
 
 
 async def _round_trip_s(client: httpx.AsyncClient, url: str) -> float:

@@ -272,7 +272,7 @@ class ColocatedInstance:
             self._backlog -= self._admitted[request.key].work
             if self._prefill:
                 self._prefill_left = self._admitted[self._prefill[0].key].work
-            self._on_stored(self.id, request.chain)
+            self._on_stored(self.id, self.cache.kept(request.chain))
             self._ready.append(request)
         if self._step_room <= 1e-6 * self.step_tokens or not self._prefill:
             self._end_step()
@@ -304,7 +304,11 @@ class ColocatedInstance:
                 self._growth.base += request.emitted
             request.stint_join_s = now
             request.stint_tokens = left
-            self.batch.join(request.key, left, request.input_length + request.emitted)
+            context = request.input_length + request.emitted
+            self.batch.join(request.key, left, context)
+            if self._growth is not None:
+                chain_tokens = len(request.chain) * self.cache.block_size
+                self._growth.join(request.key, chain_tokens + held.extra + held.grown_base)
         self._step_room = self._budget()
         for request in ended:
             self._end(request)
@@ -326,6 +330,7 @@ class ColocatedInstance:
         del self._requests[request.key]
         if self._growth is not None:
             self._growth.base -= held.grown_base
+            self._growth.forget(request.key)
         self.cache.release(request.chain, held.extra)
 
     # -- preemption -------------------------------------------------------------------

@@ -69,6 +69,12 @@ class DecodeBatch(SharedProgress):
     def context_tokens(self) -> float:
         return self._sum_ctx0 + self.total_progress()
 
+    def contexts(self) -> list[tuple[int, float]]:
+        """Each member's key and context tokens, now."""
+        self.advance()
+        v, ctx0 = self.v, self._ctx0
+        return [(key, ctx0[key] + v - start) for key, (start, _) in self._members.items()]
+
     def step_s(self) -> float:
         """The current step time (0 when idle)."""
         return 1.0 / self.rate if self.rate > 0.0 else 0.0

@@ -209,6 +209,7 @@ class DecodeInstance:
         if request.stint_tokens > 0:
             context = request.input_length + request.emitted
             self.batch.join(request.key, request.stint_tokens, context)
+            self._grow(leg)
         else:
             self._loop.after(0.0, Priority.DECODE, self._finish_now, request)
         self._sync_load()
@@ -221,8 +222,16 @@ class DecodeInstance:
         request.stint_join_s = now
         request.stint_tokens = tokens
         self.batch.join(request.key, tokens, request.input_length)
+        self._grow(self._leg_of(request))
         request.first_token_s = now + self.batch.step_s()
         self._sync_load()
+
+    def _grow(self, leg: Leg) -> None:
+        """The request's memory grows with the batch from now (``GrowingMemory.join``)."""
+        if self._growth is not None:
+            chain_tokens = len(leg.request.chain) * self.cache.block_size
+            held = chain_tokens + leg.extra_tokens + leg.resume_tokens + leg.grown_base
+            self._growth.join(leg.request.key, held)
 
     def emitted_now(self, request: SimRequest) -> int:
         """Tokens the request has emitted by now, counting its progress here."""
@@ -240,6 +249,7 @@ class DecodeInstance:
         """The request no longer runs here: its generated tokens' memory is freed."""
         if self._running.pop(request.key, None) is not None and self._growth is not None:
             self._growth.base -= leg.grown_base
+            self._growth.forget(request.key)
             leg.grown_base = 0
         leg.running = False
 

@@ -8,10 +8,21 @@ the memory changes. When it comes, unpinned cached blocks are evicted ahead (a s
 of the memory at a time); when none is left the instance preempts a request (it
 chooses which). A request alone on its instance is never preempted: it could not
 come back, so it overcommits instead.
+
+An engine with KV pages (``KvMemory.page_tokens``) takes its memory a page at a time: a
+request's prompt is admitted with its last page whole, its first tokens fill that page,
+and it takes another only when its context passes the page's end. Counting generated
+tokens one by one on top of the admitted pages would charge a batch admitted together
+for the room its last pages still have (up to a page per request), and fill the memory
+too early. With pages, each running request's memory is counted in whole pages of its
+context (``join`` gives what the plain count holds of it), and the memory fills at the
+moment the batch's page crossings use up the free pages: the free pages' count plus one
+crossings later, the crossings of the requests following each other a page apart.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 from replay.sim.decode_batch import DecodeBatch
@@ -28,7 +39,17 @@ EVICT_SLICE = 1 / 32
 class GrowingMemory:
     """Keeps ``cache.grown`` up to date and evicts or preempts when the batch fills it."""
 
-    __slots__ = ("_batch", "_cache", "_evicted", "_loop", "_preempt", "_version", "base")
+    __slots__ = (
+        "_batch",
+        "_cache",
+        "_evicted",
+        "_held",
+        "_loop",
+        "_page",
+        "_preempt",
+        "_version",
+        "base",
+    )
 
     def __init__(
         self,
@@ -47,25 +68,68 @@ class GrowingMemory:
         self._evicted = evicted
         self._version = 0
         self.base = 0  # generated tokens the running requests held when they (re)started
+        self._page = cache.page_tokens if cache.page_tokens and cache.page_tokens > 1 else None
+        # per running request: what the plain count held of it when it joined the batch
+        self._held: dict[int, int] = {}
+
+    def join(self, key: int, held_tokens: int) -> None:
+        """Request ``key`` joins the batch holding ``held_tokens`` of memory (its blocks
+        and reservation, and what ``base`` counts of it)."""
+        if self._page is not None:
+            self._held[key] = held_tokens
+
+    def forget(self, key: int) -> None:
+        """Request ``key`` has left the batch."""
+        self._held.pop(key, None)
 
     def refresh(self) -> None:
         """Bring ``cache.grown`` to now."""
-        self._cache.grown = self.base + self._batch.total_progress()
+        if self._page is None:
+            self._cache.grown = self.base + self._batch.total_progress()
+        else:
+            self._cache.grown = self._in_pages()[0]
+
+    def _in_pages(self) -> tuple[int, list[float]]:
+        """The running requests' growth in whole pages (a whole number of tokens), and the
+        tokens each has until it takes its next page."""
+        page = self._page
+        assert page is not None
+        held = self._held
+        grown = self.base
+        room: list[float] = []
+        for key, context in self._batch.contexts():
+            # a step over C tokens of context holds the pages of C tokens (the token it
+            # computes, sampled by the step before, included): C = context rounded down
+            end = (math.floor((context - 1.0) / page) + 1) * page
+            # the next page is taken when the context passes the end by a token (timed a
+            # millionth of a token past it, so that the crossing has happened by then)
+            room.append(end + 1.0 - context + 1e-6)
+            grown += end - held.get(key, end)
+        return grown, room
 
     def arm(self) -> None:
         """Schedule the moment the memory fills, if it comes before the batch's next
         change (which arms it again). Call after every change of the batch or memory."""
         batch, cache = self._batch, self._cache
         self._version += 1  # whatever was scheduled is stale now
-        cache.grown = self.base + batch.total_progress()  # refresh(), inline
         n = batch.size
         rate = batch.rate
+        if self._page is None:
+            cache.grown = self.base + batch.total_progress()  # refresh(), inline
+        else:
+            cache.grown, room = self._in_pages()
         if n == 0 or rate <= 0.0:
             return
         free = cache.capacity_tokens - cache.used_tokens
         if free <= 0.0 and cache.evictable_tokens == 0 and n == 1:
             return
-        delay = (0.0 if free < 0.0 else free) / (n * rate)  # max(free, 0.0)
+        if free < 0.0:
+            delay = 0.0
+        elif self._page is None:
+            delay = free / (n * rate)
+        else:  # the crossing that finds no free page: each request crosses a page apart
+            rounds, first = divmod(int(free // self._page), n)
+            delay = (sorted(room)[first] + rounds * self._page) / rate
         if delay >= batch.until_next_s():
             return
         self._loop.after(delay, Priority.DECODE, self._full, self._version)
@@ -75,7 +139,11 @@ class GrowingMemory:
             return  # stale: the batch or the memory changed since
         cache = self._cache
         self.refresh()
-        if cache.used_tokens < cache.capacity_tokens - 1e-6 * cache.capacity_tokens:
+        if self._page is None:
+            full = cache.used_tokens >= cache.capacity_tokens - 1e-6 * cache.capacity_tokens
+        else:  # whole pages: the memory can be exactly full, and overflows at a crossing
+            full = cache.used_tokens > cache.capacity_tokens
+        if not full:
             self.arm()  # not full after all (rounding): wait for the real moment
         elif cache.evictable_tokens > 0:
             cache.make_room(spare_tokens=max(cache.capacity_tokens * EVICT_SLICE, cache.block_size))

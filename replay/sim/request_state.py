@@ -33,6 +33,10 @@ class PrefillServer(Protocol):
     @property
     def datacenter(self) -> str: ...
 
+    @property
+    def cache(self) -> KvMemory:
+        """Its KV memory."""
+
     def submit(self, request: SimRequest) -> None:
         """Queue the request's prefill."""
 

@@ -243,7 +243,7 @@ class Simulator:
         p = request.p
         assert p is not None
         request.prefill_end_s = self.loop.now
-        self.feed.stored(p.id, request.chain)
+        self.feed.stored(p.id, p.cache.kept(request.chain))
         decision = request.decision
         assert decision is not None
         for dest in (request.rld, request.md):
@@ -282,7 +282,7 @@ class Simulator:
         request = leg.request
         leg.dest.landed(leg)
         self._left_p(request)
-        self.feed.stored(leg.dest.id, request.chain)
+        self.feed.stored(leg.dest.id, leg.dest.cache.kept(request.chain))
         if leg.link is self.cluster.wan:
             request.wan_bytes += leg.nbytes
         if leg is request.md_leg:

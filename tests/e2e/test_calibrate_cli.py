@@ -51,13 +51,14 @@ def test_the_fit_finds_the_engines_costs_and_the_preset_replays_with_them(
     tree = yaml.safe_load(out.read_text())
     fitted = tree["pools"]["md"]["fitted"]
     assert "fitted" not in tree["pools"]["p"]  # only the pool named
-    # the engine's KV memory as its /metrics reports it (engine-sim: 4,096 blocks of 16)
+    # the engine's KV memory as its /metrics reports it (engine-sim: 4,096 blocks of 16,
+    # the first of them vLLM's null block, which holds no request's tokens)
     assert (tree["pools"]["md"]["kv_block_tokens"], tree["pools"]["md"]["kv_capacity_tokens"]) == (
         16,
-        16 * 4096,
+        16 * 4095,
     )
     assert "kv_block_tokens" not in tree["pools"]["p"]
-    assert "the engine's KV blocks: 16 tokens (kv_block_tokens), 65,536 tokens" in printed
+    assert "the engine's KV blocks: 16 tokens (kv_block_tokens), 65,520 tokens" in printed
     # engine-sim charges 200 us per uncached prompt token and 8 ms per generated token;
     # HTTP and streaming add their own overhead per request and per token
     assert fitted["prefill_s_per_token"] == pytest.approx(PREFILL_US_PER_TOKEN * 1e-6, rel=0.15)

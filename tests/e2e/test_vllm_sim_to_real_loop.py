@@ -159,10 +159,14 @@ def test_a_calibrated_replay_of_a_real_vllm_engine(
         "--decode-tokens", "256", "--no-progress")  # fmt: skip
     # vLLM exports its requests' prefill and decode times: the calibration uses its clock
     assert "timed by the engine's clock" in calibrated, calibrated
-    fitted = yaml.safe_load((tmp_path / "cluster.yaml").read_text())["pools"]["engines"]["fitted"]
+    pool = yaml.safe_load((tmp_path / "cluster.yaml").read_text())["pools"]["engines"]
+    fitted = pool["fitted"]
+    # the engine's KV layout, from its /metrics: 128-token blocks, all but vLLM's null block
+    assert (pool["kv_block_tokens"], pool["kv_capacity_tokens"]) == (
+        VLLM_BLOCK, (BLOCKS - 1) * VLLM_BLOCK
+    )  # fmt: skip
     cluster = [
         "pools.engines.instances=1",
-        f"pools.engines.kv_capacity_tokens={BLOCKS * VLLM_BLOCK}",
         f"pools.engines.max_batch={MAX_SEQS}",
         f"timing.step_tokens={STEP_TOKENS}",
     ]

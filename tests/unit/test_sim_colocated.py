@@ -363,3 +363,32 @@ def test_each_request_holds_its_last_kv_block_whole(allocation: str) -> None:
     engine = _engine(sim)
     assert engine.cache.pinned_tokens == pytest.approx(0.0, abs=1e-6)
     assert engine.cache.reserved == 0
+
+
+def test_outputs_that_fit_in_their_prompts_last_page_need_no_more_memory() -> None:
+    """Pages of 4,096 tokens, memory for two: two requests of one 512-token block each hold
+    one page from admission, and their 3,000 tokens out fit in its rest, so neither is
+    preempted (counted token by token on top of the admitted pages, they would be)."""
+    capacity = {"pools.engines.kv_capacity_tokens": 8192, "pools.engines.kv_block_tokens": 4096}
+    trace = [_req(i, i * 0.01, [100 + i], output=3000) for i in range(2)]
+    records, sim = _run(trace, _preset(**capacity))
+    assert [r.preemptions for r in records] == [0, 0]
+    assert all(r.tokens_md == 3000 for r in records)
+    assert _engine(sim).cache.pinned_tokens == pytest.approx(0.0, abs=1e-6)
+
+
+def test_a_request_preempted_for_a_page_waits_until_its_pages_are_free() -> None:
+    """Memory for three pages of 4,096 tokens, three requests of one page each whose
+    outputs (4,000 tokens) need a second: the first to pass its page's end takes the page
+    of the request admitted last, preempted; the second to pass it takes the next one's.
+    Neither comes back before a request ends (each needs two pages again, with what it
+    generated), so each is preempted once, as vLLM does, not again and again."""
+    capacity = {"pools.engines.kv_capacity_tokens": 3 * 4096, "pools.engines.kv_block_tokens": 4096}
+    trace = [_req(i, i * 0.01, [100 + i], output=4000) for i in range(3)]
+    records, sim = _run(trace, _preset(**capacity))
+    assert [r.preemptions for r in records] == [0, 1, 1]
+    assert all(r.tokens_md == 4000 for r in records)
+    engine = _engine(sim)
+    assert engine.preemptions == 2
+    assert engine.cache.pinned_tokens == pytest.approx(0.0, abs=1e-6)
+    assert engine.load.running == engine.load.queued == 0

@@ -146,3 +146,54 @@ def test_kv_events_from_the_other_datacenter_reach_the_index_a_line_later() -> N
     assert seen[0.06] == {"p-0": 3, "md-0": 0}  # the local P's events: the base delay
     assert seen[0.14] == {"p-0": 3, "md-0": 0}  # B's MD: the base delay and the line's
     assert seen[0.16] == {"p-0": 3, "md-0": 3}
+
+
+def test_pages_of_several_blocks_are_shared_only_whole() -> None:
+    """Pages of 8 blocks of 16 tokens: a chain that shares only its first block with a
+    cached one shares nothing of that page (an engine names a page by all its tokens), one
+    that shares the whole first page is served it and holds only its second."""
+    cache = KvMemory(capacity_tokens=100 * 128, block_size=16, page_tokens=128)
+    first = list(range(16))  # two whole pages
+    assert cache.acquire(first, extra_tokens=0) == 0
+    assert cache.used_tokens == 256
+    parting = [0, *range(101, 116)]  # the first block alike, the first page not
+    assert cache.acquire(parting, extra_tokens=0) == 0
+    assert cache.used_tokens == 512
+    sharing = [*first[:8], *range(200, 208)]  # the first page alike
+    assert cache.acquire(sharing, extra_tokens=0) == 8  # hits counted in blocks
+    assert cache.used_tokens == 640
+    for chain in (first, parting, sharing):
+        cache.release(chain, 0)
+    assert cache.pinned_tokens == 0
+    assert cache.cached_blocks == 5 * 8  # five distinct pages stay cached
+    assert cache.leading_blocks([*first[:8], 999]) == 8
+
+
+def test_blocks_past_a_chains_last_whole_page_are_the_requests_own() -> None:
+    """Ten blocks of 16 tokens in pages of 128: the first eight are a page, cached and
+    shared; the last two (32 tokens) each request holds for itself, and they are not
+    cached once it ends (nor announced as stored)."""
+    cache = KvMemory(capacity_tokens=100 * 128, block_size=16, page_tokens=128)
+    chain = list(range(10))
+    assert cache.kept(chain) == chain[:8]
+    assert cache.acquire(chain, extra_tokens=96) == 0
+    assert cache.used_tokens == 128 + 32 + 96
+    assert cache.acquire(chain, extra_tokens=96) == 8
+    assert cache.used_tokens == 128 + 2 * (32 + 96)
+    cache.release(chain, 96)
+    cache.release(chain, 96)
+    assert cache.reserved == 0
+    assert cache.used_tokens == 128
+    assert cache.leading_blocks(chain) == 8
+
+
+def test_an_evicted_page_is_reported_as_its_blocks() -> None:
+    evicted: list[list[int]] = []
+    cache = KvMemory(capacity_tokens=2 * 128, block_size=16, on_evict=evicted.append,
+                     page_tokens=128)  # fmt: skip
+    first = list(range(16))
+    cache.acquire(first, 0)
+    cache.release(first, 0)
+    cache.acquire(list(range(100, 108)), 0)  # one page more than the memory holds
+    assert [sorted(blocks) for blocks in evicted] == [list(range(8, 16))]  # the leaf page
+    assert cache.leading_blocks(first) == 8
