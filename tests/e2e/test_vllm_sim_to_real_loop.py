@@ -230,10 +230,11 @@ def test_a_calibrated_replay_of_a_real_vllm_engine(
     print("\nsim-to-real on a CPU vLLM engine, signed relative errors of the replay:")
     for key, row in found.items():
         print(f"  {key}: {json.dumps(row)}")
-    # With requests sent in the trace's order and the engine's 128-token KV blocks, two
-    # runs gave, on demand, end-to-end means 4-32% short of the client's (+1% to -30% of
-    # vLLM's own, which varied from run to run) and TTFT means 5-29% short (the README's
-    # tables). The latency bound is a broken model's
+    # With the engine's blocks taken as vLLM takes them (shared whole, grown a block at a
+    # time, less its null block), a run gave, on demand, every mean and P90 within 11% of
+    # the client's at the trace's rate and within 15% at twice it but TTFT's P90 (+22%),
+    # with 4 preemptions to vLLM's 3 (the README's tables). The latency bound is a broken
+    # model's
     # (a decode fit near zero gave -97%; one ten times too slow, +900%): tighter bounds
     # failed in clean-clone runs, which print no errors. The memory must hold too: the
     # on-demand replay preempts where vLLM did, and reserving outputs never does.
