@@ -51,7 +51,14 @@ from replay.runner.endpoint import check_answers
 from replay.runner.engine_clock import DECODE, PREFILL, read_totals, settled_totals
 from router.errors import UserError
 
-__all__ = ["CalibrationOptions", "CalibrationResult", "Clock", "calibrate", "probe_count"]
+__all__ = [
+    "CalibrationOptions",
+    "CalibrationResult",
+    "Clock",
+    "calibrate",
+    "fitting_prompt",
+    "probe_count",
+]
 
 
 Clock = Literal["auto", "engine", "client"]
@@ -268,15 +275,57 @@ async def _prefill_probes(
     return probes
 
 
+def fitting_prompt(
+    batch: int, prompt: int, tokens: int, block_tokens: int | None, capacity_tokens: int | None
+) -> int:
+    """The longest prompt, up to ``prompt``, of which ``batch`` requests generating
+    ``tokens`` tokens each fit the engine's KV memory together, each in whole blocks (0 when
+    none does; ``prompt`` when the memory is not known). A probe that did not fit would be
+    timed with the engine's preemptions and recomputations in it."""
+    if capacity_tokens is None:
+        return prompt
+    block = block_tokens or 1
+    per_request = capacity_tokens // batch // block * block
+    return max(min(prompt, per_request - tokens), 0)
+
+
 async def _decode_probes(
-    engine: _Engine, options: CalibrationOptions, step: Callable[[], None], warnings: list[str]
+    engine: _Engine,
+    options: CalibrationOptions,
+    step: Callable[[], None],
+    warnings: list[str],
+    kv_layout: tuple[int | None, int | None],
 ) -> list[DecodeProbe]:
     probes = []
-    # short and long prompts at every batch size: the batch's context varies apart from
-    # its size, so the per-request and per-context-token costs can be told apart
-    shapes = [(b, p) for p in (options.short_prompt, options.long_prompt) for b in options.batches]
     n = options.decode_tokens
     fewer = max(n // 4, 1)
+    # short and long prompts at every batch size: the batch's context varies apart from
+    # its size, so the per-request and per-context-token costs can be told apart; prompts
+    # are cut to what the engine's memory holds at that batch size (a duplicate shape is
+    # probed once)
+    shapes: list[tuple[int, int]] = []
+    cut: list[str] = []
+    for wanted in (options.short_prompt, options.long_prompt):
+        for batch in options.batches:
+            prompt = fitting_prompt(batch, wanted, n, *kv_layout)
+            if prompt > 0 and (batch, prompt) not in shapes:
+                shapes.append((batch, prompt))
+            else:  # left out: its share of the progress bar is done
+                for _ in range(options.repeats):
+                    step()
+            if prompt < wanted:
+                cut.append(f"{batch} x {wanted} -> {prompt or 'left out'}")
+    if cut:
+        warnings.append(
+            f"decode probes cut to fit the engine's KV memory ({kv_layout[1]:,} tokens) with "
+            f"their {n} tokens out, as a preempting engine's timing would not be its steps' "
+            f"(requests x prompt tokens): {', '.join(cut)}"
+        )
+    if not shapes:
+        raise UserError(
+            f"{options.url}: the engine's KV memory ({kv_layout[1]:,} tokens) holds no decode "
+            f"probe; calibrate with a smaller --max-batch or --decode-tokens"
+        )
 
     # by the client's clock each twice, interleaved, keeping the quicker (a stall only
     # ever adds time); the engine's clock has no stalls of the client's to drop
@@ -325,9 +374,11 @@ async def _calibrate(options: CalibrationOptions, step: Callable[[], None]) -> C
         engine.outside_s.clear()
         round_trip = await _round_trip_s(client, options.url) if engine.engine_clock else None
         warnings: list[str] = []
-        prefill = await _prefill_probes(engine, options, step, warnings)
-        decode = await _decode_probes(engine, options, step, warnings)
         block_tokens, capacity_tokens = await _kv_layout(client, options.url)
+        prefill = await _prefill_probes(engine, options, step, warnings)
+        decode = await _decode_probes(
+            engine, options, step, warnings, (block_tokens, capacity_tokens)
+        )
         if block_tokens is None:
             warnings.append(
                 f"{options.url}/metrics does not report the engine's KV block size "

@@ -8,7 +8,7 @@ import pytest
 
 from replay.presets.loader import load_preset
 from replay.presets.schema import FittedTiming
-from replay.runner.calibrate import CalibrationOptions, _Engine
+from replay.runner.calibrate import CalibrationOptions, _Engine, fitting_prompt
 from replay.runner.calibration_fit import DecodeProbe, PrefillProbe, fit_decode, fit_prefill
 from replay.runner.engine_clock import DECODE, PREFILL, read_totals
 from replay.runner.run import run_replay
@@ -150,3 +150,15 @@ async def test_a_streamed_probe_that_is_not_what_was_asked_stops_the_calibration
         engine = _Engine(client, options, engine_clock=True)
         with pytest.raises(UserError, match=problem):
             await engine._generate_s([1, 2, 3], 16)
+
+
+def test_decode_probes_are_cut_to_what_the_engines_memory_holds() -> None:
+    """47 blocks of 128 tokens (vLLM's 48 less its null block): eight requests generating
+    256 tokens get five blocks each, so their prompts are cut to 384 tokens (a 512-token
+    prompt would make the engine preempt during the probe); two requests are not cut."""
+    memory = (128, 47 * 128)
+    assert fitting_prompt(8, 512, 256, *memory) == 384
+    assert fitting_prompt(8, 64, 256, *memory) == 64
+    assert fitting_prompt(2, 512, 256, *memory) == 512
+    assert fitting_prompt(64, 512, 256, *memory) == 0  # not one block each: left out
+    assert fitting_prompt(8, 512, 256, 128, None) == 512  # memory unknown: as asked
