@@ -334,13 +334,18 @@ class DecodeInstance:
         prefill pass recomputes what is no longer cached."""
         request = leg.request
         generated = request.emitted
+        cache = self.cache
+        # its generated tokens, and with engine blocks the rest of the block they end in
+        # (the copy's reservation pads the prompt alone)
+        prompt = len(request.chain) * cache.block_size + request.private_tokens
+        resume = generated + cache.padding(prompt + generated) - cache.padding(prompt)
         self._refresh_grown()
-        hits = self.cache.acquire(request.chain, leg.extra_tokens + generated)
+        hits = cache.acquire(request.chain, leg.extra_tokens + resume)
         if hits is None:
             return False
         leg.preempted = False
         leg.recomputing = True
-        leg.resume_tokens = generated
+        leg.resume_tokens = resume
         self._recomputing += 1
         cached = self.cache.cached_tokens(hits, request.input_length)
         work = [(request.input_length - cached + generated, cached)]

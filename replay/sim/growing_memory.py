@@ -22,6 +22,7 @@ crossings later, the crossings of the requests following each other a page apart
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Callable
 
@@ -114,9 +115,18 @@ class GrowingMemory:
         self._version += 1  # whatever was scheduled is stale now
         n = batch.size
         rate = batch.rate
-        if self._page is None:
-            cache.grown = self.base + batch.total_progress()  # refresh(), inline
-        else:
+        cache.grown = self.base + batch.total_progress()  # refresh(), inline (tokens)
+        page = self._page
+        room: list[float] = []
+        if page is not None:
+            # counted in pages, each request is within a page of its count in tokens: far
+            # from full, the memory cannot fill before the tokens leave a page a request
+            # free, and only then is it counted in pages (which costs a pass over the batch)
+            margin = n * page
+            free = cache.capacity_tokens - cache.used_tokens - margin
+            if n > 0 and rate > 0.0 and free > margin:
+                self._at(free / (n * rate), self._recount)
+                return
             cache.grown, room = self._in_pages()
         if n == 0 or rate <= 0.0:
             return
@@ -125,14 +135,24 @@ class GrowingMemory:
             return
         if free < 0.0:
             delay = 0.0
-        elif self._page is None:
+        elif page is None:
             delay = free / (n * rate)
         else:  # the crossing that finds no free page: each request crosses a page apart
-            rounds, first = divmod(int(free // self._page), n)
-            delay = (sorted(room)[first] + rounds * self._page) / rate
-        if delay >= batch.until_next_s():
-            return
-        self._loop.after(delay, Priority.DECODE, self._full, self._version)
+            rounds, first = divmod(int(free // page), n)
+            delay = (heapq.nsmallest(first + 1, room)[-1] + rounds * page) / rate
+            if self._loop.now + delay <= self._loop.now:  # below the clock's resolution
+                delay = math.ulp(self._loop.now)
+        self._at(delay, self._full)
+
+    def _at(self, delay: float, then: Callable[[int], None]) -> None:
+        """``then(version)`` in ``delay`` seconds, unless the batch changes first."""
+        if delay < self._batch.until_next_s():
+            self._loop.after(delay, Priority.DECODE, then, self._version)
+
+    def _recount(self, version: int) -> None:
+        """The memory may be within a page a request of full: count it in pages."""
+        if version == self._version:
+            self.arm()
 
     def _full(self, version: int) -> None:
         if version != self._version:

@@ -18,6 +18,7 @@ from replay.presets.schema import FittedTiming
 from replay.runner.checks import check_cluster
 from replay.sim.colocated_instance import ColocatedInstance
 from replay.sim.event_loop import EventLoop
+from replay.sim.growing_memory import GrowingMemory
 from replay.sim.simulator import Simulator
 from replay.trace.record import TraceRequest
 from router.errors import UserError
@@ -392,3 +393,26 @@ def test_a_request_preempted_for_a_page_waits_until_its_pages_are_free() -> None
     assert engine.preemptions == 2
     assert engine.cache.pinned_tokens == pytest.approx(0.0, abs=1e-6)
     assert engine.load.running == engine.load.queued == 0
+
+
+def test_pages_fill_at_the_same_moments_with_timestamps_of_the_epoch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Unix-time arrivals (1.7e9 s, where the clock's resolution is 0.24 us): the crossing
+    that fills the memory still comes, instead of being timed again and again at one
+    instant, and the run preempts as the same trace at time 0 does."""
+    calls: dict[float, int] = {}
+    full = GrowingMemory._full
+
+    def counted(self: GrowingMemory, version: int) -> None:
+        now = self._loop.now
+        calls[now] = calls.get(now, 0) + 1
+        assert calls[now] < 1000, f"the memory's fill timed again and again at {now}"
+        full(self, version)
+
+    monkeypatch.setattr(GrowingMemory, "_full", counted)
+    capacity = {"pools.engines.kv_capacity_tokens": 3 * 4096, "pools.engines.kv_block_tokens": 4096}
+    for start in (0.0, 1.7e9):
+        trace = [_req(i, start + i * 0.01, [100 + i], output=4000) for i in range(3)]
+        records, _ = _run(trace, _preset(**capacity))
+        assert [r.preemptions for r in records] == [0, 1, 1]

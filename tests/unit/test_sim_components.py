@@ -197,3 +197,18 @@ def test_an_evicted_page_is_reported_as_its_blocks() -> None:
     cache.acquire(list(range(100, 108)), 0)  # one page more than the memory holds
     assert [sorted(blocks) for blocks in evicted] == [list(range(8, 16))]  # the leaf page
     assert cache.leading_blocks(first) == 8
+
+
+def test_an_evicted_page_leaves_the_blocks_another_held_page_contains() -> None:
+    """Two chains that part within their first page are two pages sharing seven blocks:
+    evicting one reports only its own last block, as the other page still holds the rest."""
+    evicted: list[list[int]] = []
+    cache = KvMemory(capacity_tokens=2 * 128, block_size=16, on_evict=evicted.append,
+                     page_tokens=128)  # fmt: skip
+    first, second = list(range(8)), [*range(7), 99]
+    for chain in (first, second):
+        cache.acquire(chain, 0)
+        cache.release(chain, 0)
+    cache.acquire(list(range(200, 208)), 0)  # room for it: the older page goes
+    assert evicted == [[7]]
+    assert cache.leading_blocks(second) == 8

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -153,3 +154,20 @@ def test_kv_blocks_larger_than_the_traces_are_held_whole(allocation: str) -> Non
         assert 2 <= max(running) <= 4
     for instance in [*sim.cluster.prefill.values(), *sim.cluster.decode.values()]:
         assert instance.cache.reserved == 0, instance.id
+
+
+def test_outputs_that_fit_in_a_copys_last_page_need_no_more_memory_on_md() -> None:
+    """MD pages of 4,096 tokens and memory for three: three copies of 2,048-token prompts
+    each hold one page, and their 2,000 tokens out fit in its rest, so all three run at
+    once (counted token by token on top of the pages, the third waited some 20 s for the
+    first to end); three requests of 3,000 tokens out need a second page each, and MD
+    preempts."""
+    pages = {"pools.md.kv_block_tokens": 4096, "pools.md.kv_capacity_tokens": 3 * 4096}
+    fitting = [dataclasses.replace(r, output_length=2000) for r in _burst(3)]
+    records, sim, running = _run(fitting, "on-demand", **pages)
+    assert max(running) == 3
+    assert all(r.ttft_s is not None and r.ttft_s < 1.0 for r in records)
+    assert [r.preemptions for r in records] == [0, 0, 0]
+    records, sim, _ = _run(_burst(3), "on-demand", **pages)
+    _assert_clean(records, sim)
+    assert sum(r.preemptions for r in records) > 0
