@@ -399,9 +399,12 @@ async def _calibrate(options: CalibrationOptions, step: Callable[[], None]) -> C
         prefill_s_per_token_pair=float(p2), decode_overhead_s=float(d0),
         decode_s_per_request=float(d1), decode_s_per_context_token=float(d2),
         frontend_s=outside or 0.0,
-        probed_prompt_tokens=max(max(options.new_tokens) + max(options.cached_tokens),
-                                 options.long_prompt + options.decode_tokens),
-        probed_batch=max(options.batches),
+        # what was probed: the decode probes' prompts may have been cut to the memory
+        probed_prompt_tokens=max(
+            max(options.new_tokens) + max(options.cached_tokens),
+            *(round(d.context_tokens / d.batch + options.decode_tokens / 2) for d in decode),
+        ),
+        probed_batch=max(d.batch for d in decode),
         source=f"pdd-router calibrate {options.url} ({clock}'s clock): prefill fit error "
         f"{prefill_error:.1%}, decode {decode_error:.1%}",
     )  # fmt: skip
