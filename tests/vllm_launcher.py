@@ -10,6 +10,7 @@ is a 2-cycle depending on the last token only (a handoff check would be vacuous)
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import re
@@ -18,7 +19,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -143,12 +144,21 @@ def vllm_servers(
     *,
     skip_tokenizer_init: bool = True,
     extra_args: Sequence[str] = (),
+    envs: Sequence[Mapping[str, str]] = (),
 ) -> Iterator[list[Endpoint]]:
     """Start ``count`` vLLM servers at once, wait until all are healthy, stop them after.
     ``skip_tokenizer_init=False`` loads the model directory's tokenizer (it must have
     one: ``random_model(..., tokenizer=True)``), so text, chat and /tokenize work.
-    ``extra_args``: more of vLLM's command-line options, for every server."""
-    procs = [_start(python, model, i, skip_tokenizer_init, extra_args) for i in range(count)]
+    ``extra_args``: more of vLLM's command-line options, for every server; ``envs[i]``:
+    more environment for server ``i``."""
+    starts = [
+        functools.partial(
+            _start, python, model, i, skip_tokenizer_init, extra_args,
+            envs[i] if i < len(envs) else {},
+        )
+        for i in range(count)
+    ]  # fmt: skip
+    procs = [start() for start in starts]
     try:
         for i in range(count):
             for attempt in range(3):
@@ -158,7 +168,7 @@ def vllm_servers(
                 # a port chosen free was taken before vLLM bound it (its own ZMQ sockets
                 # pick ports too): start again on new ones
                 _stop(proc)
-                procs[i] = _start(python, model, i, skip_tokenizer_init, extra_args)
+                procs[i] = starts[i]()
             _warm_up(procs[i][1])
         yield [endpoint for _, endpoint, _ in procs]
     finally:
@@ -168,7 +178,7 @@ def vllm_servers(
 
 def _start(
     python: str, model: Path, i: int, skip_tokenizer_init: bool = True,
-    extra_args: Sequence[str] = (),
+    extra_args: Sequence[str] = (), more_env: Mapping[str, str] | None = None,
 ) -> tuple[subprocess.Popen[bytes], Endpoint, Path]:  # fmt: skip
     port, kv_port, replay_port = free_port(), free_port(), free_port()
     kv_config = (
@@ -183,7 +193,8 @@ def _start(
         "--max-model-len", "4096", "--host", "127.0.0.1", "--port", str(port),
         "--kv-events-config", kv_config, *extra_args,
     ]  # fmt: skip
-    env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": "1"}
+    env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": "1",
+           **(more_env or {})}  # fmt: skip
     env.pop("PYTHONHASHSEED", None)
     log = model / f"vllm-{i}.log"
     with log.open("wb") as out:
@@ -263,6 +274,40 @@ def host_processes_off_the_worker(log: Path) -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def engine_per_core(prefill_log: Path, decode_log: Path) -> Iterator[dict[str, list[int]]]:
+    """For a prefill and a decode engine on a 2-core machine, each engine (its model worker,
+    engine core and API server) on the core its worker's OpenMP threads are bound to
+    (``VLLM_CPU_OMP_THREADS_BIND``), as each would have a server of its own; this process
+    (the client) and what it starts from now on (the router) on the prefill engine's core,
+    restored after. The decode engine's steps, which a P-MD pipeline's TPOT is made of,
+    are then its own, as they were when it was calibrated; prefills share their core with
+    the router and the client. Yields the cores each process may run on."""
+    engines = {"prefill": _pids(prefill_log.read_text(errors="replace")),
+               "decode": _pids(decode_log.read_text(errors="replace"))}  # fmt: skip
+    cores: dict[str, set[int]] = {}
+    for name, pids in engines.items():
+        log = prefill_log if name == "prefill" else decode_log
+        bound = re.findall(r"local_rank=0, core ids=\[([\d, ]+)\]", log.read_text(errors="replace"))
+        if "Worker" not in pids or not bound:
+            pytest.fail(f"vLLM's worker process or its OpenMP cores not found in {log}")
+        cores[name] = {int(c) for c in bound[-1].split(",")}
+        for pid in pids.values():
+            _pin_process(pid, cores[name])
+    if cores["prefill"] & cores["decode"]:
+        pytest.fail(f"the two engines' workers share cores: {cores}")
+    mine = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cores["prefill"])
+    try:
+        yield {
+            **{f"{name} {role}": _cores_of(pid) for name, pids in engines.items()
+               for role, pid in pids.items()},
+            "client": _cores_of(os.getpid()),
+        }  # fmt: skip
+    finally:
+        os.sched_setaffinity(0, mine)
+
+
+@contextlib.contextmanager
 def client_scheduled_first(nice: int = -10) -> Iterator[None]:
     """Run this process's session (its autogroup: the client and whatever started it) at
     ``nice`` against other sessions, vLLM's among them (it runs in a session of its own),
@@ -289,6 +334,18 @@ def process_cores(log: Path) -> dict[str, list[int]]:
     on now, over all of their threads: what ``host_processes_off_the_worker`` set, or not."""
     found = {role: _cores_of(pid) for role, pid in _pids(log.read_text(errors="replace")).items()}
     return {**found, "client": _cores_of(os.getpid())}
+
+
+def engine_pids(log: Path) -> dict[str, int]:
+    """The process IDs of a vLLM server's processes by role (APIServer, EngineCore,
+    Worker), as its log names them."""
+    return _pids(log.read_text(errors="replace"))
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time a process (all its threads) has used so far (/proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _pids(text: str) -> dict[str, int]:
