@@ -25,6 +25,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from router.tokenization.builtin import VOCAB_SIZE as BUILTIN_VOCAB_SIZE
 from router.tokenization.builtin import builtin_tokenizer_dir
@@ -334,6 +335,18 @@ def process_cores(log: Path) -> dict[str, list[int]]:
     on now, over all of their threads: what ``host_processes_off_the_worker`` set, or not."""
     found = {role: _cores_of(pid) for role, pid in _pids(log.read_text(errors="replace")).items()}
     return {**found, "client": _cores_of(os.getpid())}
+
+
+def external_tokens(url: str) -> float:
+    """Prompt tokens a vLLM engine took from its KV connector, so far."""
+    text = httpx.get(f"{url}/metrics", timeout=10).text
+    for family in text_string_to_metric_families(text):
+        if family.name == "vllm:prompt_tokens_by_source":
+            return sum(
+                s.value for s in family.samples
+                if s.name.endswith("_total") and s.labels.get("source") == "external_kv_transfer"
+            )  # fmt: skip
+    raise AssertionError("vllm:prompt_tokens_by_source_total not exported")
 
 
 def engine_pids(log: Path) -> dict[str, int]:

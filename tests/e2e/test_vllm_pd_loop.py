@@ -31,7 +31,6 @@ import httpx
 import pytest
 import yaml
 from process_support import free_port, spawn, wait_for
-from prometheus_client.parser import text_string_to_metric_families
 from vllm_loop_support import (
     ENGINE_LATENCIES,
     MAX_LEN,
@@ -51,6 +50,7 @@ from vllm_launcher import (
     cpu_seconds,
     engine_per_core,
     engine_pids,
+    external_tokens,
     random_model,
     vllm_python,
     vllm_servers,
@@ -120,18 +120,6 @@ def fresh_start(p: Endpoint, md: Endpoint, store: Path) -> None:
         httpx.post(f"{engine.url}/reset_prefix_cache", timeout=30).raise_for_status()
     for folder in store.iterdir():
         shutil.rmtree(folder)
-
-
-def external_tokens(url: str) -> float:
-    """Prompt tokens the engine took from the KV connector, so far."""
-    text = httpx.get(f"{url}/metrics", timeout=10).text
-    for family in text_string_to_metric_families(text):
-        if family.name == "vllm:prompt_tokens_by_source":
-            return sum(
-                s.value for s in family.samples
-                if s.name.endswith("_total") and s.labels.get("source") == "external_kv_transfer"
-            )  # fmt: skip
-    raise AssertionError("vllm:prompt_tokens_by_source_total not exported")
 
 
 def test_a_calibrated_replay_of_a_real_p_md_pair(

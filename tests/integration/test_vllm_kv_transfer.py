@@ -19,11 +19,18 @@ from collections.abc import Iterator
 import httpx
 import pytest
 from fastapi.testclient import TestClient
-from prometheus_client.parser import text_string_to_metric_families
 
 from router.service.app import create_app
 from router.settings import Settings
-from vllm_launcher import ROUTER_SERVICE, VOCAB, Endpoint, random_model, vllm_python, vllm_servers
+from vllm_launcher import (
+    ROUTER_SERVICE,
+    VOCAB,
+    Endpoint,
+    external_tokens,
+    random_model,
+    vllm_python,
+    vllm_servers,
+)
 
 pytestmark = pytest.mark.vllm
 
@@ -60,18 +67,6 @@ def p_md_router(connected_pair: list[Endpoint]) -> Iterator[TestClient]:
             response = client.post("/v1/instances", json={**body, "adapter": "vllm"})
             assert response.status_code == 201, response.text
         yield client
-
-
-def external_tokens(url: str) -> float:
-    """Prompt tokens the engine took from the KV connector, so far."""
-    text = httpx.get(f"{url}/metrics", timeout=10).text
-    for family in text_string_to_metric_families(text):
-        if family.name == "vllm:prompt_tokens_by_source":
-            return sum(
-                s.value for s in family.samples
-                if s.name.endswith("_total") and s.labels.get("source") == "external_kv_transfer"
-            )  # fmt: skip
-    raise AssertionError("vllm:prompt_tokens_by_source_total not exported")
 
 
 def test_md_decodes_from_the_kv_p_computed(
