@@ -32,7 +32,6 @@ import pytest
 import yaml
 from process_support import free_port, spawn, wait_for
 from vllm_loop_support import (
-    ENGINE_LATENCIES,
     MAX_LEN,
     MAX_SEQS,
     REQUESTS,
@@ -113,6 +112,19 @@ def router(pair: tuple[Endpoint, Endpoint, Any], tmp_path: Path) -> Iterator[tup
         proc.wait(timeout=15)
 
 
+def mean_of(before: dict[str, float], after: dict[str, float], key: str) -> float:
+    """An engine histogram's mean over the requests between two reads of its counters."""
+    served = after[f"{key} count"] - before[f"{key} count"]
+    return (after[f"{key} sum"] - before[f"{key} sum"]) / max(served, 1)
+
+
+def mean_field(run: Path, key: str) -> float:
+    """The mean of a field of a replay's requests.jsonl (its requests that have one)."""
+    with (run / "requests.jsonl").open() as lines:
+        values = [float(v) for line in lines if (v := json.loads(line)[key]) is not None]
+    return sum(values) / max(len(values), 1)
+
+
 def fresh_start(p: Endpoint, md: Endpoint, store: Path) -> None:
     """Both engines' prefix caches and the connector's folder emptied: a run of the trace
     finds nothing the last one computed, as a replay starts from empty caches."""
@@ -174,10 +186,6 @@ def test_a_calibrated_replay_of_a_real_p_md_pair(
             for role, pid in pids.items()
         }
         p_after = engine_counters(p.url)
-        found[f"{load}, P's own mean TTFT, ms"] = round(
-            (p_after["ttft_s sum"] - p_before["ttft_s sum"])
-            / max(p_after["ttft_s count"] - p_before["ttft_s count"], 1) * 1e3, 1
-        )  # fmt: skip
         with (live / "requests.jsonl").open() as lines:
             records = [json.loads(line) for line in lines]
         assert len(records) == REQUESTS
@@ -185,8 +193,7 @@ def test_a_calibrated_replay_of_a_real_p_md_pair(
         # MD decoded from the KV P computed: it loaded prompt tokens through the connector
         found[f"{load}, tokens MD loaded from P's KV"] = external_tokens(md.url) - moved
         assert found[f"{load}, tokens MD loaded from P's KV"] > 0
-        served = {k: after[f"{k} count"] - before[f"{k} count"] for k in ENGINE_LATENCIES}
-        md_tpot = (after["tpot_s sum"] - before["tpot_s sum"]) / max(served["tpot_s"], 1)
+        md_tpot = mean_of(before, after, "tpot_s")
         sim = tmp_path / f"sim-{load}"
         cli(capsys, "replay", "run", str(trace), "--preset", str(tmp_path / "cluster.yaml"),
             "--rate-scale", rate, *(a for s in cluster for a in ("--set", s)),
@@ -195,6 +202,17 @@ def test_a_calibrated_replay_of_a_real_p_md_pair(
         cli(capsys, "replay", "validate", str(live), str(sim), "--out", str(out))
         found[load] = errors(out)
         metrics = json.loads((out / "validate.json").read_text())["metrics"]
+        # where the first token's time goes: each engine's own phases (its histograms) and
+        # the replay's, means in ms
+        found[f"{load}, first token's parts, ms"] = {
+            "client TTFT": round(metrics["ttft_s"]["measured"]["mean"] * 1e3, 1),
+            **{f"{tier} {key}": round(mean_of(a, b, key) * 1e3, 1)
+               for tier, a, b in (("P", p_before, p_after), ("MD", before, after))
+               for key in ("queue_s", "prefill_s", "ttft_s")},
+            **{f"replay {key}": round(mean_field(sim, key) * 1e3, 1)
+               for key in ("prefill_queue_s", "prefill_s", "transfer_s", "ttft_prefill_s",
+                           "ttft_s")},
+        }  # fmt: skip
         found[f"{load}, replay's TPOT mean against MD's own"] = round(
             metrics["tpot_s"]["simulated"]["mean"] / md_tpot - 1, 4
         )

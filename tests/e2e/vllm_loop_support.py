@@ -46,13 +46,18 @@ ENGINE_LATENCIES = {
     "tpot_s": "vllm:request_time_per_output_token_seconds",
     "e2e_s": "vllm:e2e_request_latency_seconds",
 }
+ENGINE_PHASES = {
+    "queue_s": "vllm:request_queue_time_seconds",  # waiting to be scheduled
+    "prefill_s": "vllm:request_prefill_time_seconds",  # scheduled to its first token
+}
 
 
 def engine_counters(url: str) -> dict[str, float]:
     """The engine's own counters so far: ``preemptions`` (requests it preempted), and per
-    latency of ``ENGINE_LATENCIES`` its histogram's ``KEY sum`` and ``KEY count``."""
+    latency of ``ENGINE_LATENCIES`` and ``ENGINE_PHASES`` its histogram's ``KEY sum`` and
+    ``KEY count``."""
     text = httpx.get(f"{url}/metrics", timeout=10).text
-    names = {name: key for key, name in ENGINE_LATENCIES.items()}
+    names = {name: key for key, name in (ENGINE_LATENCIES | ENGINE_PHASES).items()}
     found: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
         if family.name == "vllm:num_preemptions":
