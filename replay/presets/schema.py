@@ -99,6 +99,12 @@ class TimingSpec(_Spec):
         "step, as through the router (it streams what RLD or MD generate); false: the token "
         "the prefill produced reaches the client when the request joins its decode instance",
     )  # fmt: skip
+    router_s: float = Field(
+        0.0, ge=0, description="The router's own time per request before its first token "
+        "(the mean of a running router's pdd_router_overhead_seconds), one request after "
+        "another: a request is decided and sent to its prefill instance that much after "
+        "the router took it, and a burst waits in line (0: a router that costs nothing)",
+    )  # fmt: skip
 
 
 class MemorySpec(_Spec):
@@ -146,7 +152,8 @@ class FittedTiming(_Spec):
         0.0, ge=0, description="A request's time in the engine's server outside its passes "
         "(receiving it, handing it to the engine, sending its first token back), one request "
         "after another: calibrate measures it on the engine's clock. The replay charges it "
-        "on colocated and P pools (a request's second engine call, to RLD or MD, not yet)",
+        "on every engine call: a colocated or P pool's on arrival, a decode pool's when the "
+        "request joins it (after its prefill, or at the handoff)",
     )  # fmt: skip
     probed_prompt_tokens: int | None = Field(
         None, ge=1, description="The longest prompt (cached and new) the calibration sent: "

@@ -28,6 +28,7 @@ from policies.types import InstanceLoad
 from replay.sim.decode_batch import DecodeBatch
 from replay.sim.event_loop import EventLoop
 from replay.sim.events import Priority
+from replay.sim.frontend import Frontend
 from replay.sim.growing_memory import GrowingMemory
 from replay.sim.kv_memory import KvMemory
 from replay.sim.request_state import Leg, LegState, SimRequest
@@ -40,6 +41,7 @@ class DecodeInstance:
     """One RLD or MD instance."""
 
     __slots__ = (
+        "_frontend",
         "_growth",
         "_held",
         "_incoming",
@@ -107,6 +109,7 @@ class DecodeInstance:
         self._ready: deque[tuple[Leg, int]] = deque()
         self._running: dict[int, SimRequest] = {}
         self._incoming = 0
+        self._frontend = Frontend(loop, roofline.frontend_s, self._taken_in)
 
     # -- memory -----------------------------------------------------------------------
 
@@ -179,6 +182,20 @@ class DecodeInstance:
         self._drain_prealloc()
 
     # -- decoding ---------------------------------------------------------------------
+
+    def arrive(self, leg: Leg) -> None:
+        """The request reaches this instance's server, an engine call of its own (the
+        router's, once the prefill or the handoff is done): it joins the batch with what
+        is left of its output once the server has taken it (``Frontend``: a calibrated
+        pool's ``frontend_s``, one request after another)."""
+        self._frontend.submit(leg.request)
+        self._sync_load()
+
+    def _taken_in(self, request: SimRequest) -> None:
+        leg = self._leg_of(request)
+        if leg.state == LegState.CLOSED or request.finished:
+            return  # dropped while the server held it (RLD finished, or the handoff moved)
+        self.join(leg, request.output_length - request.emitted)
 
     def join(self, leg: Leg, tokens_left: int) -> None:
         """Start emitting the request's last ``tokens_left`` tokens (or wait for a slot)."""
@@ -288,7 +305,7 @@ class DecodeInstance:
         load.running = len(self._running)
         load.queued = (
             len(self._prealloc) + self._incoming + len(self._ready)
-            + len(self._preempted) + self._recomputing
+            + len(self._preempted) + self._recomputing + self._frontend.waiting
         )  # fmt: skip
         if self._growth is not None:
             self._growth.arm()

@@ -9,8 +9,10 @@ through them, as in an asyncio server whose request handlers run before its outp
 handler: a burst's first tokens come out together. Under a steady load near one request
 per ``frontend_s`` that holds first tokens for the server's whole queue, which a real
 server, interleaving the two, may not. (P instances do not hold theirs: with PD, the first
-token comes from the decode side, whose server is not modelled.) Without a calibrated
-value (0) a request reaches the engine at once.
+token comes from the decode side.) A decode instance (RLD or MD) takes each request the
+router hands it, once the prefill or the handoff is done, through its server too, before
+it joins the batch (``DecodeInstance.arrive``). Without a calibrated value (0) a request
+reaches the engine at once.
 """
 
 from __future__ import annotations

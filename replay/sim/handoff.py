@@ -54,9 +54,9 @@ class HandoffDriver:
         rld_leg, md_leg = _legs(request)
         if request.md_ready:  # MD's copy came first: RLD is not needed
             self._abort(rld_leg)
-            md_leg.dest.join(md_leg, request.output_length - request.emitted)
+            md_leg.dest.arrive(md_leg)
         else:
-            rld_leg.dest.join(rld_leg, request.output_length)
+            rld_leg.dest.arrive(rld_leg)
 
     def md_ready(self, request: SimRequest) -> None:
         request.md_ready = True
@@ -65,7 +65,7 @@ class HandoffDriver:
             self._begin(request)  # waiting now): MD takes over what it emitted
         elif rld_leg.state != LegState.CLOSED:  # RLD has not started: go straight to MD
             self._abort(rld_leg)
-            md_leg.dest.join(md_leg, request.output_length - request.emitted)
+            md_leg.dest.arrive(md_leg)
 
     def rld_finished(self, request: SimRequest) -> None:
         """RLD emitted the last token: MD's copy (in flight or landed) is dropped."""
@@ -142,7 +142,7 @@ class HandoffDriver:
     def _takeover(self, request: SimRequest) -> None:
         _, md_leg = _legs(request)
         request.md_have = request.emitted
-        md_leg.dest.join(md_leg, request.output_length - request.emitted)
+        md_leg.dest.arrive(md_leg)
 
     def _ship_s(self, request: SimRequest, tokens: int) -> float:
         """Token IDs from RLD to MD: one-way latency plus their bytes at full bandwidth."""

@@ -72,6 +72,10 @@ class DecodeServer(Protocol):
     def landed(self, leg: Leg) -> None:
         """The copy's bytes arrived."""
 
+    def arrive(self, leg: Leg) -> None:
+        """The request reaches the instance's server (an engine call): it joins the batch
+        with what is left of its output once the server has taken it."""
+
     def join(self, leg: Leg, tokens_left: int) -> None:
         """Start decoding ``tokens_left`` tokens of the request in a batch."""
 

@@ -21,6 +21,7 @@ from replay.sim.colocated_instance import ColocatedInstance
 from replay.sim.decode_instance import DecodeInstance
 from replay.sim.event_loop import EventLoop
 from replay.sim.events import Priority
+from replay.sim.frontend import Frontend
 from replay.sim.handoff import HandoffDriver
 from replay.sim.kv_events import KV_EVENT_DELAY_S, KvEventFeed
 from replay.sim.link import Transfer
@@ -126,6 +127,8 @@ class Simulator:
             if timeline_period_s is not None
             else None
         )
+        # the router's own time per request, one after another (timing.router_s)
+        self._router = Frontend(self.loop, preset.spec.timing.router_s, self._route)
         self.finished = 0
         self._progress = progress
         self._arrivals: Iterator[TraceRequest] = iter(())
@@ -176,6 +179,10 @@ class Simulator:
 
     def _arrive(self, request: SimRequest) -> None:
         self._schedule_next()
+        self._router.submit(request)
+
+    def _route(self, request: SimRequest) -> None:
+        """The router takes the request: decides, and sends it to its prefill instance."""
         cluster = self.cluster
         cluster.view.now = self.loop.now
         cluster.sync_links()
@@ -288,7 +295,7 @@ class Simulator:
         if leg is request.md_leg:
             request.transfer_s = transfer.duration_s
             if request.pipeline == Pipeline.P_MD:
-                leg.dest.join(leg, request.output_length)
+                leg.dest.arrive(leg)
             else:
                 self.handoff.md_ready(request)
         elif request.pipeline == Pipeline.P_RLD_MD:
@@ -296,7 +303,7 @@ class Simulator:
         else:
             if request.md_leg is None:
                 request.transfer_s = transfer.duration_s
-            leg.dest.join(leg, request.output_length)
+            leg.dest.arrive(leg)
 
     def _left_p(self, request: SimRequest) -> None:
         request.outgoing -= 1

@@ -76,6 +76,13 @@ class ServiceMetrics:
             "pdd_router_ttft_seconds", "Time to first token as the client saw it", ["arm"],
             buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 60), registry=r,
         )  # fmt: skip
+        self.overhead = Histogram(
+            "pdd_router_overhead_seconds",
+            "The router's own time before a request's first token: its time to first token "
+            "less the time it waited on engines (the prefill call, the first token of the "
+            "decode stream); its mean is a preset's timing.router_s",
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1), registry=r,
+        )  # fmt: skip
         self.index_degraded = Gauge(
             "pdd_router_index_degraded",
             "1 while decisions use the local mirror: the shared index is unreachable or being "

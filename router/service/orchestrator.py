@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,6 +53,10 @@ class ExecutionResult:
     finish_reason: str | None = None
     handoff: str | None = None
     pipeline_change: str | None = None  # why it was served on another pipeline than decided
+    # seconds spent waiting on engines before the first token: the prefill call and the
+    # wait for the first token of the stream the client reads (the router's own time is
+    # the rest of its time to first token)
+    engine_wait_s: float = 0.0
 
 
 @dataclass(slots=True)
@@ -123,6 +128,7 @@ class Upstream:
         span.set_attribute("pdd.prompt_tokens", len(request.prompt_token_ids))
         stream = self.adapter(instance_id).generate(request)
         produced = 0
+        asked = time.perf_counter()
         self.pool.stream_started(instance_id)
         try:
             while True:
@@ -146,6 +152,8 @@ class Upstream:
                     raise EngineError(instance_id, "generate: " + late) from exc
                 if produced == 0 and delta.token_ids:
                     self.pool.succeeded(instance_id)
+                    if outcome is not None and outcome.tokens == 0:  # the client's first
+                        outcome.engine_wait_s += time.perf_counter() - asked
                 produced += len(delta.token_ids)
                 if outcome is not None:
                     if delta.cached_tokens is not None and outcome.cached_tokens is None:
@@ -208,7 +216,9 @@ async def execute(
     targets = 2 if decision.pipeline is Pipeline.P_RLD_MD else 1
     hit = decision.predicted_hit.get(Tier.P, 0.0)
     uncached = max(len(prompt) - round(hit * len(prompt)), 1)
+    asked = time.perf_counter()
     prefill = await up.prefill(decision.p_instance, pre, targets, uncached)
+    outcome.engine_wait_s += time.perf_counter() - asked
     kv = prefill.params_for(0)  # the first target: MD for P-MD, RLD otherwise
     kv_md = prefill.params_for(1) if targets == 2 else None
 
@@ -239,6 +249,7 @@ async def execute(
     md_id = decision.md_instance
     eager: list[int] = []
     rld_stream = up.generate(rld_id, rld_req, None)
+    asked = time.perf_counter()
     md_ready = asyncio.create_task(_warm(up, md_id, derived(request_id=f"{request_id}-md0"), kv_md))
     chunk = decision.chunk_tokens or 64
     warming: asyncio.Task[None] | None = None
@@ -247,6 +258,8 @@ async def execute(
     try:
         async for delta in rld_stream:
             if delta.token_ids:
+                if not eager:  # RLD's first token, the client's first
+                    outcome.engine_wait_s += time.perf_counter() - asked
                 eager.extend(delta.token_ids)
                 outcome.tokens += len(delta.token_ids)
                 yield delta.token_ids

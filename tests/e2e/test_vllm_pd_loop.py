@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import time
 from collections.abc import Iterator
@@ -31,6 +32,7 @@ import httpx
 import pytest
 import yaml
 from process_support import free_port, spawn, wait_for
+from prometheus_client.parser import text_string_to_metric_families
 from vllm_loop_support import (
     MAX_LEN,
     MAX_SEQS,
@@ -125,6 +127,40 @@ def mean_field(run: Path, key: str) -> float:
     return sum(values) / max(len(values), 1)
 
 
+def router_times(url: str) -> dict[str, float]:
+    """The router's histograms so far: ``overhead`` (its own time before first tokens)
+    and ``ttft`` (its time to first token), each's ``sum`` and ``count``."""
+    text = httpx.get(f"{url}/metrics", timeout=10).text
+    found: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        key = family.name.removeprefix("pdd_router_").removesuffix("_seconds")
+        if key in ("overhead", "ttft"):
+            for part in ("sum", "count"):
+                found[f"{key} {part}"] = sum(
+                    s.value for s in family.samples if s.name.endswith(f"_{part}")
+                )
+    return found
+
+
+def router_s(url: str, requests: int = 12) -> float:
+    """The router's own time per request before its first token, uncontended: the mean of
+    its ``pdd_router_overhead_seconds`` over requests sent one at a time (prompts of 64 to
+    2,048 new tokens, 8 output tokens), as a user would read it off a router at rest."""
+    model = httpx.get(f"{url}/v1/models", timeout=10).json()["data"][0]["id"]
+    rng = random.Random(7)
+    before = router_times(url)
+    for i in range(requests):
+        prompt = [rng.randrange(1, VOCAB) for _ in range(64 << (i % 6))]
+        body = {"model": model, "prompt": prompt, "max_tokens": 8, "stream": True,
+                "ignore_eos": True}  # fmt: skip
+        with httpx.stream("POST", f"{url}/v1/completions", json=body, timeout=60) as answer:
+            answer.raise_for_status()
+            for _ in answer.iter_lines():
+                pass
+    after = router_times(url)
+    return mean_of(before, after, "overhead")
+
+
 def fresh_start(p: Endpoint, md: Endpoint, store: Path) -> None:
     """Both engines' prefix caches and the connector's folder emptied: a run of the trace
     finds nothing the last one computed, as a replay starts from empty caches."""
@@ -166,11 +202,15 @@ def test_a_calibrated_replay_of_a_real_p_md_pair(
         f"timing.prefill_batch_tokens={MAX_LEN}",
         f"models.kimi-k2-like.kv_bytes_per_token={KV_BYTES_PER_TOKEN}",
     ]  # fmt: skip
+    # the router's own time, measured as the engines' costs were, on requests one at a time
+    found["router_s, ms"] = round(router_s(url) * 1e3, 2)
+    cluster.append(f"timing.router_s={found['router_s, ms'] / 1e3}")
     for load, rate in (("light", "1"), ("moderate", "2")):
         live = tmp_path / f"live-{load}"
         fresh_start(p, md, machine["store"])
         before, moved, steal = engine_counters(md.url), external_tokens(md.url), cpu_steal()
         p_before = engine_counters(p.url)
+        router_before = router_times(url)
         used = {role: cpu_seconds(pid) for role, pid in pids.items()}
         started = time.monotonic()
         cli(capsys, "replay", "live", str(trace), "--url", url, "--rate-scale", rate,
@@ -186,11 +226,7 @@ def test_a_calibrated_replay_of_a_real_p_md_pair(
             for role, pid in pids.items()
         }
         p_after = engine_counters(p.url)
-        with (live / "requests.jsonl").open() as lines:
-            records = [json.loads(line) for line in lines]
-        assert len(records) == REQUESTS
-        assert {r["pipeline"] for r in records} == {"P-MD"}, {r["pipeline"] for r in records}
-        # MD decoded from the KV P computed: it loaded prompt tokens through the connector
+        router_after = router_times(url)
         found[f"{load}, tokens MD loaded from P's KV"] = external_tokens(md.url) - moved
         assert found[f"{load}, tokens MD loaded from P's KV"] > 0
         md_tpot = mean_of(before, after, "tpot_s")
@@ -206,6 +242,8 @@ def test_a_calibrated_replay_of_a_real_p_md_pair(
         # the replay's, means in ms
         found[f"{load}, first token's parts, ms"] = {
             "client TTFT": round(metrics["ttft_s"]["measured"]["mean"] * 1e3, 1),
+            **{f"router {key}": round(mean_of(router_before, router_after, key) * 1e3, 1)
+               for key in ("ttft", "overhead")},
             **{f"{tier} {key}": round(mean_of(a, b, key) * 1e3, 1)
                for tier, a, b in (("P", p_before, p_after), ("MD", before, after))
                for key in ("queue_s", "prefill_s", "ttft_s")},

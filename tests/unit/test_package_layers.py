@@ -167,4 +167,5 @@ def test_the_guard_catches_an_upward_import_and_a_cycle(graph: Graph) -> None:
         "replay.metrics.writers imports replay.report.render",
         "router.scheduler imports replay.runner.run",
     ]
-    assert ["replay.sim.decode_instance", "replay.sim.request_state"] in cycles(broken)
+    loop = {"replay.sim.decode_instance", "replay.sim.request_state"}
+    assert any(loop <= set(cycle) for cycle in cycles(broken)), cycles(broken)
