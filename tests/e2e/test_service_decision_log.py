@@ -366,3 +366,32 @@ def test_a_bad_setting_stops_serve_with_one_line(
     assert (
         "PDD_ROUTER_SERVICE__KV_EVENTS_GRACE_S: Input should be greater than or equal to 0" in err
     )
+
+
+def _histogram(client: TestClient, name: str) -> tuple[float, float]:
+    """(sum, count) of one of the router's histograms."""
+    found = {
+        sample.name: sample.value
+        for family in text_string_to_metric_families(client.get("/metrics").text)
+        for sample in family.samples
+        if family.name == name
+    }
+    return found[f"{name}_sum"], found[f"{name}_count"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_router_reports_its_own_time_apart_from_the_engines(stream: bool) -> None:
+    """pdd_router_overhead_seconds: the router's time to first token less its waits on the
+    engines. Engines that take 32 ms to prefill the prompt leave the router's own time a
+    small part of the TTFT, whatever the pipeline."""
+    slow = {"prefill_s_per_token": 5e-5, "decode_s_per_token": 0.002}  # 640 tokens: 32 ms
+    engines = Engines(p=slow, rld=slow, md=slow)
+    with make_client(engines) as client:
+        register(client, *TOPOLOGY)
+        for i in range(3):
+            complete(client, [(t + 97 * i) % VOCAB for t in PROMPT], stream=stream)
+        ttft_sum, ttft_count = _histogram(client, "pdd_router_ttft_seconds")
+        own_sum, own_count = _histogram(client, "pdd_router_overhead_seconds")
+    assert own_count == ttft_count == 3
+    assert ttft_sum / 3 > 0.03  # the prefill is in the TTFT
+    assert 0 < own_sum < 0.5 * ttft_sum, (own_sum, ttft_sum)
