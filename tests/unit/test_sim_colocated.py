@@ -7,6 +7,7 @@ import dataclasses
 from typing import Any
 
 import pytest
+from fitted_pools import with_fitted
 
 from policies.registry import build_policy, parse_policy
 from policies.tiers import Tier
@@ -14,7 +15,6 @@ from policies.types import ClusterView, Decision, Matches, Pipeline, RequestView
 from replay.metrics import RequestRecord, record_of
 from replay.presets import load_preset
 from replay.presets.cluster_preset import ClusterPreset
-from replay.presets.schema import FittedTiming
 from replay.runner.checks import check_cluster
 from replay.sim.colocated_instance import ColocatedInstance
 from replay.sim.event_loop import EventLoop
@@ -214,16 +214,7 @@ def test_the_requests_prefilled_in_one_step_get_their_first_token_when_it_ends()
 
 
 def _calibrated(frontend_s: float) -> ClusterPreset:
-    preset = _preset()
-    fitted = FittedTiming(
-        prefill_overhead_s=0.001, prefill_s_per_token=1e-6, prefill_s_per_token_pair=0.0,
-        decode_overhead_s=0.002, decode_s_per_request=0.0, decode_s_per_context_token=0.0,
-        frontend_s=frontend_s,
-    )  # fmt: skip
-    spec = preset.spec
-    pool = spec.pools["engines"].model_copy(update={"fitted": fitted})
-    spec = spec.model_copy(update={"pools": {**spec.pools, "engines": pool}})
-    return dataclasses.replace(preset, spec=spec)
+    return with_fitted(_preset(), "engines", frontend_s)
 
 
 def test_a_calibrated_engines_server_takes_requests_one_after_another() -> None:

@@ -3,15 +3,13 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
+from fitted_pools import with_fitted
 
 from policies.types import ClusterView, Decision, Pipeline, RequestView
 from replay.metrics import RequestRecord, record_of
 from replay.presets import load_preset
 from replay.presets.cluster_preset import ClusterPreset
-from replay.presets.schema import FittedTiming
 from replay.sim.event_loop import EventLoop
 from replay.sim.simulator import Simulator
 from replay.trace.record import TraceRequest
@@ -41,17 +39,7 @@ def _preset(router_s: float = 0.0, md_frontend_s: float | None = None) -> Cluste
         "idc-pd-small",
         {"pools.p.instances": 1, "pools.md.instances": 1, "timing.router_s": router_s},
     )
-    if md_frontend_s is None:
-        return preset
-    fitted = FittedTiming(
-        prefill_overhead_s=0.001, prefill_s_per_token=1e-6, prefill_s_per_token_pair=0.0,
-        decode_overhead_s=0.002, decode_s_per_request=0.0, decode_s_per_context_token=0.0,
-        frontend_s=md_frontend_s,
-    )  # fmt: skip
-    spec = preset.spec
-    md = spec.pools["md"].model_copy(update={"fitted": fitted})
-    spec = spec.model_copy(update={"pools": {**spec.pools, "md": md}})
-    return dataclasses.replace(preset, spec=spec)
+    return preset if md_frontend_s is None else with_fitted(preset, "md", md_frontend_s)
 
 
 def _run(trace: list[TraceRequest], preset: ClusterPreset) -> tuple[list[RequestRecord], PMd]:
@@ -62,13 +50,17 @@ def _run(trace: list[TraceRequest], preset: ClusterPreset) -> tuple[list[Request
     return [record_of(r) for r in sim.run(trace)], decider
 
 
+def _extra_ttft(trace: list[TraceRequest], base: ClusterPreset, paid: ClusterPreset) -> float:
+    """How much later the first request's first token comes with ``paid`` than ``base``."""
+    before, after = _run(trace, base)[0][0].ttft_s, _run(trace, paid)[0][0].ttft_s
+    assert before is not None
+    assert after is not None
+    return after - before
+
+
 def test_the_routers_own_time_delays_each_request_and_a_burst_waits_in_line() -> None:
     alone = [_req(0, 0.0, [1, 2])]
-    free, _ = _run(alone, _preset())
-    paid, _ = _run(alone, _preset(router_s=0.05))
-    assert free[0].ttft_s is not None
-    assert paid[0].ttft_s is not None
-    assert paid[0].ttft_s - free[0].ttft_s == pytest.approx(0.05, abs=1e-9)
+    assert _extra_ttft(alone, _preset(), _preset(router_s=0.05)) == pytest.approx(0.05, abs=1e-9)
     burst = [_req(i, 1.0, [10 * i + 1]) for i in range(3)]
     _, decider = _run(burst, _preset(router_s=0.05))
     assert decider.decided_at == pytest.approx([1.05, 1.10, 1.15])
@@ -78,11 +70,8 @@ def test_the_routers_own_time_delays_each_request_and_a_burst_waits_in_line() ->
 
 def test_a_decode_engines_server_takes_each_request_the_router_hands_it() -> None:
     alone = [_req(0, 0.0, [1, 2])]
-    free, _ = _run(alone, _preset(md_frontend_s=0.0))
-    paid, _ = _run(alone, _preset(md_frontend_s=0.02))
-    assert free[0].ttft_s is not None
-    assert paid[0].ttft_s is not None
-    assert paid[0].ttft_s - free[0].ttft_s == pytest.approx(0.02, abs=1e-6)
+    extra = _extra_ttft(alone, _preset(md_frontend_s=0.0), _preset(md_frontend_s=0.02))
+    assert extra == pytest.approx(0.02, abs=1e-6)
     # prefills of a few ms land close together; MD's server takes them a second apart
     burst = [_req(i, 0.0, [10 * i + 1]) for i in range(3)]
     records, _ = _run(burst, _preset(md_frontend_s=1.0))
