@@ -53,6 +53,13 @@ def calibrate(
         "/metrics, as vLLM exports them), client (each answer's round trip), or auto "
         "(engine when it exports them)",
     ),
+    router: str | None = typer.Option(
+        None,
+        "--router",
+        help="Base URL of a pdd-router in front of the engines: measure its own time per "
+        "request (pdd_router_overhead_seconds, on requests sent one at a time) and write it "
+        "as the preset's timing.router_s (needs --preset)",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the measurements as JSON"),
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar"),
 ) -> None:
@@ -74,6 +81,7 @@ def calibrate(
     from cli.progress import progress_bars
     from replay.presets.loader import load_preset
     from replay.runner.calibrate import CalibrationOptions, calibrate, probe_count
+    from replay.runner.router_time import check_router, measure_router_s
     from router.errors import UserError
 
     if max_prompt < 512 or max_batch < 1:
@@ -88,6 +96,10 @@ def calibrate(
         long_prompt=max_prompt // 2, repeats=repeats, decode_tokens=decode_tokens,
         clock=clock,  # type: ignore[arg-type]  # checked above
     )  # fmt: skip
+    if router is not None and preset is None:
+        raise UserError("--router needs --preset: timing.router_s is a setting of a preset")
+    if router is not None:
+        check_router(router, api_key=api_key)
     target = load_preset(preset) if preset is not None else None
     if target is not None:
         unknown = [p for p in pool if p not in target.spec.pools]
@@ -104,6 +116,11 @@ def calibrate(
                 bars.advance(task)
 
         result = calibrate(options, step)
+    measured_router = None
+    if router is not None:
+        measured_router = measure_router_s(
+            router, model=model, api_key=api_key, vocab_size=vocab_size, max_prompt=max_prompt
+        )
     fitted = result.fitted.model_dump(mode="json")
     # the engine's KV memory as it reports it: its block size and, when known, its capacity
     layout = {"kv_block_tokens": result.kv_block_tokens,
@@ -116,6 +133,8 @@ def calibrate(
             tree["pools"][name]["fitted"] = fitted
         # measured engines behind the router: the first token is the decode side's
         tree["timing"]["first_token_on_decode"] = True
+        if measured_router is not None:
+            tree["timing"]["router_s"] = round(measured_router.router_s, 6)
         text = f"# {preset} calibrated on {url} by pdd-router calibrate\n" + yaml.safe_dump(
             tree, sort_keys=False, width=88
         )
@@ -145,6 +164,14 @@ def calibrate(
             + (f", {capacity:,} tokens in all (kv_capacity_tokens)" if capacity else "")
             + (", written in the pools' settings, in place of those the preset had"
                if target is not None else ""),
+            highlight=False, soft_wrap=True,
+        )  # fmt: skip
+    if measured_router is not None:
+        console.print(
+            f"the router's own time before a first token: "
+            f"{measured_router.router_s * 1e3:.2f} ms a request (the mean of its "
+            f"pdd_router_overhead_seconds over {measured_router.requests} requests sent one "
+            "at a time), written as timing.router_s",
             highlight=False, soft_wrap=True,
         )  # fmt: skip
     console.print(

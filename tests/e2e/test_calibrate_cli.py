@@ -124,3 +124,20 @@ def test_an_engine_that_does_not_answer_is_one_line(
     assert code == 2
     assert "http://127.0.0.1:9 does not answer" in err
     assert "Traceback" not in err
+
+
+def test_router_needs_a_preset_and_a_router(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, engine: Engine
+) -> None:
+    """--router writes a preset's timing.router_s: without --preset it is refused at once,
+    and an endpoint that is not a pdd-router (the engine itself) is named in one line,
+    before the engine is probed."""
+    base = ("calibrate", "--url", engine.url, "--out", str(tmp_path / "c.yaml"),
+            "--no-progress")  # fmt: skip
+    code, _, err = run_cli(capsys, *base, "--router", engine.url)
+    assert code == 2
+    assert "--router needs --preset" in err
+    code, _, err = run_cli(capsys, *base, "--preset", "idc-pd-small", "--router", engine.url)
+    assert code == 2
+    assert f"{engine.url}/metrics has no pdd_router_overhead_seconds" in err
+    assert "Traceback" not in err

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from cli_support import run_cli
 from process_support import Stack
 
@@ -60,7 +61,10 @@ def test_a_calibrated_replay_lands_near_what_the_router_measured(
         "--pool", "p", "--out", str(tmp_path / "p.yaml"), *probes)  # fmt: skip
     cli(capsys, "calibrate", "--url", stack.engines["md0"].url, "--preset",
         str(tmp_path / "p.yaml"), "--pool", "md", "--out", str(tmp_path / "cluster.yaml"),
-        *probes)  # fmt: skip
+        "--router", stack.router, *probes)  # fmt: skip
+    # the router's own time before a first token, measured through it: a few ms at most
+    router_s = yaml.safe_load((tmp_path / "cluster.yaml").read_text())["timing"]["router_s"]
+    assert 0 < router_s < 0.05, router_s
     cli(capsys, "replay", "live", str(tmp_path / "trace.jsonl"), "--url", stack.router,
         "--vocab-size", str(VOCAB), "--out", str(tmp_path / "live"), "--no-progress")  # fmt: skip
     one_each = [f"pools.{p}.{k}={v}" for p in ("p", "md")

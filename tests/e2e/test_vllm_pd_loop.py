@@ -6,9 +6,9 @@ router (`serve`, policy ``idc-pd``: every request P-MD). Each engine is calibrat
 the single-engine loop uses is sent through the router at the trace's rate and at twice it
 (`replay live`); the same slice is replayed on the calibrated P-MD preset (`replay run`);
 `replay validate` sets the two side by side. The router's own time per request is
-measured as the engines' costs are, on requests sent one at a time, and replayed as
-``timing.router_s``; the decode engine's server time (its calibrated ``frontend_s``) is
-charged when the router hands it a request.
+measured as the engines' costs are, on requests sent one at a time (``calibrate
+--router``), and replayed as ``timing.router_s``; the decode engine's server time (its
+calibrated ``frontend_s``) is charged when the router hands it a request.
 
 Each engine runs on a core of its own, the way each would have a server of its own: its
 model worker, engine core and API server on one core (``engine_per_core``); the router and
@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import shutil
 import time
 from collections.abc import Iterator
@@ -145,25 +144,6 @@ def router_times(url: str) -> dict[str, float]:
     return found
 
 
-def router_s(url: str, requests: int = 12) -> float:
-    """The router's own time per request before its first token, uncontended: the mean of
-    its ``pdd_router_overhead_seconds`` over requests sent one at a time (prompts of 64 to
-    2,048 new tokens, 8 output tokens), as a user would read it off a router at rest."""
-    model = httpx.get(f"{url}/v1/models", timeout=10).json()["data"][0]["id"]
-    rng = random.Random(7)
-    before = router_times(url)
-    for i in range(requests):
-        prompt = [rng.randrange(1, VOCAB) for _ in range(64 << (i % 6))]
-        body = {"model": model, "prompt": prompt, "max_tokens": 8, "stream": True,
-                "ignore_eos": True}  # fmt: skip
-        with httpx.stream("POST", f"{url}/v1/completions", json=body, timeout=60) as answer:
-            answer.raise_for_status()
-            for _ in answer.iter_lines():
-                pass
-    after = router_times(url)
-    return mean_of(before, after, "overhead")
-
-
 def fresh_start(p: Endpoint, md: Endpoint, store: Path) -> None:
     """Both engines' prefix caches and the connector's folder emptied: a run of the trace
     finds nothing the last one computed, as a replay starts from empty caches."""
@@ -190,7 +170,8 @@ def test_a_calibrated_replay_of_a_real_p_md_pair(
     cli(capsys, "calibrate", "--url", p.url, "--preset", "idc-pd-small", "--pool", "p",
         "--out", str(tmp_path / "p.yaml"), *probes)  # fmt: skip
     cli(capsys, "calibrate", "--url", md.url, "--preset", str(tmp_path / "p.yaml"),
-        "--pool", "md", "--out", str(tmp_path / "cluster.yaml"), *probes)  # fmt: skip
+        "--pool", "md", "--out", str(tmp_path / "cluster.yaml"), "--router", url,
+        *probes)  # fmt: skip
     pools = yaml.safe_load((tmp_path / "cluster.yaml").read_text())["pools"]
     found: dict[str, Any] = {
         f"calibration of {name}, ms": {
@@ -205,9 +186,11 @@ def test_a_calibrated_replay_of_a_real_p_md_pair(
         f"timing.prefill_batch_tokens={MAX_LEN}",
         f"models.kimi-k2-like.kv_bytes_per_token={KV_BYTES_PER_TOKEN}",
     ]  # fmt: skip
-    # the router's own time, measured as the engines' costs were, on requests one at a time
-    found["router_s, ms"] = round(router_s(url) * 1e3, 2)
-    cluster.append(f"timing.router_s={found['router_s, ms'] / 1e3}")
+    # the router's own time (calibrate --router: on requests sent one at a time, as the
+    # engines' costs are measured), in the preset as timing.router_s
+    found["router_s, ms"] = round(
+        yaml.safe_load((tmp_path / "cluster.yaml").read_text())["timing"]["router_s"] * 1e3, 2
+    )
     for load, rate in (("light", "1"), ("moderate", "2")):
         live = tmp_path / f"live-{load}"
         fresh_start(p, md, machine["store"])
