@@ -143,7 +143,10 @@ def calibrate(
     out.write_text(text, encoding="utf-8")
     console = Console()
     if as_json:
-        console.print_json(json.dumps(result.to_json()))
+        payload = result.to_json()
+        if measured_router is not None:
+            payload["router_s"] = round(measured_router.router_s, 6)
+        console.print_json(json.dumps(payload))
     else:
         console.print(_table(result.to_json()))
     for warning in result.warnings:

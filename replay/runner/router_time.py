@@ -37,13 +37,16 @@ async def _totals(client: httpx.AsyncClient, url: str) -> tuple[float, float]:
         answer.raise_for_status()
     except httpx.HTTPError as exc:
         raise UserError(f"{url}/metrics did not answer: {exc}") from None
-    found = {
-        sample.name: sample.value
-        for family in text_string_to_metric_families(answer.text)
-        if family.name == OVERHEAD_METRIC
-        for sample in family.samples
-    }
-    if f"{OVERHEAD_METRIC}_count" not in found:
+    try:
+        found = {
+            sample.name: sample.value
+            for family in text_string_to_metric_families(answer.text)
+            if family.name == OVERHEAD_METRIC
+            for sample in family.samples
+        }
+    except ValueError:
+        raise UserError(f"{url}/metrics is not Prometheus text: is it a pdd-router?") from None
+    if f"{OVERHEAD_METRIC}_count" not in found or f"{OVERHEAD_METRIC}_sum" not in found:
         raise UserError(f"{url}/metrics has no {OVERHEAD_METRIC}: is it a pdd-router?")
     return found[f"{OVERHEAD_METRIC}_sum"], found[f"{OVERHEAD_METRIC}_count"]
 

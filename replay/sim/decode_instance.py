@@ -194,6 +194,7 @@ class DecodeInstance:
     def _taken_in(self, request: SimRequest) -> None:
         leg = self._leg_of(request)
         if leg.state == LegState.CLOSED or request.finished:
+            self._sync_load()  # its server no longer holds it
             return  # dropped while the server held it (RLD finished, or the handoff moved)
         self.join(leg, request.output_length - request.emitted)
 

@@ -11,7 +11,9 @@ per ``frontend_s`` that holds first tokens for the server's whole queue, which a
 server, interleaving the two, may not. (P instances do not hold theirs: with PD, the first
 token comes from the decode side.) A decode instance (RLD or MD) takes each request the
 router hands it, once the prefill or the handoff is done, through its server too, before
-it joins the batch (``DecodeInstance.arrive``). Without a calibrated value (0) a request
+it joins the batch (``DecodeInstance.arrive``), once the copy has landed: a real decode
+engine's server takes the request before its engine pulls the KV, so under a burst of
+long transfers the replay puts in turn what a real one overlaps with them. Without a calibrated value (0) a request
 reaches the engine at once.
 """
 

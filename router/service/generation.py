@@ -116,18 +116,21 @@ class Generation:
             temperature=job.temperature, ignore_eos=job.ignore_eos, sampling=job.sampling,
         )  # fmt: skip
         failed: set[str] = set()
+        waited = 0.0  # failed attempts' time: spent on engines, not the router's own
         with unwatched_on_error(svc, request_id):
             for attempt in range(MAX_ATTEMPTS):
                 decision, arm = await decide(svc, view, failed, job.model.instances_of)
                 watch(svc, view, decision)
-                outcome = ExecutionResult(decision.pipeline)
+                outcome = ExecutionResult(decision.pipeline, engine_wait_s=waited)
                 stream = execute(_upstream(svc), decision, client, outcome)
+                tried = time.perf_counter()
                 try:
                     first = await _unless_client_leaves(request, anext(stream, None))
                     return cls(svc, job, view, decision, arm, outcome, stream, first, timing)
                 except ClientGone:
                     raise ApiError(499, "the client closed the connection") from None
                 except EngineError as exc:
+                    waited += time.perf_counter() - tried
                     await stream.aclose()
                     if exc.cause == "request":
                         raise refused(exc) from exc

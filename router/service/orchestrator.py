@@ -313,6 +313,8 @@ async def execute(
     # RLD's stream ended without finishing and MD never got ready: wait for MD
     if not md_ready.done() or md_ready.cancelled():
         await _warm(up, md_id, derived(request_id=f"{request_id}-md0"), kv_md)
+    if not eager:  # RLD gave the client nothing: all of it was a wait on engines
+        outcome.engine_wait_s += time.perf_counter() - asked
     outcome.eager_tokens = len(eager)
     outcome.handoff = decision.handoff.value
     up.metrics.handoffs.labels(decision.handoff.value).inc()

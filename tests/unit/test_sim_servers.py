@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from fitted_pools import with_fitted
 
-from policies.types import ClusterView, Decision, Pipeline, RequestView
+from policies.types import ClusterView, Decision, HandoffMode, Pipeline, RequestView
 from replay.metrics import RequestRecord, record_of
 from replay.presets import load_preset
 from replay.presets.cluster_preset import ClusterPreset
@@ -78,3 +78,30 @@ def test_a_decode_engines_server_takes_each_request_the_router_hands_it() -> Non
     firsts = sorted(r.ttft_s or 0.0 for r in records)
     assert firsts[1] - firsts[0] == pytest.approx(1.0, abs=0.01)
     assert firsts[2] - firsts[1] == pytest.approx(1.0, abs=0.01)
+
+
+class PRldMd:
+    """Every request P-RLD-MD, handed off in one shot."""
+
+    def decide(self, request: RequestView, cluster: ClusterView) -> Decision:
+        return Decision(policy="scripted", pipeline=Pipeline.P_RLD_MD, p_instance="p-0",
+                        rld_instance="rld-0", md_instance="md-0",
+                        handoff=HandoffMode.ONE_SHOT)  # fmt: skip
+
+
+def test_a_copy_dropped_while_its_server_holds_it_leaves_no_load_behind() -> None:
+    """RLD's server takes a second a request; MD's copy lands across the line first, so
+    the request goes straight to MD and RLD's copy is dropped while RLD's server still
+    holds it. The request finishes on MD, and RLD shows no request waiting after."""
+    preset = load_preset("pdd-small", {"pools.p.instances": 1, "pools.rld.instances": 1,
+                                       "pools.md.instances": 1})  # fmt: skip
+    preset = with_fitted(preset, "rld", 1.0)
+    loop = EventLoop()
+    sim = Simulator(preset, PRldMd(), MemoryPrefixIndex(clock=loop.clock), block_size=BLOCK,
+                    loop=loop)  # fmt: skip
+    records = [record_of(r) for r in sim.run([_req(0, 0.0, [1, 2])])]
+    assert records[0].finished_on == "md-0"
+    assert records[0].ttft_s is not None
+    assert records[0].ttft_s < 1.0  # it did not wait for RLD's server
+    rld = sim.cluster.decode["rld-0"].load
+    assert (rld.queued, rld.running) == (0, 0)
