@@ -13,8 +13,8 @@ token comes from the decode side.) A decode instance (RLD or MD) takes each requ
 router hands it, once the prefill or the handoff is done, through its server too, before
 it joins the batch (``DecodeInstance.arrive``), once the copy has landed: a real decode
 engine's server takes the request before its engine pulls the KV, so under a burst of
-long transfers the replay puts in turn what a real one overlaps with them. Without a calibrated value (0) a request
-reaches the engine at once.
+long transfers the replay puts in turn what a real one overlaps with them. Without a
+calibrated value (0) a request reaches the engine at once.
 """
 
 from __future__ import annotations
