@@ -105,5 +105,6 @@ def measure_router_s(
     """Send ``requests`` completions through the router at ``url`` one at a time (prompts
     of random tokens, 64 up to half ``max_prompt`` long, 8 output tokens, streamed) and
     return the mean of its own time per request over them."""
-    headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
-    return asyncio.run(_measure(url.rstrip("/"), model, headers, vocab_size, max_prompt, requests))
+    return asyncio.run(
+        _measure(url.rstrip("/"), model, _headers(api_key), vocab_size, max_prompt, requests)
+    )
