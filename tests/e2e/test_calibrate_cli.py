@@ -3,7 +3,9 @@ them, and the preset it writes replays with them."""
 
 from __future__ import annotations
 
+import http.server
 import json
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -144,3 +146,39 @@ def test_router_needs_a_preset_and_a_router(
     assert code == 2
     assert f"{engine.url}/metrics has no pdd_router_overhead_seconds" in err
     assert "Traceback" not in err
+
+
+def test_a_router_url_serving_a_web_page_is_one_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A --router whose /metrics answers 200 with HTML (a proxy's page, say) is named, not
+    a traceback, and nothing is probed."""
+
+    class Page(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = b"<html><body>hello</body></html>"
+            self.send_response(200)
+            self.send_header("content-type", "text/html")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Page)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        code, _, err = run_cli(
+            capsys, "calibrate", "--url", "http://127.0.0.1:9", "--preset", "idc-pd-small",
+            "--router", url, "--out", str(tmp_path / "c.yaml"), "--no-progress",
+        )  # fmt: skip
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert code == 2
+    assert f"{url}/metrics is not Prometheus text" in err
+    assert "Traceback" not in err
+    assert not (tmp_path / "c.yaml").exists()
