@@ -56,9 +56,10 @@ def calibrate(
     router: str | None = typer.Option(
         None,
         "--router",
-        help="Base URL of a pdd-router in front of the engines: measure its own time per "
-        "request (pdd_router_overhead_seconds, on requests sent one at a time) and write it "
-        "as the preset's timing.router_s (needs --preset)",
+        help="Base URL of a pdd-router in front of the engines: measure its time per "
+        "request (its own, pdd_router_overhead_seconds, and the way to and from it, on "
+        "requests sent one at a time) and write it as the preset's timing.router_s "
+        "(needs --preset)",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the measurements as JSON"),
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar"),
@@ -146,6 +147,8 @@ def calibrate(
         payload = result.to_json()
         if measured_router is not None:
             payload["router_s"] = round(measured_router.router_s, 6)
+            payload["router_own_s"] = round(measured_router.own_s, 6)
+            payload["router_path_s"] = round(measured_router.path_s, 6)
         console.print_json(json.dumps(payload))
     else:
         console.print(_table(result.to_json()))
@@ -171,10 +174,12 @@ def calibrate(
         )  # fmt: skip
     if measured_router is not None:
         console.print(
-            f"the router's own time before a first token: "
-            f"{measured_router.router_s * 1e3:.2f} ms a request (the mean of its "
-            f"pdd_router_overhead_seconds over {measured_router.requests} requests sent one "
-            "at a time), written as timing.router_s",
+            f"the router's time before a first token: {measured_router.router_s * 1e3:.2f} ms "
+            f"a request, written as timing.router_s: its own "
+            f"{measured_router.own_s * 1e3:.2f} ms (pdd_router_overhead_seconds) and "
+            f"{measured_router.path_s * 1e3:.2f} ms on the way to and from it (the client's "
+            f"time to first token less the router's), means over {measured_router.requests} "
+            "requests sent one at a time",
             highlight=False, soft_wrap=True,
         )  # fmt: skip
     console.print(

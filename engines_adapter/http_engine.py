@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 import anyio
 import httpx
+import msgspec
 
 from engines_adapter.contract import EngineError, KVEventBatch, TokenDelta
 from engines_adapter.kv_subscriber import KVEventSubscriber
@@ -179,23 +180,42 @@ async def run_scoped(call: Callable[[], Awaitable[T]]) -> T:
 
 
 async def sse_data(response: httpx.Response) -> AsyncIterator[dict[str, Any] | None]:
-    """The JSON objects of ``data:`` lines of an SSE stream; None for ``[DONE]``."""
-    async for line in response.aiter_lines():
-        if not line.startswith("data:"):
-            continue
-        data = line[5:].strip()
-        if not data:
-            continue
-        if data == "[DONE]":
-            yield None
-            return
-        try:
-            obj = json.loads(data)
-        except ValueError as exc:
-            raise ValueError(f"malformed SSE data: {data[:120]!r}") from exc
-        if not isinstance(obj, dict):
-            raise ValueError(f"SSE data is not an object: {data[:120]!r}")
-        yield obj
+    """The JSON objects of ``data:`` lines of an SSE stream; None for ``[DONE]``. Reads bytes
+    and splits lines itself: a relayed token costs a fraction of what httpx's text lines do."""
+    pending = b""
+    async for chunk in response.aiter_bytes():
+        lines = (pending + chunk).splitlines(keepends=True)
+        pending = lines.pop() if lines and not lines[-1].endswith((b"\n", b"\r")) else b""
+        for line in lines:
+            if line.startswith(b"data:"):
+                obj = _sse_object(line[5:].strip())
+                if obj is not _NOTHING:
+                    yield obj
+                    if obj is None:
+                        return
+    if pending.startswith(b"data:"):
+        obj = _sse_object(pending[5:].strip())
+        if obj is not _NOTHING:
+            yield obj
+
+
+_NOTHING: Any = object()
+_decode_json = msgspec.json.Decoder()
+
+
+def _sse_object(data: bytes) -> Any:
+    """The object of one ``data:`` line (None for ``[DONE]``, ``_NOTHING`` when empty)."""
+    if not data:
+        return _NOTHING
+    if data == b"[DONE]":
+        return None
+    try:
+        obj = _decode_json.decode(data)
+    except msgspec.DecodeError as exc:
+        raise ValueError(f"malformed SSE data: {data[:120]!r}") from exc
+    if not isinstance(obj, dict):
+        raise ValueError(f"SSE data is not an object: {data[:120]!r}")
+    return obj
 
 
 _Item = TokenDelta | Exception | None

@@ -100,10 +100,11 @@ class TimingSpec(_Spec):
         "the prefill produced reaches the client when the request joins its decode instance",
     )  # fmt: skip
     router_s: float = Field(
-        0.0, ge=0, description="The router's own time per request before its first token "
-        "(the mean of a running router's pdd_router_overhead_seconds), one request after "
-        "another: a request is decided and sent to its prefill instance that much after "
-        "the router took it, and a burst waits in line (0: a router that costs nothing)",
+        0.0, ge=0, description="The router's time per request before its first token, one "
+        "request after another: its own (pdd_router_overhead_seconds) and the way to and "
+        "from it (calibrate --router measures both on a running router); a request is "
+        "decided and sent to its prefill instance that much after the client sent it, and "
+        "a burst waits in line (0: a router that costs nothing)",
     )  # fmt: skip
 
 

@@ -1,16 +1,22 @@
-"""The router's own time per request, measured on a running pdd-router (``timing.router_s``).
+"""The router's time per request, measured on a running pdd-router (``timing.router_s``).
 
-A router reports, per request, its time to first token less its waits on the engines (the
-prefill call, the first token of the decode stream): ``pdd_router_overhead_seconds``. Sent
-requests one at a time, as the engines' costs are measured, its mean over them is the
-router's own time with nothing else in its way, which the replay charges each request in
-turn (a burst waits in line).
+A router reports, per request, its time to first token (``pdd_router_ttft_seconds``) and
+that time less its waits on the engines (the prefill call, the first token of the decode
+stream): its own time, ``pdd_router_overhead_seconds``. Its time to first token starts
+when its handler takes the request and ends when it hands the first token on, so a client
+sees more: the request's way in (the connection, the body read and parsed) and the first
+token's way out (the response's headers and first event, the client's read). Sent requests
+one at a time, as the engines' costs are measured, the router's time is its own time plus
+that difference (the client's time to first token less the router's), in the mean over
+them: what a request spends in and around the router with nothing else in its way, which
+the replay charges each request in turn (a burst waits in line).
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
+import time
 from dataclasses import dataclass
 
 import httpx
@@ -19,36 +25,53 @@ from prometheus_client.parser import text_string_to_metric_families
 from replay.runner.endpoint import check_answers
 from router.errors import UserError
 
-__all__ = ["OVERHEAD_METRIC", "RouterTime", "check_router", "measure_router_s"]
+__all__ = ["OVERHEAD_METRIC", "TTFT_METRIC", "RouterTime", "check_router", "measure_router_s"]
 
 OVERHEAD_METRIC = "pdd_router_overhead_seconds"
+TTFT_METRIC = "pdd_router_ttft_seconds"
 
 
 @dataclass(frozen=True, slots=True)
 class RouterTime:
-    router_s: float  # the mean own time per request
-    requests: int  # how many it is the mean of
+    own_s: float  # the mean of the router's own time (pdd_router_overhead_seconds)
+    path_s: float  # the mean of the client's time to first token less the router's
+    requests: int  # how many they are the means of
+
+    @property
+    def router_s(self) -> float:
+        """What the replay charges a request: the router's own time and the way to and
+        from it."""
+        return self.own_s + self.path_s
 
 
-async def _totals(client: httpx.AsyncClient, url: str) -> tuple[float, float]:
-    """(sum, count) of the router's own time so far."""
+async def _totals(client: httpx.AsyncClient, url: str) -> tuple[float, float, float, float]:
+    """(sum, count) of the router's own time so far, then (sum, count) of its time to
+    first token."""
     try:
         answer = await client.get(f"{url}/metrics", timeout=10)
         answer.raise_for_status()
     except httpx.HTTPError as exc:
         raise UserError(f"{url}/metrics did not answer: {exc}") from None
+    found: dict[str, float] = {}
+    families: set[str] = set()
     try:
-        found = {
-            sample.name: sample.value
-            for family in text_string_to_metric_families(answer.text)
-            if family.name == OVERHEAD_METRIC
-            for sample in family.samples
-        }
+        for family in text_string_to_metric_families(answer.text):
+            if family.name in (OVERHEAD_METRIC, TTFT_METRIC):
+                families.add(family.name)
+                for sample in family.samples:  # summed over labels (the time to first
+                    if sample.name.endswith(("_sum", "_count")):  # token's, per arm)
+                        found[sample.name] = found.get(sample.name, 0.0) + sample.value
     except ValueError:
         raise UserError(f"{url}/metrics is not Prometheus text: is it a pdd-router?") from None
-    if f"{OVERHEAD_METRIC}_count" not in found or f"{OVERHEAD_METRIC}_sum" not in found:
-        raise UserError(f"{url}/metrics has no {OVERHEAD_METRIC}: is it a pdd-router?")
-    return found[f"{OVERHEAD_METRIC}_sum"], found[f"{OVERHEAD_METRIC}_count"]
+    for metric in (OVERHEAD_METRIC, TTFT_METRIC):
+        if metric not in families:
+            raise UserError(f"{url}/metrics has no {metric}: is it a pdd-router?")
+
+    def total(name: str) -> float:
+        return found.get(name, 0.0)  # a labelled histogram shows nothing before a request
+
+    return (total(f"{OVERHEAD_METRIC}_sum"), total(f"{OVERHEAD_METRIC}_count"),
+            total(f"{TTFT_METRIC}_sum"), total(f"{TTFT_METRIC}_count"))  # fmt: skip
 
 
 async def _measure(
@@ -59,12 +82,14 @@ async def _measure(
     async with httpx.AsyncClient(headers=headers, timeout=60) as client:
         await check_answers(client, url)
         before = await _totals(client, url)
+        firsts = []  # the client's time to first token of each request
         for i in range(requests):
             length = min(64 << (i % 6), max(max_prompt // 2, 64))
             body = {"prompt": [rng.randrange(1, vocab_size) for _ in range(length)],
                     "max_tokens": 8, "stream": True, "ignore_eos": True}  # fmt: skip
             if model is not None:
                 body["model"] = model
+            sent, first = time.perf_counter(), None
             try:
                 async with client.stream("POST", f"{url}/v1/completions", json=body) as answer:
                     if answer.status_code != 200:
@@ -72,15 +97,21 @@ async def _measure(
                         raise UserError(
                             f"{url} refused a request: HTTP {answer.status_code} {text}"
                         )
-                    async for _ in answer.aiter_lines():
-                        pass
+                    async for line in answer.aiter_lines():
+                        if first is None and line.startswith("data:") and "[DONE]" not in line:
+                            first = time.perf_counter() - sent
             except httpx.HTTPError as exc:
                 raise UserError(f"{url} failed a request: {exc}") from None
+            if first is None:
+                raise UserError(f"{url} streamed no event for a request")
+            firsts.append(first)
         after = await _totals(client, url)
-    counted = after[1] - before[1]
-    if counted <= 0:
+    counted, timed = after[1] - before[1], after[3] - before[3]
+    if counted <= 0 or timed <= 0:
         raise UserError(f"{url} counted none of the {requests} requests in {OVERHEAD_METRIC}")
-    return RouterTime((after[0] - before[0]) / counted, int(counted))
+    own = (after[0] - before[0]) / counted
+    path = sum(firsts) / len(firsts) - (after[2] - before[2]) / timed
+    return RouterTime(own, max(path, 0.0), int(counted))
 
 
 def check_router(url: str, *, api_key: str | None = None) -> None:
@@ -104,7 +135,7 @@ def measure_router_s(
 ) -> RouterTime:  # fmt: skip
     """Send ``requests`` completions through the router at ``url`` one at a time (prompts
     of random tokens, 64 up to half ``max_prompt`` long, 8 output tokens, streamed) and
-    return the mean of its own time per request over them."""
+    return the means of its own time and of the way to and from it over them."""
     return asyncio.run(
         _measure(url.rstrip("/"), model, _headers(api_key), vocab_size, max_prompt, requests)
     )
