@@ -39,8 +39,10 @@ async def test_events_cut_anywhere_read_whole(size: int) -> None:
 
 
 async def test_crlf_lines_comments_and_other_fields_are_read_as_sse_says() -> None:
-    text = (b": a comment\r\nevent: completion\r\nid: 1\r\ndata:{\"a\": 1}\r\n\r\n"
-            b"data: \r\n\r\ndata: {\"b\": [2]}\r\rdata: [DONE]\r\n\r\ndata: {\"late\": 1}\n\n")  # fmt: skip
+    text = (
+        b': a comment\r\nevent: completion\r\nid: 1\r\ndata:{"a": 1}\r\n\r\n'
+        b'data: \r\n\r\ndata: {"b": [2]}\r\rdata: [DONE]\r\n\r\ndata: {"late": 1}\n\n'
+    )
     # nothing after [DONE] is read
     assert await _read(_stream(text[:9], text[9:40], text[40:])) == [{"a": 1}, {"b": [2]}, None]
 
