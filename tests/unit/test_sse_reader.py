@@ -25,10 +25,13 @@ async def _read(response: httpx.Response) -> list[dict[str, Any] | None]:
     return [obj async for obj in sse_data(response)]
 
 
-EVENTS = b"".join(
-    b"data: " + json.dumps({"choices": [{"token_ids": [i]}]}).encode() + b"\n\n"
-    for i in range(5)
-) + b"data: [DONE]\n\n"
+EVENTS = (
+    b"".join(
+        b"data: " + json.dumps({"choices": [{"token_ids": [i]}]}).encode() + b"\n\n"
+        for i in range(5)
+    )
+    + b"data: [DONE]\n\n"
+)
 WANTED = [{"choices": [{"token_ids": [i]}]} for i in range(5)] + [None]
 
 
