@@ -12,6 +12,7 @@ __all__ = [
     "HOURS_PER_MONTH",
     "WAN_PRICE_PER_GBPS_MONTH",
     "ClusterSpec",
+    "DecodeRecomputes",
     "FittedTiming",
     "FluctuationSpec",
     "HandoffSpec",
@@ -73,6 +74,9 @@ class ModelSpec(_Spec):
         return self.total_params * self.weight_bytes_per_param
 
 
+DecodeRecomputes = Literal["none", "last-token", "partial-block"]
+
+
 class TimingSpec(_Spec):
     """Efficiency factors and fixed overheads of the roofline, and engine limits."""
 
@@ -98,6 +102,16 @@ class TimingSpec(_Spec):
         False, description="The client's first token comes from the decode instance's first "
         "step, as through the router (it streams what RLD or MD generate); false: the token "
         "the prefill produced reaches the client when the request joins its decode instance",
+    )  # fmt: skip
+    decode_recomputes: DecodeRecomputes = Field(
+        "none", description="What a decode engine (RLD or MD) computes itself of a prompt "
+        "whose KV a transfer brought, in its first pass for the request: a prefill pass over "
+        "those tokens (alone, or on top of its batch's step) before the first token, when "
+        "that token comes from the decode side (first_token_on_decode). none: the transfer "
+        "brings every prompt token's KV and the first pass is a decode step; last-token: "
+        "the last prompt token, recomputed for its logits; partial-block: the tokens after "
+        "the last whole KV block (kv_block_tokens) before the prompt's last token, which a "
+        "connector moving whole blocks only leaves (vLLM's ExampleConnector)",
     )  # fmt: skip
     router_s: float = Field(
         0.0, ge=0, description="The router's time per request before its first token, one "

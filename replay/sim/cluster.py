@@ -116,6 +116,7 @@ def build_cluster(
                     on_finish,
                     spec.timing.first_token_on_decode,
                     on_demand=spec.memory.allocation == "on-demand",
+                    recomputes=spec.timing.decode_recomputes,
                 )
     rdma_spec = spec.links.rdma
     rdma = {

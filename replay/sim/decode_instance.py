@@ -25,6 +25,7 @@ from collections.abc import Callable
 
 from policies.tiers import Tier
 from policies.types import InstanceLoad
+from replay.presets.schema import DecodeRecomputes
 from replay.sim.decode_batch import DecodeBatch
 from replay.sim.event_loop import EventLoop
 from replay.sim.events import Priority
@@ -63,6 +64,7 @@ class DecodeInstance:
         "max_batch",
         "on_demand",
         "preemptions",
+        "recomputes",
         "roofline",
         "tier",
     )
@@ -81,8 +83,10 @@ class DecodeInstance:
         on_finish: Callable[[SimRequest, DecodeInstance], None],
         first_token_on_decode: bool = False,
         on_demand: bool = False,
+        recomputes: DecodeRecomputes = "none",
     ) -> None:
         self._loop = loop
+        self.recomputes = recomputes  # TimingSpec.decode_recomputes
         self.on_demand = on_demand
         self.preemptions = 0
         self._preempted: deque[Leg] = deque()  # freed by a preemption, next to re-admit
@@ -239,10 +243,28 @@ class DecodeInstance:
             request.rld_start_s = now
         request.stint_join_s = now
         request.stint_tokens = tokens
+        first_pass = self._first_pass_s(request.input_length)
         self.batch.join(request.key, tokens, request.input_length)
         self._grow(self._leg_of(request))
-        request.first_token_s = now + self.batch.step_s()
+        request.first_token_s = now + (first_pass or self.batch.step_s())
         self._sync_load()
+
+    def _first_pass_s(self, prompt: int) -> float | None:
+        """The first pass of a request whose KV a transfer brought, when this engine
+        computes part of its prompt itself (``TimingSpec.decode_recomputes``): a prefill
+        pass over those tokens, alone or on top of the running batch's step (None: a plain
+        decode step). The batch's other members are not slowed by it."""
+        if self.recomputes == "none":
+            return None
+        if self.recomputes == "last-token":
+            tail = 1
+        else:  # partial-block: the whole blocks before the prompt's last token moved
+            block = self.cache.page_tokens or self.cache.block_size
+            tail = prompt - max(prompt - 2, 0) // block * block
+        tail = min(max(tail, 1), prompt)
+        batch = self.batch
+        context = batch.context_tokens() if batch.size else 0.0
+        return self.roofline.mixed_step_s(batch.size, context, tail, prompt - tail)
 
     def _grow(self, leg: Leg) -> None:
         """The request's memory grows with the batch from now (``GrowingMemory.join``)."""

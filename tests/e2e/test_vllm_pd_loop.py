@@ -185,6 +185,8 @@ def test_a_calibrated_replay_of_a_real_p_md_pair(
         f"timing.step_tokens={MAX_LEN}",
         f"timing.prefill_batch_tokens={MAX_LEN}",
         f"models.kimi-k2-like.kv_bytes_per_token={KV_BYTES_PER_TOKEN}",
+        # ExampleConnector moves a prompt's whole blocks only: MD computes the rest
+        "timing.decode_recomputes=partial-block",
     ]  # fmt: skip
     # the router's own time (calibrate --router: on requests sent one at a time, as the
     # engines' costs are measured), in the preset as timing.router_s
