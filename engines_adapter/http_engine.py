@@ -31,6 +31,7 @@ __all__ = [
     "AbortableStreams",
     "HttpEngineCommon",
     "check_prompt",
+    "decode_json",
     "engine_error",
     "error_message",
     "message_of",
@@ -38,6 +39,7 @@ __all__ = [
     "raise_for_status",
     "run_scoped",
     "sse_data",
+    "sse_payloads",
 ]
 
 DEFAULT_TIMEOUT = httpx.Timeout(connect=2.0, read=120.0, write=10.0, pool=5.0)
@@ -179,43 +181,39 @@ async def run_scoped(call: Callable[[], Awaitable[T]]) -> T:
     return await _outlive_cancels(asyncio.ensure_future(scoped()), scope.cancel)
 
 
-async def sse_data(response: httpx.Response) -> AsyncIterator[dict[str, Any] | None]:
-    """The JSON objects of ``data:`` lines of an SSE stream; None for ``[DONE]``. Reads bytes
-    and splits lines itself: a relayed token costs a fraction of what httpx's text lines do."""
+async def sse_payloads(response: httpx.Response) -> AsyncGenerator[bytes, None]:
+    """The payloads of an SSE stream's ``data:`` lines, as bytes (stripped, empty ones
+    left out). Reads bytes and frames lines itself (``\n``, ``\r\n`` or ``\r``): a relayed
+    token costs a fraction of what httpx's text lines do."""
     pending = b""
     async for chunk in response.aiter_bytes():
         lines = (pending + chunk).splitlines(keepends=True)
         pending = lines.pop() if lines and not lines[-1].endswith((b"\n", b"\r")) else b""
         for line in lines:
-            if line.startswith(b"data:"):
-                obj = _sse_object(line[5:].strip())
-                if obj is not _NOTHING:
-                    yield obj
-                    if obj is None:
-                        return
-    if pending.startswith(b"data:"):
-        obj = _sse_object(pending[5:].strip())
-        if obj is not _NOTHING:
+            if line.startswith(b"data:") and (data := line[5:].strip()):
+                yield data
+    if pending.startswith(b"data:") and (data := pending[5:].strip()):
+        yield data
+
+
+async def sse_data(response: httpx.Response) -> AsyncIterator[dict[str, Any] | None]:
+    """The JSON objects of ``data:`` lines of an SSE stream; None for ``[DONE]``."""
+    async with contextlib.aclosing(sse_payloads(response)) as payloads:
+        async for data in payloads:
+            if data == b"[DONE]":
+                yield None
+                return
+            try:
+                obj = decode_json(data)
+            except msgspec.DecodeError as exc:
+                raise ValueError(f"malformed SSE data: {data[:120]!r}") from exc
+            if not isinstance(obj, dict):
+                raise ValueError(f"SSE data is not an object: {data[:120]!r}")
             yield obj
 
 
-_NOTHING: Any = object()
-_decode_json = msgspec.json.Decoder()
-
-
-def _sse_object(data: bytes) -> Any:
-    """The object of one ``data:`` line (None for ``[DONE]``, ``_NOTHING`` when empty)."""
-    if not data:
-        return _NOTHING
-    if data == b"[DONE]":
-        return None
-    try:
-        obj = _decode_json.decode(data)
-    except msgspec.DecodeError as exc:
-        raise ValueError(f"malformed SSE data: {data[:120]!r}") from exc
-    if not isinstance(obj, dict):
-        raise ValueError(f"SSE data is not an object: {data[:120]!r}")
-    return obj
+decode_json = msgspec.json.Decoder().decode
+"""JSON bytes to Python objects (msgspec: several times json.loads' speed)."""
 
 
 _Item = TokenDelta | Exception | None
@@ -230,6 +228,33 @@ async def _stop(task: asyncio.Task[None], scope: anyio.CancelScope) -> None:
     if not task.done():
         with anyio.CancelScope(shield=True), contextlib.suppress(asyncio.CancelledError):
             await asyncio.wait({task})
+
+
+def _merged(delta: TokenDelta, queue: asyncio.Queue[_Item]) -> tuple[TokenDelta, list[_Item]]:
+    """``delta`` and the token deltas already waiting behind it as one delta, when the
+    consumer has fallen behind the engine (as vLLM merges a slow consumer's outputs): each
+    relayed event costs the same whatever its tokens, so a busy router catches up instead
+    of falling further behind. A delta that finishes the stream ends the merge (it keeps
+    its finish reason and cached tokens); an error or the end met on the way is returned
+    to be handled next. The merged delta reports the cached tokens any of them reported
+    (vLLM's last, SGLang's first)."""
+    ids: list[int] | None = None
+    cached = delta.cached_tokens
+    while not delta.finished and not queue.empty():
+        following = queue.get_nowait()
+        if not isinstance(following, TokenDelta):
+            return _joined(delta, ids, cached), [following]
+        ids = [*(ids if ids is not None else delta.token_ids), *following.token_ids]
+        cached = cached if cached is not None else following.cached_tokens
+        delta = following
+    return _joined(delta, ids, cached), []
+
+
+def _joined(delta: TokenDelta, ids: list[int] | None, cached: int | None) -> TokenDelta:
+    """The last delta of a merge with all of its tokens and the cached tokens one reported."""
+    if ids is None:
+        return delta
+    return delta.model_copy(update={"token_ids": ids, "cached_tokens": cached})
 
 
 class AbortableStreams:
@@ -262,8 +287,11 @@ class AbortableStreams:
         self._tasks[request_id] = (task, scope)
         task.add_done_callback(lambda _: queue.put_nowait(None))
         try:
+            held: list[_Item] = []  # taken from the queue by a merge, to handle next
             while True:
-                item = await queue.get()
+                item = held.pop() if held else await queue.get()
+                if isinstance(item, TokenDelta):
+                    item, held = _merged(item, queue)
                 if request_id in self._aborted:
                     yield TokenDelta(token_ids=[], finished=True, finish_reason="abort")
                     return

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import time
 from array import array
 from collections.abc import Sequence
@@ -35,7 +34,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+import msgspec
 
+from engines_adapter.http_engine import decode_json, sse_payloads
 from replay.metrics.record import RequestRecord
 from replay.metrics.summary import ClientTiming, SlaThresholds, Summary, client_timing, summarize
 from replay.runner.endpoint import check_answers, tokens_in_chunk
@@ -200,12 +201,12 @@ async def _read(response: httpx.Response, seen: _Seen, t0: float) -> None:
             seen.error = f"HTTP {response.status_code}"
         return
     seen.pipeline = response.headers.get("x-pdd-pipeline", "")
-    async for line in response.aiter_lines():
-        if not line.startswith("data: ") or line == "data: [DONE]":
+    async for data in sse_payloads(response):
+        if data == b"[DONE]":
             continue
         try:
-            chunk = json.loads(line[6:])
-        except ValueError:
+            chunk = decode_json(data)
+        except msgspec.DecodeError:
             continue  # not an event of the completion (a proxy's keep-alive, say)
         if not isinstance(chunk, dict):
             continue
