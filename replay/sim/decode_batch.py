@@ -27,6 +27,7 @@ class DecodeBatch(SharedProgress):
         "_ctx0",
         "_gap_steps",
         "_gap_times",
+        "_held_until",
         "_joined",
         "_on_finish",
         "_step_s",
@@ -52,6 +53,7 @@ class DecodeBatch(SharedProgress):
         self._gap_steps: list[float] = []
         self._joined: dict[int, float] = {}
         self.gap_at_exit: dict[int, float] = {}  # key -> largest step it lived through
+        self._held_until = float("-inf")
 
     def join(self, key: int, tokens: float, context_tokens: float) -> None:
         """A request starts decoding ``tokens`` tokens on top of ``context_tokens`` of KV."""
@@ -86,7 +88,22 @@ class DecodeBatch(SharedProgress):
 
     # -- hooks ------------------------------------------------------------------------
 
+    def hold(self, seconds: float) -> float:
+        """No member advances for ``seconds`` from now (from the end of a hold in force):
+        a pass doing other work (a joining request's prefill) delays every member's next
+        token. Returns when the hold ends; ``release`` then (the caller schedules it)."""
+        self._held_until = max(self._held_until, self._loop.now) + seconds
+        self.refresh()
+        return self._held_until
+
+    def release(self) -> None:
+        """A hold may have ended: the members advance again once the last one has."""
+        if self._loop.now >= self._held_until:
+            self.refresh()
+
     def _compute_rate(self) -> float:
+        if self._loop.now < self._held_until:
+            return 0.0
         n = len(self._members)
         context = self._sum_ctx0 + n * self.v - self._sum_start
         return 1.0 / self._step_s(n, context)

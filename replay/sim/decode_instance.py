@@ -244,16 +244,25 @@ class DecodeInstance:
         request.stint_join_s = now
         request.stint_tokens = tokens
         first_pass = self._first_pass_s(request.input_length)
-        self.batch.join(request.key, tokens, request.input_length)
+        batch = self.batch
+        batch.join(request.key, tokens, request.input_length)
         self._grow(self._leg_of(request))
-        request.first_token_s = now + (first_pass or self.batch.step_s())
+        step = batch.step_s()
+        if first_pass is not None and first_pass > step:  # the pass holds the whole batch
+            self._loop.at(batch.hold(first_pass - step), Priority.DECODE, self._released)
+        request.first_token_s = now + (first_pass if first_pass is not None else step)
         self._sync_load()
+
+    def _released(self, _: object) -> None:
+        self.batch.release()
+        self._sync_load()  # the batch's memory grows again
 
     def _first_pass_s(self, prompt: int) -> float | None:
         """The first pass of a request whose KV a transfer brought, when this engine
         computes part of its prompt itself (``TimingSpec.decode_recomputes``): a prefill
         pass over those tokens, alone or on top of the running batch's step (None: a plain
-        decode step). The batch's other members are not slowed by it."""
+        decode step). The batch makes no progress meanwhile beyond that step (``hold``):
+        its other members' next token waits for the pass, as in a real engine's step."""
         if self.recomputes == "none":
             return None
         if self.recomputes == "last-token":

@@ -165,7 +165,7 @@ def test_a_calibrated_replay_of_a_real_p_md_pair(
     pids = {**machine["pids"], "router": router_pid, "client": os.getpid()}
     trace = tmp_path / "trace.jsonl"
     scaled_conversation(conversation_trace, trace, REQUESTS)
-    probes = ("--vocab-size", str(VOCAB), "--max-prompt", "1024", "--max-batch", "8",
+    probes = ("--vocab-size", str(VOCAB), "--max-prompt", "1024", "--max-batch", "32",
               "--repeats", "3", "--decode-tokens", "256", "--no-progress")  # fmt: skip
     cli(capsys, "calibrate", "--url", p.url, "--preset", "idc-pd-small", "--pool", "p",
         "--out", str(tmp_path / "p.yaml"), *probes)  # fmt: skip

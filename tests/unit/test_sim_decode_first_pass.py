@@ -9,7 +9,7 @@ import dataclasses
 import pytest
 
 from policies.types import ClusterView, Decision, Pipeline, RequestView
-from replay.metrics import record_of
+from replay.metrics import RequestRecord, record_of
 from replay.presets import load_preset
 from replay.presets.cluster_preset import ClusterPreset
 from replay.presets.schema import FittedTiming
@@ -46,12 +46,15 @@ def _preset(recomputes: str) -> ClusterPreset:
     )
 
 
-def _ttfts(recomputes: str, trace: list[TraceRequest]) -> list[float]:
+def _records(recomputes: str, trace: list[TraceRequest]) -> list[RequestRecord]:
     loop = EventLoop()
     sim = Simulator(_preset(recomputes), PMd(), MemoryPrefixIndex(clock=loop.clock),
                     block_size=BLOCK, loop=loop)  # fmt: skip
-    records = sorted((record_of(r) for r in sim.run(trace)), key=lambda r: r.request_id)
-    return [r.ttft_s or 0.0 for r in records]
+    return sorted((record_of(r) for r in sim.run(trace)), key=lambda r: r.request_id)
+
+
+def _ttfts(recomputes: str, trace: list[TraceRequest]) -> list[float]:
+    return [r.ttft_s or 0.0 for r in _records(recomputes, trace)]
 
 
 def _extra(recomputes: str, trace: list[TraceRequest]) -> list[float]:
@@ -80,6 +83,12 @@ def test_beside_a_running_batch_the_pass_overhead_is_paid_once() -> None:
              TraceRequest(1, 0.5, 1500, 8, (4, 5, 6), BLOCK)]  # fmt: skip
     extra = _extra("partial-block", trace)
     assert extra[1] == pytest.approx(92 * PER_TOKEN_S, abs=1e-9)
+    # and the request already decoding waits for that pass too: it ends later by its own
+    # first pass beyond a step (it was alone) and by the second request's 92 tokens
+    ends = [r.e2e_s or 0.0 for r in _records("partial-block", trace)]
+    plain = [r.e2e_s or 0.0 for r in _records("none", trace)]
+    own = PREFILL_OVERHEAD_S + 92 * PER_TOKEN_S - STEP_S
+    assert ends[0] - plain[0] == pytest.approx(own + 92 * PER_TOKEN_S, abs=1e-9)
 
 
 def test_a_short_prompt_has_no_whole_block_to_move_and_is_computed_whole() -> None:
