@@ -244,7 +244,9 @@ def _merged(delta: TokenDelta, queue: asyncio.Queue[_Item]) -> tuple[TokenDelta,
         following = queue.get_nowait()
         if not isinstance(following, TokenDelta):
             return _joined(delta, ids, cached), [following]
-        ids = [*(ids if ids is not None else delta.token_ids), *following.token_ids]
+        if ids is None:
+            ids = list(delta.token_ids)
+        ids.extend(following.token_ids)  # once each: a long backlog merges in linear time
         cached = cached if cached is not None else following.cached_tokens
         delta = following
     return _joined(delta, ids, cached), []

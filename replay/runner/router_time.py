@@ -107,8 +107,12 @@ async def _measure(
             firsts.append(first)
         after = await _totals(client, url)
     counted, timed = after[1] - before[1], after[3] - before[3]
-    if counted <= 0 or timed <= 0:
-        raise UserError(f"{url} counted none of the {requests} requests in {OVERHEAD_METRIC}")
+    if counted != requests or timed != requests:
+        raise UserError(
+            f"{url} counted {counted:g} requests in {OVERHEAD_METRIC} and {timed:g} in "
+            f"{TTFT_METRIC} while {requests} were sent: other traffic, or several replicas "
+            "behind this URL? Measure one router with nothing else sending to it"
+        )
     own = (after[0] - before[0]) / counted
     path = sum(firsts) / len(firsts) - (after[2] - before[2]) / timed
     return RouterTime(own, max(path, 0.0), int(counted))

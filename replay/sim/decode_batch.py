@@ -78,8 +78,11 @@ class DecodeBatch(SharedProgress):
         return [(key, ctx0[key] + v - start) for key, (start, _) in self._members.items()]
 
     def step_s(self) -> float:
-        """The current step time (0 when idle)."""
-        return 1.0 / self.rate if self.rate > 0.0 else 0.0
+        """The current step time (0 when idle); during a hold, a step's as the batch stands."""
+        if self.rate > 0.0:
+            return 1.0 / self.rate
+        n = len(self._members)
+        return self._step_s(n, self._sum_ctx0 + n * self.v - self._sum_start) if n else 0.0
 
     def max_step_since(self, time: float) -> float:
         """Largest step time in force at any moment from ``time`` until now."""
@@ -88,12 +91,20 @@ class DecodeBatch(SharedProgress):
 
     # -- hooks ------------------------------------------------------------------------
 
+    @property
+    def held_until(self) -> float:
+        """When the hold in force ends (-inf or a past time when none is)."""
+        return self._held_until
+
     def hold(self, seconds: float) -> float:
         """No member advances for ``seconds`` from now (from the end of a hold in force):
         a pass doing other work (a joining request's prefill) delays every member's next
-        token. Returns when the hold ends; ``release`` then (the caller schedules it)."""
-        self._held_until = max(self._held_until, self._loop.now) + seconds
+        token. Returns when the hold ends; ``release`` then (the caller schedules it). The
+        members' gap then is the hold and a step, from now."""
+        now = self._loop.now
+        self._held_until = max(self._held_until, now) + seconds
         self.refresh()
+        self._push_gap(self._held_until - now + self.step_s())
         return self._held_until
 
     def release(self) -> None:
@@ -109,9 +120,11 @@ class DecodeBatch(SharedProgress):
         return 1.0 / self._step_s(n, context)
 
     def _rate_changed(self, rate: float) -> None:
-        if rate <= 0.0:
-            return
-        step = 1.0 / rate
+        if rate > 0.0:
+            self._push_gap(1.0 / rate)
+
+    def _push_gap(self, step: float) -> None:
+        """A gap between tokens in force from now (the stack keeps the largest since)."""
         times, steps = self._gap_times, self._gap_steps
         while steps and steps[-1] <= step:
             steps.pop()

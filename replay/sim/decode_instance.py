@@ -245,12 +245,14 @@ class DecodeInstance:
         request.stint_tokens = tokens
         first_pass = self._first_pass_s(request.input_length)
         batch = self.batch
+        start = max(now, batch.held_until)  # a pass in progress ends first
         batch.join(request.key, tokens, request.input_length)
         self._grow(self._leg_of(request))
         step = batch.step_s()
         if first_pass is not None and first_pass > step:  # the pass holds the whole batch
             self._loop.at(batch.hold(first_pass - step), Priority.DECODE, self._released)
-        request.first_token_s = now + (first_pass if first_pass is not None else step)
+            step = first_pass
+        request.first_token_s = start + step
         self._sync_load()
 
     def _released(self, _: object) -> None:

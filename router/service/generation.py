@@ -158,9 +158,9 @@ class Generation:
 
         async def gather() -> list[list[int]]:
             batches = []
-            async for ids in self.deltas():
+            async for delta_ids in self.deltas():
+                _, ids = await text.take(delta_ids)
                 batches.append(ids)
-                await text.push(ids)
                 if text.stopped:
                     break
             await text.flush()
@@ -288,9 +288,10 @@ async def stream_events(
         for opening in form.opening():
             yield sse_data({**head, "choices": [opening]})
         try:
-            async for ids in run.deltas():
+            async for delta_ids in run.deltas():
+                out, ids = await text.take(delta_ids)
                 sent += len(ids)
-                choice = form.delta(await text.push(ids), ids)
+                choice = form.delta(out, ids)
                 if choice is not None:
                     yield sse_data({**head, "choices": [choice]})
                 if text.stopped:

@@ -52,6 +52,19 @@ class TextStream:
             delta, self._decoded = stable[len(self._decoded) :], stable
         return self._release(delta, final=False)
 
+    async def take(self, ids: Sequence[int]) -> tuple[str, list[int]]:
+        """``push`` of a delta that may hold several tokens: the text, and the token IDs up
+        to the one that completed a stop string (all of them when none did), so that no
+        token after a stop is counted or sent."""
+        if not self._stops or self._tokenizer is None or len(ids) <= 1:
+            return await self.push(ids), list(ids)
+        text = ""
+        for i, token in enumerate(ids):
+            text += await self.push([token])
+            if self.stopped:
+                return text, list(ids[: i + 1])
+        return text, list(ids)
+
     async def flush(self) -> str:
         """The text still held back, at the end of the response."""
         if self._tokenizer is None or self.stopped:

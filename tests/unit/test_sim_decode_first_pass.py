@@ -96,3 +96,18 @@ def test_a_short_prompt_has_no_whole_block_to_move_and_is_computed_whole() -> No
     assert _extra("partial-block", short) == pytest.approx(
         [PREFILL_OVERHEAD_S + 100 * PER_TOKEN_S - STEP_S], abs=1e-9
     )
+
+
+def test_passes_landing_together_run_one_after_another() -> None:
+    # three prompts whose KV lands at once: each first pass starts when the one before
+    # ends, so the first tokens come in order, each a pass after the last
+    trace = [TraceRequest(i, 0.0, 1500, 50, (10 * i + 1, 10 * i + 2, 10 * i + 3), BLOCK)
+             for i in range(3)]  # fmt: skip
+    records = _records("partial-block", trace)
+    ttfts = sorted(r.ttft_s or 0.0 for r in records)
+    assert ttfts[0] < ttfts[1] < ttfts[2]
+    assert ttfts[2] - ttfts[1] >= 92 * PER_TOKEN_S - 1e-9  # at least the tail's tokens
+    # the request decoding meanwhile saw its next token wait for a whole pass
+    first = min(records, key=lambda r: r.ttft_s or 0.0)
+    assert first.max_gap_s is not None
+    assert first.max_gap_s > STEP_S + 92 * PER_TOKEN_S - 1e-9

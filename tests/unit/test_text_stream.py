@@ -52,3 +52,28 @@ def test_without_a_tokenizer_there_is_no_text() -> None:
         return await text.push(IDS) + await text.flush(), text.stopped
 
     assert asyncio.run(run()) == ("", False)
+
+
+@pytest.mark.parametrize("sizes", [1, 4, 100])
+def test_a_delta_of_several_tokens_gives_none_after_the_stop(sizes: int) -> None:
+    """A relay that fell behind reads several tokens as one delta: the tokens it passes on
+    end with the one that completed the stop string, however the deltas came."""
+
+    async def run() -> list[int]:
+        tokenizer = AsyncTokenizer(TOK, pool_size=1)
+        try:
+            text = TextStream(tokenizer, [1, 3], [" relay"])
+            kept: list[int] = []
+            for i in range(0, len(IDS), sizes):
+                _, ids = await text.take(IDS[i : i + sizes])
+                kept.extend(ids)
+                if text.stopped:
+                    break
+            return kept
+        finally:
+            await tokenizer.aclose()
+
+    kept = asyncio.run(run())
+    assert " relay" in TOK.decode(kept)
+    assert " relay" not in TOK.decode(kept[:-1])  # the last one completed it
+    assert len(kept) < len(IDS)
