@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from engines_adapter.http_engine import sse_payloads
 from replay.runner.endpoint import check_answers
 from router.errors import UserError
 
@@ -97,8 +98,8 @@ async def _measure(
                         raise UserError(
                             f"{url} refused a request: HTTP {answer.status_code} {text}"
                         )
-                    async for line in answer.aiter_lines():
-                        if first is None and line.startswith("data:") and "[DONE]" not in line:
+                    async for data in sse_payloads(answer):
+                        if first is None and data != b"[DONE]":
                             first = time.perf_counter() - sent
             except httpx.HTTPError as exc:
                 raise UserError(f"{url} failed a request: {exc}") from None
