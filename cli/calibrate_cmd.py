@@ -36,7 +36,10 @@ def calibrate(
         32_000, "--vocab-size", help="Token IDs are drawn below this (the model's vocabulary)"
     ),
     max_prompt: int = typer.Option(
-        2048, "--max-prompt", help="Longest prompt a probe sends (within the model's length)"
+        2048,
+        "--max-prompt",
+        help="Longest prompt a probe sends, below the model's length; a decode probe's prompt "
+        "and its --decode-tokens together stay within it",
     ),
     max_batch: int = typer.Option(8, "--max-batch", help="Largest decode batch probed"),
     repeats: int = typer.Option(3, "--repeats", help="Measurements per probe (median)"),
@@ -87,6 +90,11 @@ def calibrate(
 
     if max_prompt < 512 or max_batch < 1:
         raise UserError("--max-prompt must be at least 512 and --max-batch at least 1")
+    if decode_tokens > max_prompt - 64:
+        raise UserError(
+            f"--decode-tokens {decode_tokens} leaves no room for a decode probe's prompt "
+            f"within --max-prompt {max_prompt}: at most {max_prompt - 64}"
+        )
     if clock not in ("auto", "engine", "client"):
         raise UserError(f"--clock {clock!r}: expected auto, engine or client")
     news = tuple(n for n in (64, 256, 512, 1024, 2048, 4096, 8192) if n <= max_prompt // 2)
@@ -94,7 +102,7 @@ def calibrate(
         url=url.rstrip("/"), model=model, api_key=api_key, vocab_size=vocab_size,
         new_tokens=news, cached_tokens=(0, max_prompt // 2),
         batches=tuple(b for b in (1, 2, 4, 8, 16, 32, 64) if b <= max_batch),
-        long_prompt=max_prompt // 2, repeats=repeats, decode_tokens=decode_tokens,
+        long_prompt=max_prompt - decode_tokens, repeats=repeats, decode_tokens=decode_tokens,
         clock=clock,  # type: ignore[arg-type]  # checked above
     )  # fmt: skip
     if router is not None and preset is None:

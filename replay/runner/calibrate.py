@@ -7,8 +7,9 @@ engine simulator), one kind at a time so each measurement isolates one cost:
   so the engine's prefix cache holds it), ``max_tokens`` 1, over a grid of N and C;
   cached tokens are read from ``usage.prompt_tokens_details`` when the engine reports
   them;
-* decode: B requests at once of short prompts (and B of long ones), generating N/4
-  tokens with ``ignore_eos``, then B generating N: the difference of the two decode
+* decode: B requests at once of short prompts (and B of the longest that the engine's
+  KV memory holds at that B), generating N/4 tokens with ``ignore_eos``, then B
+  generating N: the difference of the two decode
   times over the 3N/4 tokens between is the step (the prefills and the first steps,
   while the batch's prompts are still being prefilled, cancel); a probe whose
   difference is not positive is left out with a warning.
@@ -56,6 +57,7 @@ __all__ = [
     "CalibrationResult",
     "Clock",
     "calibrate",
+    "decode_shapes",
     "fitting_prompt",
     "probe_count",
 ]
@@ -289,6 +291,29 @@ def fitting_prompt(
     return max(min(prompt, per_request - tokens), 0)
 
 
+def decode_shapes(
+    options: CalibrationOptions, block_tokens: int | None, capacity_tokens: int | None
+) -> tuple[list[tuple[int, int]], list[str]]:
+    """The decode probes' (batch, prompt tokens), and a note for each prompt cut to the
+    engine's memory. At every batch size a short prompt and the longest that the memory
+    holds at that size (up to ``long_prompt``), so that the batch's context varies apart
+    from its size by as much as the engine allows and a per-context-token cost small
+    beside the per-request one (a small model, short contexts) is still told apart from
+    it. A probe that did not fit would be timed with the engine's preemptions and
+    recomputations in it; a duplicate shape is probed once."""
+    n = options.decode_tokens
+    shapes: list[tuple[int, int]] = []
+    cut: list[str] = []
+    for batch in options.batches:
+        for wanted in (options.short_prompt, options.long_prompt):
+            prompt = fitting_prompt(batch, wanted, n, block_tokens, capacity_tokens)
+            if prompt > 0 and (batch, prompt) not in shapes:
+                shapes.append((batch, prompt))
+            if prompt < wanted:
+                cut.append(f"{batch} x {wanted} -> {prompt or 'left out'}")
+    return shapes, cut
+
+
 async def _decode_probes(
     engine: _Engine,
     options: CalibrationOptions,
@@ -299,22 +324,9 @@ async def _decode_probes(
     probes = []
     n = options.decode_tokens
     fewer = max(n // 4, 1)
-    # short and long prompts at every batch size: the batch's context varies apart from
-    # its size, so the per-request and per-context-token costs can be told apart; prompts
-    # are cut to what the engine's memory holds at that batch size (a duplicate shape is
-    # probed once)
-    shapes: list[tuple[int, int]] = []
-    cut: list[str] = []
-    for wanted in (options.short_prompt, options.long_prompt):
-        for batch in options.batches:
-            prompt = fitting_prompt(batch, wanted, n, *kv_layout)
-            if prompt > 0 and (batch, prompt) not in shapes:
-                shapes.append((batch, prompt))
-            else:  # left out: its share of the progress bar is done
-                for _ in range(options.repeats):
-                    step()
-            if prompt < wanted:
-                cut.append(f"{batch} x {wanted} -> {prompt or 'left out'}")
+    shapes, cut = decode_shapes(options, *kv_layout)
+    for _ in range((2 * len(options.batches) - len(shapes)) * options.repeats):
+        step()  # shapes left out or probed once: their share of the progress bar is done
     if cut:
         warnings.append(
             f"decode probes cut to fit the engine's KV memory ({kv_layout[1]:,} tokens) with "

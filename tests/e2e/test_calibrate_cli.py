@@ -119,6 +119,19 @@ def test_an_unknown_clock_is_refused_naming_the_choices(
     assert "--clock 'wall': expected auto, engine or client" in err
 
 
+def test_decode_tokens_that_leave_no_room_for_a_prompt_are_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code, _, err = run_cli(
+        capsys, "calibrate", "--url", "http://127.0.0.1:9", "--max-prompt", "1024",
+        "--decode-tokens", "1000", "--out", str(tmp_path / "c.yaml"), "--no-progress",
+    )  # fmt: skip
+    assert code == 2
+    assert "--decode-tokens 1000 leaves no room" in err
+    assert "at most 960" in err
+    assert not (tmp_path / "c.yaml").exists()
+
+
 def test_an_engine_that_does_not_answer_is_one_line(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

@@ -88,12 +88,13 @@ def test_a_calibrated_replay_of_a_real_vllm_engine(
     scaled_conversation(conversation_trace, trace, REQUESTS)
     calibrated = cli(capsys, "calibrate", "--url", engine.url, "--preset", "colocated-small",
         "--pool", "engines", "--out", str(tmp_path / "cluster.yaml"), "--vocab-size",
-        str(VOCAB), "--max-prompt", "1024", "--max-batch", "8", "--repeats", "3",
+        str(VOCAB), "--max-prompt", "3072", "--max-batch", "8", "--repeats", "3",
         "--decode-tokens", "256", "--no-progress")  # fmt: skip
     # vLLM exports its requests' prefill and decode times: the calibration uses its clock
     assert "timed by the engine's clock" in calibrated, calibrated
-    # eight long probes of 512 + 256 tokens would not fit the cut memory: vLLM would preempt
-    assert "8 x 512 -> 384" in calibrated, calibrated
+    # long decode probes reach as far into the cut memory as it holds at each batch size
+    # (2,816 + 256 tokens for one request, 384 + 256 for eight): vLLM would preempt beyond
+    assert "8 x 2816 -> 384" in calibrated, calibrated
     pool = yaml.safe_load((tmp_path / "cluster.yaml").read_text())["pools"]["engines"]
     fitted = pool["fitted"]
     # the engine's KV layout, from its /metrics: 128-token blocks, all but vLLM's null block
