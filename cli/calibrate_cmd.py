@@ -84,16 +84,23 @@ def calibrate(
 
     from cli.progress import progress_bars
     from replay.presets.loader import load_preset
-    from replay.runner.calibrate import CalibrationOptions, calibrate, probe_count
+    from replay.runner.calibrate import (
+        SHORT_PROMPT,
+        CalibrationOptions,
+        calibrate,
+        probe_count,
+    )
     from replay.runner.router_time import check_router, measure_router_s
     from router.errors import UserError
 
     if max_prompt < 512 or max_batch < 1:
         raise UserError("--max-prompt must be at least 512 and --max-batch at least 1")
-    if decode_tokens > max_prompt - 64:
+    # the long decode probes' prompts (--max-prompt less --decode-tokens) at least twice the
+    # short ones', so that their contexts differ
+    if decode_tokens > max_prompt - 2 * SHORT_PROMPT:
         raise UserError(
-            f"--decode-tokens {decode_tokens} leaves no room for a decode probe's prompt "
-            f"within --max-prompt {max_prompt}: at most {max_prompt - 64}"
+            f"--decode-tokens {decode_tokens} leaves too little room for a long decode probe's "
+            f"prompt within --max-prompt {max_prompt}: at most {max_prompt - 2 * SHORT_PROMPT}"
         )
     if clock not in ("auto", "engine", "client"):
         raise UserError(f"--clock {clock!r}: expected auto, engine or client")

@@ -53,6 +53,7 @@ from replay.runner.engine_clock import DECODE, PREFILL, read_totals, settled_tot
 from router.errors import UserError
 
 __all__ = [
+    "SHORT_PROMPT",
     "CalibrationOptions",
     "CalibrationResult",
     "Clock",
@@ -65,6 +66,8 @@ __all__ = [
 
 Clock = Literal["auto", "engine", "client"]
 
+SHORT_PROMPT = 64  # tokens of the short decode probes' prompts
+
 
 @dataclass(frozen=True, slots=True)
 class CalibrationOptions:
@@ -76,7 +79,7 @@ class CalibrationOptions:
     cached_tokens: tuple[int, ...] = (0, 1024)
     batches: tuple[int, ...] = (1, 2, 4, 8)
     decode_tokens: int = 64  # generated per decode request (and a quarter as many)
-    short_prompt: int = 64
+    short_prompt: int = SHORT_PROMPT
     long_prompt: int = 1024
     repeats: int = 3
     seed: int | None = None  # of the prompts' token IDs; None: fresh ones each calibration
@@ -300,12 +303,17 @@ def decode_shapes(
     from its size by as much as the engine allows and a per-context-token cost small
     beside the per-request one (a small model, short contexts) is still told apart from
     it. A probe that did not fit would be timed with the engine's preemptions and
-    recomputations in it; a duplicate shape is probed once."""
+    recomputations in it; a duplicate shape is probed once. When the engine does not
+    report its memory, the long prompts of several requests are cut to half of one
+    request's prompt and output, as a guard against preemption."""
     n = options.decode_tokens
     shapes: list[tuple[int, int]] = []
     cut: list[str] = []
     for batch in options.batches:
-        for wanted in (options.short_prompt, options.long_prompt):
+        longest = options.long_prompt
+        if capacity_tokens is None and batch > 1:
+            longest = min(longest, max((longest + n) // 2, options.short_prompt))
+        for wanted in (options.short_prompt, longest):
             prompt = fitting_prompt(batch, wanted, n, block_tokens, capacity_tokens)
             if prompt > 0 and (batch, prompt) not in shapes:
                 shapes.append((batch, prompt))
@@ -337,6 +345,12 @@ async def _decode_probes(
         raise UserError(
             f"{options.url}: the engine's KV memory ({kv_layout[1]:,} tokens) holds no decode "
             f"probe; calibrate with a smaller --max-batch or --decode-tokens"
+        )
+    if len({prompt for _, prompt in shapes}) < 2:
+        warnings.append(
+            f"every decode probe has {shapes[0][1]}-token prompts, so the batch's context "
+            "grows with its size only and the fit cannot tell the cost per context token from "
+            "the cost per request: calibrate with a larger --max-prompt or fewer --decode-tokens"
         )
 
     # by the client's clock each twice, interleaved, keeping the quicker (a stall only

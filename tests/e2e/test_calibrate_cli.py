@@ -124,11 +124,11 @@ def test_decode_tokens_that_leave_no_room_for_a_prompt_are_refused(
 ) -> None:
     code, _, err = run_cli(
         capsys, "calibrate", "--url", "http://127.0.0.1:9", "--max-prompt", "1024",
-        "--decode-tokens", "1000", "--out", str(tmp_path / "c.yaml"), "--no-progress",
+        "--decode-tokens", "897", "--out", str(tmp_path / "c.yaml"), "--no-progress",
     )  # fmt: skip
     assert code == 2
-    assert "--decode-tokens 1000 leaves no room" in err
-    assert "at most 960" in err
+    assert "--decode-tokens 897 leaves too little room" in err
+    assert "at most 896" in err  # a long prompt of 128 tokens, twice the short one's
     assert not (tmp_path / "c.yaml").exists()
 
 

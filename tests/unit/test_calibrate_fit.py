@@ -3,13 +3,22 @@ simulator charges."""
 
 from __future__ import annotations
 
+import asyncio
+
 import httpx
 import numpy as np
 import pytest
 
 from replay.presets.loader import load_preset
 from replay.presets.schema import FittedTiming
-from replay.runner.calibrate import CalibrationOptions, _Engine, decode_shapes, fitting_prompt
+from replay.runner.calibrate import (
+    CalibrationOptions,
+    _decode_probes,
+    _Engine,
+    decode_shapes,
+    fitting_prompt,
+    probe_count,
+)
 from replay.runner.calibration_fit import DecodeProbe, PrefillProbe, fit_decode, fit_prefill
 from replay.runner.engine_clock import DECODE, PREFILL, read_totals
 from replay.runner.run import run_replay
@@ -207,3 +216,50 @@ def test_probes_into_the_memory_tell_the_per_context_cost_apart_on_a_noisy_engin
     # seeds 1 to 7 gave 161-167 of 200 against 66-81
     assert into_memory >= 140, (into_memory, half)
     assert into_memory >= 1.5 * half, (into_memory, half)
+
+
+class _StepEngine:
+    """Times a decode probe as a step of 1 ms + 0.1 ms per request, by the engine's clock."""
+
+    engine_clock = True
+
+    async def decode_s(self, batch: int, prompt: int, tokens: int) -> float:
+        return (tokens - 1) * (1e-3 + 1e-4 * batch)
+
+
+def test_probes_left_out_or_merged_still_fill_the_progress_bar_and_say_so() -> None:
+    """20 blocks of 64 tokens, 256 tokens out: at four requests the long prompt is cut to
+    the short one's 64 tokens (one probe), at eight none fits. Every probe's share of
+    the bar is stepped, and a calibration whose probes all have one prompt length says
+    the cost per context token could not be told apart."""
+    options = CalibrationOptions(url="http://e", batches=(1, 4, 8), decode_tokens=256,
+                                 long_prompt=512, new_tokens=(), cached_tokens=(),
+                                 repeats=2)  # fmt: skip
+    memory = (64, 20 * 64)
+    shapes, cut = decode_shapes(options, *memory)
+    assert shapes == [(1, 64), (1, 512), (4, 64)]
+    assert cut == ["4 x 512 -> 64", "8 x 64 -> left out", "8 x 512 -> left out"]
+    steps: list[int] = []
+    warnings: list[str] = []
+    probes = asyncio.run(
+        _decode_probes(_StepEngine(), options, lambda: steps.append(1), warnings, memory)  # type: ignore[arg-type]
+    )
+    assert len(steps) == probe_count(options) == 2 * 3 * 2
+    assert [(p.batch, p.seconds) for p in probes] == [
+        (1, pytest.approx(1.1e-3)), (1, pytest.approx(1.1e-3)), (4, pytest.approx(1.4e-3))
+    ]  # fmt: skip
+    assert not any("every decode probe has" in w for w in warnings)
+    one_length = CalibrationOptions(url="http://e", batches=(1, 2, 4), decode_tokens=256,
+                                    long_prompt=64, repeats=1)  # fmt: skip
+    asyncio.run(_decode_probes(_StepEngine(), one_length, lambda: None, warnings, memory))  # type: ignore[arg-type]
+    assert any("every decode probe has 64-token prompts" in w for w in warnings)
+
+
+def test_without_the_engines_memory_several_requests_long_prompts_are_halved() -> None:
+    """No KV layout at /metrics (an engine other than vLLM): one request's long prompt is
+    --max-prompt less the output, several requests' are cut to half of one request."""
+    options = CalibrationOptions(url="http://e", batches=(1, 8), decode_tokens=96,
+                                 long_prompt=2048 - 96)  # fmt: skip
+    shapes, cut = decode_shapes(options, None, None)
+    assert shapes == [(1, 64), (1, 1952), (8, 64), (8, 1024)]
+    assert cut == []  # not cut to a memory: halved as a guard
