@@ -36,7 +36,6 @@ pools of a preset whose engines are like the one measured.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -49,7 +48,8 @@ from engines_adapter.engine_metrics import parse_load
 from replay.presets.schema import FittedTiming
 from replay.runner.calibration_fit import DecodeProbe, PrefillProbe, fit_decode, fit_prefill
 from replay.runner.endpoint import check_answers
-from replay.runner.engine_clock import DECODE, PREFILL, read_totals, settled_totals
+from replay.runner.engine_clock import read_totals
+from replay.runner.probe_client import ProbeClient, round_trip_s
 from router.errors import UserError
 
 __all__ = [
@@ -135,118 +135,8 @@ class CalibrationResult:
         }  # fmt: skip
 
 
-class _Engine:
-    """Requests to the endpoint, with fresh token IDs for every prompt, timed by the
-    engine's clock (``engine_clock``) or by their round trips."""
-
-    def __init__(
-        self, client: httpx.AsyncClient, options: CalibrationOptions, engine_clock: bool
-    ) -> None:
-        self.client = client
-        self.options = options
-        self.engine_clock = engine_clock
-        self.outside_s: list[float] = []  # round trip less the engine's prefill time
-        # fresh IDs by default: a second calibration of the same engine with the same
-        # prompts would find them cached and time nothing
-        self._rng = np.random.default_rng(options.seed)
-
-    def tokens(self, n: int) -> list[int]:
-        ids: list[int] = self._rng.integers(10, self.options.vocab_size, n).tolist()
-        return ids
-
-    def _body(self, prompt: list[int], max_tokens: int) -> dict[str, Any]:
-        body: dict[str, Any] = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
-                                "ignore_eos": True, "stream": self.engine_clock}  # fmt: skip
-        if self.engine_clock:
-            body["stream_options"] = {"include_usage": True}
-        if self.options.model is not None:
-            body["model"] = self.options.model
-        return body
-
-    async def _post(self, prompt: list[int], max_tokens: int) -> tuple[float, dict[str, Any]]:
-        """Seconds to the whole answer and the answer's usage. Timed by the engine's clock,
-        the answer is streamed, as clients ask for it, so the engine does the work of
-        every streamed token while it is measured (on a CPU engine this slows its steps
-        measurably); timed by the client's, it is not (a client slow to read chunks
-        would add its own delays)."""
-        url = f"{self.options.url}/v1/completions"
-        body = self._body(prompt, max_tokens)
-        start = time.perf_counter()
-        if not self.engine_clock:
-            response = await self.client.post(url, json=body)
-            if response.status_code != 200:
-                raise _refused(url, response.status_code, response.text)
-            answered = response.json().get("usage") or {}
-            return time.perf_counter() - start, answered if isinstance(answered, dict) else {}
-        usage: dict[str, Any] | None = None
-        async with self.client.stream("POST", url, json=body) as response:
-            if response.status_code != 200:
-                text = (await response.aread()).decode(errors="replace")
-                raise _refused(url, response.status_code, text)
-            async for line in response.aiter_lines():
-                event = line.removeprefix("data:").strip()
-                if not line.startswith("data:") or not event.startswith("{"):
-                    continue
-                chunk = json.loads(event)
-                if not isinstance(chunk, dict):
-                    continue
-                if "error" in chunk:
-                    raise UserError(
-                        f"{url} ended a calibration request with an error: {event[:200]}"
-                    )
-                if isinstance(chunk.get("usage"), dict):
-                    usage = chunk["usage"]
-        if usage is None:
-            raise UserError(
-                f"{url} streamed an answer without its usage (stream_options.include_usage), "
-                "which calibration by the engine's clock reads; use --clock client"
-            )
-        return time.perf_counter() - start, usage
-
-    async def complete(self, prompt: list[int]) -> tuple[float, int | None]:
-        """One prefill (max_tokens 1): its seconds, and the cached tokens the engine
-        reported (None: not reported)."""
-        before = await read_totals(self.client, self.options.url) if self.engine_clock else None
-        seconds, usage = await self._post(prompt, 1)
-        details = usage.get("prompt_tokens_details") or {}
-        cached = details.get("cached_tokens")
-        if before is not None:
-            after = await settled_totals(self.client, self.options.url, before, 1)
-            engine_s = after.mean_since(before, PREFILL)
-            self.outside_s.append(seconds - engine_s)
-            seconds = engine_s
-        return seconds, cached if isinstance(cached, int) else None
-
-    async def decode_s(self, batch: int, prompt: int, tokens: int) -> float:
-        """``batch`` requests of ``prompt``-token prompts at once, each generating
-        ``tokens``: by the engine's clock, their mean time from first to last token; by
-        the client's, the median of their round trips."""
-        before = await read_totals(self.client, self.options.url) if self.engine_clock else None
-        runs = await asyncio.gather(
-            *(self._generate_s(self.tokens(prompt), tokens) for _ in range(batch))
-        )
-        if before is None:
-            return float(np.median(runs))
-        after = await settled_totals(self.client, self.options.url, before, batch)
-        return after.mean_since(before, DECODE)
-
-    async def _generate_s(self, prompt: list[int], tokens: int) -> float:
-        seconds, usage = await self._post(prompt, tokens)
-        made = usage.get("completion_tokens")
-        if isinstance(made, int) and made != tokens:
-            raise UserError(
-                f"{self.options.url}/v1/completions generated {made} tokens where {tokens} "
-                "were asked with ignore_eos: calibration needs an engine that honours ignore_eos"
-            )
-        return seconds
-
-
-def _refused(url: str, status: int, text: str) -> UserError:
-    return UserError(f"{url} answered {status} to a calibration request: {text[:200]}")
-
-
 async def _prefill_probes(
-    engine: _Engine, options: CalibrationOptions, step: Callable[[], None], warnings: list[str]
+    engine: ProbeClient, options: CalibrationOptions, step: Callable[[], None], warnings: list[str]
 ) -> list[PrefillProbe]:
     probes = []
     unreported = uncached = 0
@@ -323,7 +213,7 @@ def decode_shapes(
 
 
 async def _decode_probes(
-    engine: _Engine,
+    engine: ProbeClient,
     options: CalibrationOptions,
     step: Callable[[], None],
     warnings: list[str],
@@ -395,10 +285,13 @@ async def _calibrate(options: CalibrationOptions, step: Callable[[], None]) -> C
     started = time.perf_counter()
     async with httpx.AsyncClient(headers=headers, timeout=options.timeout_s) as client:
         await check_answers(client, options.url)
-        engine = _Engine(client, options, await _engine_clock(client, options))
+        engine = ProbeClient(
+            client, options.url, options.model, options.vocab_size, options.seed,
+            await _engine_clock(client, options),
+        )  # fmt: skip
         await engine.complete(engine.tokens(64))  # warm-up: first-request compilation
         engine.outside_s.clear()
-        round_trip = await _round_trip_s(client, options.url) if engine.engine_clock else None
+        round_trip = await round_trip_s(client, options.url) if engine.engine_clock else None
         warnings: list[str] = []
         block_tokens, capacity_tokens = await _kv_layout(client, options.url)
         prefill = await _prefill_probes(engine, options, step, warnings)
@@ -455,18 +348,6 @@ async def _kv_layout(client: httpx.AsyncClient, url: str) -> tuple[int | None, i
     blocks = load.num_blocks
     usable = blocks - 1 if blocks is not None and blocks > 1 else None
     return load.block_size, usable * load.block_size if usable is not None else None
-
-
-async def _round_trip_s(client: httpx.AsyncClient, url: str) -> float:
-    """Median of five round trips of ``GET /v1/models``, the engine's lightest answer."""
-    times = []
-    for _ in range(5):
-        start = time.perf_counter()
-        response = await client.get(f"{url}/v1/models")
-        times.append(time.perf_counter() - start)
-        if response.status_code != 200:
-            raise _refused(f"{url}/v1/models", response.status_code, response.text)
-    return float(np.median(times))
 
 
 async def _engine_clock(client: httpx.AsyncClient, options: CalibrationOptions) -> bool:

@@ -14,13 +14,13 @@ from replay.presets.schema import FittedTiming
 from replay.runner.calibrate import (
     CalibrationOptions,
     _decode_probes,
-    _Engine,
     decode_shapes,
     fitting_prompt,
     probe_count,
 )
 from replay.runner.calibration_fit import DecodeProbe, PrefillProbe, fit_decode, fit_prefill
 from replay.runner.engine_clock import DECODE, PREFILL, read_totals
+from replay.runner.probe_client import ProbeClient
 from replay.runner.run import run_replay
 from replay.sim.roofline import Roofline
 from replay.trace.record import TraceRequest
@@ -155,9 +155,8 @@ async def test_a_streamed_probe_that_is_not_what_was_asked_stops_the_calibration
     def answer(request: httpx.Request) -> httpx.Response:
         return httpx.Response(200, text=stream, headers={"content-type": "text/event-stream"})
 
-    options = CalibrationOptions(url="http://engine", vocab_size=512)
     async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
-        engine = _Engine(client, options, engine_clock=True)
+        engine = ProbeClient(client, "http://engine", None, 512, None, engine_clock=True)
         with pytest.raises(UserError, match=problem):
             await engine._generate_s([1, 2, 3], 16)
 
