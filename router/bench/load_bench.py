@@ -49,11 +49,13 @@ import httpx
 
 from router.bench.load_processes import (
     REDIS_MISSING,
+    Child,
     Cluster,
     LoadConfig,
     ProcessFailed,
     Progress,
     auth_headers,
+    cpu_s,
     rss_mb,
 )
 from router.bench.load_traffic import (
@@ -114,6 +116,17 @@ class ReplicaRun:
     completions: PhaseResult | None = None
     soak: SoakResult | None = None
     load_average: float = 0.0  # 1-minute load average at the end of this configuration
+    # the replicas' CPU time over the completions phase (its warm-up included), in cores
+    completions_router_cores: float | None = None
+
+    @property
+    def router_cpu_per_completion_s(self) -> float | None:
+        """The replicas' CPU seconds per completion answered (their busy cores over the
+        completions answered per second)."""
+        phase = self.completions
+        if self.completions_router_cores is None or phase is None or phase.per_s <= 0:
+            return None
+        return self.completions_router_cores / phase.per_s
 
 
 @dataclass
@@ -125,7 +138,10 @@ class LoadResult:
 
     def to_json(self) -> dict[str, Any]:
         """The result as JSON values (a figure of a phase with no answer is null)."""
-        return dict(_no_nan(asdict(self)))
+        data = dict(_no_nan(asdict(self)))
+        for run, out in zip(self.runs, data["runs"], strict=True):
+            out["router_cpu_per_completion_s"] = _no_nan(run.router_cpu_per_completion_s)
+        return data
 
 
 def _no_nan(value: Any) -> Any:
@@ -279,11 +295,15 @@ def _measure(cluster: Cluster, n: int, config: LoadConfig, progress: Progress | 
                 f"{label}: routes",
             ))  # fmt: skip
             cluster.procs.check()
+            busy, began = _cpu_of(children), time.perf_counter()
             run.completions = asyncio.run(closed_loop(
                 ports, completion_call, completions, config.concurrency, config.seconds,
                 progress, f"{label}: streaming completions",
             ))  # fmt: skip
             cluster.procs.check()
+            run.completions_router_cores = (_cpu_of(children) - busy) / (
+                time.perf_counter() - began
+            )
         if config.soak_minutes > 0:
             sampled = [(c.name, c.proc.pid) for c in children]
             if cluster.redis is not None and index == "redis":
@@ -296,6 +316,11 @@ def _measure(cluster: Cluster, n: int, config: LoadConfig, progress: Progress | 
         cluster.procs.stop(children)
     run.load_average = os.getloadavg()[0]
     return run
+
+
+def _cpu_of(children: list[Child]) -> float:
+    """CPU seconds the replicas have used, in all."""
+    return sum(cpu_s(c.proc.pid) or 0.0 for c in children)
 
 
 def run_load_bench(config: LoadConfig, progress: Progress | None = None) -> LoadResult:
@@ -373,8 +398,14 @@ def render_load_results(result: LoadResult) -> Any:
 
     c = result.config
     table = Table(title=f"Routes and streaming completions, {c.prompt_tokens:,}-token prompts")
+    table.caption = (
+        "router CPU: the replicas' CPU time over the completions phase, per completion "
+        f"answered ({c.output_tokens} tokens each; its growth with --output-tokens is the "
+        "cost of a streamed token)"
+    )
     columns = ("replicas", "index", "routes/s", "route p50 / p99 (ms)", "route errors",
-               "completions/s", "TTFT p50 / p99 (ms)", "completion errors")  # fmt: skip
+               "completions/s", "TTFT p50 / p99 (ms)", "completion errors",
+               "router CPU per completion (ms)")  # fmt: skip
     for col in columns:
         table.add_column(col, justify="right")
     for run in result.runs:
@@ -385,6 +416,8 @@ def render_load_results(result: LoadResult) -> Any:
             else:
                 cells += [f"{phase.per_s:,.1f}", f"{_ms(phase.p50_ms)} / {_ms(phase.p99_ms)}",
                           str(phase.errors)]  # fmt: skip
+        cpu = run.router_cpu_per_completion_s
+        cells.append("-" if cpu is None else f"{cpu * 1e3:,.2f}")
         table.add_row(*cells)
     return table
 

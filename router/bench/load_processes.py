@@ -30,11 +30,13 @@ __all__ = [
     "BENCH_KEY",
     "BLOCK_SIZE",
     "REDIS_MISSING",
+    "Child",
     "Cluster",
     "LoadConfig",
     "ProcessFailed",
     "Progress",
     "auth_headers",
+    "cpu_s",
     "rss_mb",
 ]
 
@@ -171,6 +173,17 @@ def rss_mb(pid: int) -> float | None:
     except OSError:
         return None
     return None
+
+
+def cpu_s(pid: int) -> float | None:
+    """CPU seconds a process has used, user and system (/proc), None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    # after the command's closing parenthesis, utime and stime are the 12th and 13th
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class Processes:

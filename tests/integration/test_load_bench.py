@@ -76,6 +76,8 @@ def test_one_and_two_replicas_answer_and_leave_nothing_running() -> None:
         assert routes > 0
         assert completions > 0
         assert route_errors == completion_errors == "0"
+        # the replicas' CPU per completion: more than nothing, less than a second
+        assert 0.0 < float(cells[8].replace(",", "")) < 1000.0, cells
     for name in ("routes", "completions (TTFT)"):  # a soak per replica count
         soaked = [c for c in _cells(out, name) if len(c) == 4]
         assert len(soaked) == 2, out
