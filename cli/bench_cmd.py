@@ -182,13 +182,8 @@ def load(
     from rich.progress import TaskID
 
     from cli.progress import progress_bars
-    from router.bench.load_bench import (
-        LoadConfig,
-        render_load_config,
-        render_load_results,
-        render_soak,
-        run_load_bench,
-    )
+    from router.bench.load_bench import LoadConfig, run_load_bench
+    from router.bench.load_tables import render_load_config, render_load_results, render_soak
     from router.errors import UserError
 
     try:

@@ -8,11 +8,11 @@ engine simulator), one kind at a time so each measurement isolates one cost:
   cached tokens are read from ``usage.prompt_tokens_details`` when the engine reports
   them;
 * decode: B requests at once of short prompts (and B of the longest that the engine's
-  KV memory holds at that B), generating N/4 tokens with ``ignore_eos``, then B
-  generating N: the difference of the two decode
-  times over the 3N/4 tokens between is the step (the prefills and the first steps,
-  while the batch's prompts are still being prefilled, cancel); a probe whose
-  difference is not positive is left out with a warning.
+  KV memory holds at that B, ``decode_shapes``), generating N/4 tokens with
+  ``ignore_eos``, then B generating N: the difference of the two decode times over the
+  3N/4 tokens between is the step (the prefills and the first steps, while the batch's
+  prompts are still being prefilled, cancel); a probe whose difference is not positive
+  is left out with a warning.
 
 Whose clock times them (``clock``): the engine's own when it exports its per-request
 prefill and decode times (vLLM's histograms at ``/metrics``, ``engine_clock``), so
@@ -24,7 +24,7 @@ engine's clock, the median round trip less the engine's prefill time and less a 
 of ``GET /v1/models`` (the network's share) is the server's own time per request
 (``FittedTiming.frontend_s``).
 
-The fit itself is ``calibration_fit``.
+The requests themselves are ``probe_client``'s; the fit is ``calibration_fit``.
 
 Least squares with non-negative coefficients then fits a prefill pass as ``overhead +
 per_token * N + per_token_pair * (N*C + N*N/2)`` and a decode step as ``overhead +
