@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import typer
 
 __all__ = ["bench_app"]
@@ -221,7 +223,9 @@ def load(
     if json_output:
         typer.echo(json.dumps(result.to_json(), indent=2))
         return
-    console = Console()
+    # written to a file or a pipe, the tables keep their figures whole (rich would fit them
+    # to 80 columns, cutting numbers short); on a terminal, its width
+    console = Console(width=None if sys.stdout.isatty() else 160)
     console.print(render_load_config(result))
     console.print(render_load_results(result))
     for run in result.runs:
