@@ -13,6 +13,7 @@ __all__ = [
     "WAN_PRICE_PER_GBPS_MONTH",
     "ClusterSpec",
     "DecodeRecomputes",
+    "EngineName",
     "FittedTiming",
     "FluctuationSpec",
     "HandoffSpec",
@@ -21,7 +22,10 @@ __all__ = [
     "LinksSpec",
     "MemorySpec",
     "ModelSpec",
+    "PerfDbModelSpec",
     "PoolSpec",
+    "StepCostSource",
+    "StepCostsSpec",
     "TimingSpec",
 ]
 
@@ -37,7 +41,21 @@ class HardwareSpec(_Spec):
     hbm_bytes: float = Field(gt=0, description="HBM of one GPU in bytes")
     hbm_bandwidth_bytes_s: float = Field(gt=0, description="HBM bandwidth of one GPU, bytes/s")
     price_per_hour: float = Field(ge=0, description="USD per GPU-hour")
+    perfdb_system: str | None = Field(
+        None, description="This GPU's system in AIConfigurator's performance database "
+        "(h100_sxm, h200_sxm, ...): step costs from measured kernels (step_costs: perfdb)",
+    )  # fmt: skip
     source: str = ""
+
+
+class PerfDbModelSpec(_Spec):
+    """How AIConfigurator's performance database knows a model: its Hugging Face name
+    (a config the database ships) and the quantization its kernels are priced in."""
+
+    model: str = Field(description="Hugging Face name, e.g. meta-llama/Meta-Llama-3.1-8B")
+    gemm_quant: str | None = Field(None, description="GEMM quantization (default: the model's)")
+    moe_quant: str | None = Field(None, description="MoE quantization (default: the model's)")
+    kv_quant: str | None = Field(None, description="KV-cache quantization (default: the model's)")
 
 
 class ModelSpec(_Spec):
@@ -53,6 +71,9 @@ class ModelSpec(_Spec):
     kv_bytes_per_token: float = Field(gt=0)
     attention_flops_per_token_pair: float = Field(
         gt=0, description="FLOPs of one query token attending to one context token, all layers"
+    )
+    perfdb: PerfDbModelSpec | None = Field(
+        None, description="The model in AIConfigurator's performance database (step_costs: perfdb)"
     )
     source: str = ""
 
@@ -197,6 +218,35 @@ class FittedTiming(_Spec):
         )
 
 
+StepCostSource = Literal["auto", "perfdb", "roofline", "calibrated"]
+EngineName = Literal["vllm", "sglang", "trtllm"]
+
+
+class StepCostsSpec(_Spec):
+    """Where a pool's step costs come from, and what a step costs besides its kernels."""
+
+    source: StepCostSource = Field(
+        "auto", description="perfdb: measured kernels from AIConfigurator's performance "
+        "database for the GPU, the model's shape, the pool's parallelism and engine; "
+        "calibrated: the pool's `fitted` pass times; roofline: datasheet FLOPs and bandwidth "
+        "times the timing efficiencies; auto: calibrated when fitted, else perfdb where the "
+        "database covers the GPU, model and engine, else roofline (the reason is printed)",
+    )  # fmt: skip
+    engine: EngineName = Field("vllm", description="The serving engine the database prices")
+    engine_version: str | None = Field(
+        None, description="The engine version's tables (default: the database's default)"
+    )
+    step_overhead_s: float = Field(
+        0.0, ge=0, description="Per-step framework time added to the database's kernels "
+        "(scheduling, sampling, detokenizing)",
+    )  # fmt: skip
+    prefill_overhead_s_per_layer: float | None = Field(
+        None, ge=0, description="Per-layer CPU dispatch time added to each prefill pass, "
+        "which kernel measurements do not see (default: the engine's; vLLM 0.8 ms per layer, "
+        "AIConfigurator's fit to its silicon runs; 0 for the others)",
+    )  # fmt: skip
+
+
 class PoolSpec(_Spec):
     """A pool of identical instances of one tier in one datacenter."""
 
@@ -222,8 +272,22 @@ class PoolSpec(_Spec):
     )  # fmt: skip
     fitted: FittedTiming | None = Field(
         None, description="Measured pass times of this pool's engines (`pdd-router "
-        "calibrate`); the roofline of hardware x model when absent",
+        "calibrate`); used when step_costs.source is calibrated or auto",
     )  # fmt: skip
+    step_costs: StepCostsSpec = Field(
+        default_factory=StepCostsSpec, description="Where the pool's step costs come from"
+    )
+    moe_ep: int | None = Field(
+        None, ge=1, description="Expert parallelism of a MoE model's experts across the "
+        "instance's GPUs (default: all of them; attention is tensor-parallel over them)",
+    )  # fmt: skip
+
+    @model_validator(mode="after")
+    def _calibrated_needs_fitted(self) -> PoolSpec:
+        if self.step_costs.source == "calibrated" and self.fitted is None:
+            raise ValueError("step_costs.source is calibrated but the pool has no `fitted` "
+                             "pass times (run `pdd-router calibrate`)")  # fmt: skip
+        return self
 
 
 class FluctuationSpec(_Spec):

@@ -17,7 +17,7 @@ from replay.sim.kv_memory import KvMemory
 from replay.sim.link import Link
 from replay.sim.prefill_instance import PrefillInstance
 from replay.sim.request_state import Leg, SimRequest
-from replay.sim.roofline import Roofline
+from replay.sim.step_costs import resolve_step_costs
 
 __all__ = ["SimCluster", "build_cluster", "gbps_to_bytes_s"]
 
@@ -39,6 +39,7 @@ class SimCluster:
     block_size: int
     home: str  # the datacenter of the P pool ("A")
     links: list[Link] = field(default_factory=list)
+    step_cost_sources: dict[str, str] = field(default_factory=dict)  # pool -> where from
 
     def link_between(self, src: str, dst: str) -> Link:
         if src == dst:
@@ -67,12 +68,12 @@ def build_cluster(
     prefill: dict[str, PrefillInstance | ColocatedInstance] = {}
     decode: dict[str, DecodeInstance] = {}
     loads: dict[Tier, list[InstanceLoad]] = {}
+    sources: dict[str, str] = {}
     for pool_name, pool in preset.pools().items():
         capacity = preset.kv_capacity_tokens(pool)
-        roofline = Roofline(
-            model, preset.hardware[pool.hardware], pool.gpus_per_instance, spec.timing,
-            spec.handoff, pool.fitted,
-        )  # fmt: skip
+        resolved = resolve_step_costs(preset, pool_name)
+        step_costs = resolved.costs
+        sources[pool_name] = resolved.describe()
         for i in range(pool.instances):
             iid = f"{pool_name}-{i}"
             load = InstanceLoad(
@@ -86,7 +87,7 @@ def build_cluster(
             cache = KvMemory(capacity, block_size, _evict_to(feed, iid), pool.kv_block_tokens)
             if pool.colocated:
                 prefill[iid] = ColocatedInstance(
-                    loop, iid, pool.datacenter, load, cache, roofline,
+                    loop, iid, pool.datacenter, load, cache, step_costs,
                     max_batch=pool.max_batch, step_tokens=spec.timing.step_tokens,
                     on_demand=spec.memory.allocation == "on-demand",
                     on_stored=feed.stored, on_finish=on_finish,
@@ -98,7 +99,7 @@ def build_cluster(
                     pool.datacenter,
                     load,
                     cache,
-                    roofline,
+                    step_costs,
                     spec.timing.prefill_batch_tokens,
                     on_prefilled,
                 )
@@ -110,7 +111,7 @@ def build_cluster(
                     pool.datacenter,
                     load,
                     cache,
-                    roofline,
+                    step_costs,
                     pool.max_batch,
                     on_reserved,
                     on_finish,
@@ -143,8 +144,9 @@ def build_cluster(
     )
     links = [*rdma.values(), *([wan] if wan is not None else [])]
     return SimCluster(
-        prefill, decode, rdma, wan, view, model.kv_bytes_per_token, block_size, home, links
-    )
+        prefill, decode, rdma, wan, view, model.kv_bytes_per_token, block_size, home, links,
+        sources,
+    )  # fmt: skip
 
 
 def _evict_to(feed: KvEventFeed, instance_id: str) -> Callable[[list[int]], None]:
@@ -156,8 +158,8 @@ def _evict_to(feed: KvEventFeed, instance_id: str) -> Callable[[list[int]], None
 
 def _prefill_rate(prefill: dict[str, PrefillInstance | ColocatedInstance]) -> float:
     """New tokens per second of one P instance on an 8K-token prompt with no cache hit."""
-    roofline = next(iter(prefill.values())).roofline
-    return 8192 / roofline.prefill_s([(8192, 0)])
+    costs = next(iter(prefill.values())).step_costs
+    return 8192 / costs.prefill_s([(8192, 0)])
 
 
 def _typical_step(
@@ -171,4 +173,4 @@ def _typical_step(
     if not mds:
         return 0.0
     batch = min(32, mds[0].max_batch)
-    return mds[0].roofline.decode_step_s(batch, batch * 8192.0)
+    return mds[0].step_costs.decode_step_s(batch, batch * 8192.0)

@@ -10,7 +10,7 @@ Each engine step processes at most ``step_tokens`` tokens (vLLM's
 ``max_num_batched_tokens``): one for every decoding request, the rest for the prefills in
 admission order (chunked prefill). In fluid form the decode batch gains a token per step
 and the prefills ``step_tokens - batch`` tokens per step, a step taking one decode step
-plus the chunk's prefill pass (``Roofline.mixed_step_s``).
+plus the chunk's prefill pass (``StepCosts.mixed_step_s``).
 Steps are tracked as the prefill consumes them (``_step_room``: the tokens left of the
 current step's chunk): a request whose prefill ends inside a step gets its first token when
 that step ends (when the chunk is spent or no prefill is left), as every request finishing
@@ -37,7 +37,7 @@ from replay.sim.frontend import Frontend
 from replay.sim.growing_memory import GrowingMemory
 from replay.sim.kv_memory import KvMemory
 from replay.sim.request_state import SimRequest
-from replay.sim.roofline import Roofline
+from replay.sim.step_costs import StepCosts
 
 __all__ = ["ColocatedInstance"]
 
@@ -85,7 +85,7 @@ class ColocatedInstance:
         "load",
         "max_batch",
         "preemptions",
-        "roofline",
+        "step_costs",
         "step_tokens",
         "tier",
     )
@@ -97,7 +97,7 @@ class ColocatedInstance:
         datacenter: str,
         load: InstanceLoad,
         cache: KvMemory,
-        roofline: Roofline,
+        step_costs: StepCosts,
         *,
         max_batch: int,
         step_tokens: int,
@@ -111,7 +111,7 @@ class ColocatedInstance:
         self.datacenter = datacenter
         self.load = load
         self.cache = cache
-        self.roofline = roofline
+        self.step_costs = step_costs
         self.max_batch = max_batch
         self.step_tokens = step_tokens
         self.preemptions = 0
@@ -137,7 +137,7 @@ class ColocatedInstance:
         self._ready: list[SimRequest] = []  # prefilled in this step: first token at its end
         self._held = False  # a preemption holds admissions for a step (or till an end)
         self._requests: dict[int, SimRequest] = {}
-        self._frontend = Frontend(loop, roofline.frontend_s, self._enqueue)
+        self._frontend = Frontend(loop, step_costs.frontend_s, self._enqueue)
 
     # -- what the simulator calls -----------------------------------------------------
 
@@ -209,10 +209,10 @@ class ColocatedInstance:
 
     def _step_s(self, batch: int, context: float) -> float:
         if not self._prefill:
-            return self.roofline.decode_step_s(batch, context)
+            return self.step_costs.decode_step_s(batch, context)
         head = self._admitted[self._prefill[0].key]
         done = head.work - self._prefill_left
-        return self.roofline.mixed_step_s(
+        return self.step_costs.mixed_step_s(
             batch, context, max(self._chunk(batch), 1.0), head.cached + done
         )
 

@@ -41,7 +41,7 @@ class DecodeBatch(SharedProgress):
         step_s: Callable[[int, float], float],
         on_finish: Callable[[int], None],
     ) -> None:
-        """``step_s(batch, context tokens)``: one step's time (``Roofline.decode_step_s``, or
+        """``step_s(batch, context tokens)``: one step's time (``StepCosts.decode_step_s``, or
         a colocated engine's step with its prefill chunk)."""
         super().__init__(loop, Priority.DECODE)
         self._step_s = step_s

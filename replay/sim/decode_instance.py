@@ -33,7 +33,7 @@ from replay.sim.frontend import Frontend
 from replay.sim.growing_memory import GrowingMemory
 from replay.sim.kv_memory import KvMemory
 from replay.sim.request_state import Leg, LegState, SimRequest
-from replay.sim.roofline import Roofline
+from replay.sim.step_costs import StepCosts
 
 __all__ = ["DecodeInstance"]
 
@@ -65,7 +65,7 @@ class DecodeInstance:
         "on_demand",
         "preemptions",
         "recomputes",
-        "roofline",
+        "step_costs",
         "tier",
     )
 
@@ -77,7 +77,7 @@ class DecodeInstance:
         datacenter: str,
         load: InstanceLoad,
         cache: KvMemory,
-        roofline: Roofline,
+        step_costs: StepCosts,
         max_batch: int,
         on_reserved: Callable[[Leg], None],
         on_finish: Callable[[SimRequest, DecodeInstance], None],
@@ -99,9 +99,9 @@ class DecodeInstance:
         self.datacenter = datacenter
         self.load = load
         self.cache = cache
-        self.roofline = roofline
+        self.step_costs = step_costs
         self.max_batch = max_batch
-        self.batch = DecodeBatch(loop, roofline.decode_step_s, self._batch_finished)
+        self.batch = DecodeBatch(loop, step_costs.decode_step_s, self._batch_finished)
         self._growth = (
             GrowingMemory(loop, cache, self.batch, self._preempt, self._sync_load)
             if on_demand
@@ -113,7 +113,7 @@ class DecodeInstance:
         self._ready: deque[tuple[Leg, int]] = deque()
         self._running: dict[int, SimRequest] = {}
         self._incoming = 0
-        self._frontend = Frontend(loop, roofline.frontend_s, self._taken_in)
+        self._frontend = Frontend(loop, step_costs.frontend_s, self._taken_in)
 
     # -- memory -----------------------------------------------------------------------
 
@@ -275,7 +275,7 @@ class DecodeInstance:
         tail = min(max(tail, 1), prompt)
         batch = self.batch
         context = batch.context_tokens() if batch.size else 0.0
-        return self.roofline.mixed_step_s(batch.size, context, tail, prompt - tail)
+        return self.step_costs.mixed_step_s(batch.size, context, tail, prompt - tail)
 
     def _grow(self, leg: Leg) -> None:
         """The request's memory grows with the batch from now (``GrowingMemory.join``)."""
@@ -400,7 +400,7 @@ class DecodeInstance:
         self._recomputing += 1
         cached = self.cache.cached_tokens(hits, request.input_length)
         work = [(request.input_length - cached + generated, cached)]
-        self._loop.after(self.roofline.prefill_s(work), Priority.DECODE, self._recomputed, leg)
+        self._loop.after(self.step_costs.prefill_s(work), Priority.DECODE, self._recomputed, leg)
         return True
 
     def _recomputed(self, leg: Leg) -> None:

@@ -2,7 +2,7 @@
 
 When MD's copy of the KV arrives while RLD is decoding, RLD's eager tokens reach MD
 as token IDs (one-way latency RTT/2 plus their bytes) and MD recomputes their KV in
-one extend step whose cost grows with their number (``Roofline.extend_s``).
+one extend step whose cost grows with their number (``StepCosts.extend_s``).
 
 - one-shot: RLD stops at once and is freed; MD extends every eager token; the user
   sees one stall (ID shipping plus the extend).
@@ -108,7 +108,7 @@ class HandoffDriver:
         request.last_lack = lack
         request.handoff_rounds += 1
         md = md_leg.dest
-        delay = self._ship_s(request, chunk) + md.roofline.extend_s(
+        delay = self._ship_s(request, chunk) + md.step_costs.extend_s(
             chunk, request.input_length + request.md_have
         )
         self._loop.after(delay, Priority.HANDOFF, self._digested, (request, chunk))
@@ -134,7 +134,7 @@ class HandoffDriver:
             return
         lack = request.emitted - request.md_have
         md = md_leg.dest
-        delay = self._ship_s(request, lack) + md.roofline.extend_s(
+        delay = self._ship_s(request, lack) + md.step_costs.extend_s(
             lack, request.input_length + request.md_have
         )
         self._loop.after(delay, Priority.HANDOFF, self._takeover, request)

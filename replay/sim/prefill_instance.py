@@ -1,4 +1,4 @@
-"""A P instance: a prefill queue in front of a prefix cache, timed by the roofline."""
+"""A P instance: a prefill queue in front of a prefix cache, timed by its step costs."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from replay.sim.frontend import Frontend
 from replay.sim.kv_memory import KvMemory
 from replay.sim.prefill_queue import PrefillQueue
 from replay.sim.request_state import SimRequest
-from replay.sim.roofline import Roofline
+from replay.sim.step_costs import StepCosts
 
 __all__ = ["PrefillInstance"]
 
@@ -31,7 +31,7 @@ class PrefillInstance:
         "id",
         "load",
         "queue",
-        "roofline",
+        "step_costs",
         "tier",
     )
 
@@ -42,7 +42,7 @@ class PrefillInstance:
         datacenter: str,
         load: InstanceLoad,
         cache: KvMemory,
-        roofline: Roofline,
+        step_costs: StepCosts,
         batch_tokens: int,
         on_prefilled: Callable[[SimRequest], None],
     ) -> None:
@@ -52,7 +52,7 @@ class PrefillInstance:
         self.datacenter = datacenter
         self.load = load
         self.cache = cache
-        self.roofline = roofline
+        self.step_costs = step_costs
         self.queue: PrefillQueue[SimRequest] = PrefillQueue(
             loop,
             self._cost,
@@ -61,7 +61,7 @@ class PrefillInstance:
             batch_tokens=batch_tokens,
             on_change=self._sync_load,
         )
-        self._frontend = Frontend(loop, roofline.frontend_s, self._enqueue)
+        self._frontend = Frontend(loop, step_costs.frontend_s, self._enqueue)
 
     def submit(self, request: SimRequest) -> None:
         """Queue the request's prefill, after the engine's server has taken it
@@ -102,7 +102,7 @@ class PrefillInstance:
         return private + cache.padding(len(request.chain) * cache.block_size + private)
 
     def _cost(self, batch: list[SimRequest]) -> float:
-        return self.roofline.prefill_s([(r.new_tokens, r.p_hit_tokens) for r in batch])
+        return self.step_costs.prefill_s([(r.new_tokens, r.p_hit_tokens) for r in batch])
 
     def _sync_load(self) -> None:
         load, queue = self.load, self.queue

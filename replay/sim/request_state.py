@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Protocol
 from policies.admission import Overloaded
 from policies.types import Decision, HandoffMode, InstanceLoad, Pipeline
 from replay.sim.link import Link, Transfer
-from replay.sim.roofline import Roofline
+from replay.sim.step_costs import StepCosts
 from replay.trace.record import TraceRequest
 
 if TYPE_CHECKING:
@@ -54,7 +54,7 @@ class DecodeServer(Protocol):
     def datacenter(self) -> str: ...
 
     @property
-    def roofline(self) -> Roofline: ...
+    def step_costs(self) -> StepCosts: ...
 
     @property
     def cache(self) -> KvMemory:

@@ -21,6 +21,8 @@ SLA = SlaThresholds(ttft_s=1.0, tpot_s=0.01)
 KV = 70272.0  # kimi-k2-like bytes per token
 ACTIVE, ATTN = 32.6e9, 2.49856e6  # kimi-k2-like active parameters, attention FLOPs per pair
 H100_PREFILL = 8 * 989.0e12 * 0.4  # FLOP/s of an 8-GPU H100 instance at 40% MFU
+# the bounds' closed forms below are the roofline's
+ROOFLINE = {f"pools.{pool}.step_costs.source": "roofline" for pool in ("p", "rld", "md")}
 
 
 def cold_load(n: int = 10, prompt: int = 10_000, output: int = 101) -> TraceLoad:
@@ -34,7 +36,7 @@ def cold_load(n: int = 10, prompt: int = 10_000, output: int = 101) -> TraceLoad
 
 
 def test_prefill_bound_is_the_rate_at_which_p_finishes_the_served_prompts_in_time() -> None:
-    preset = load_preset("pdd-small")  # 3 prefill instances of 8 H100
+    preset = load_preset("pdd-small", ROOFLINE)  # 3 prefill instances of 8 H100
     one = (2 * ACTIVE * 10_000 + ATTN * 10_000**2 / 2) / H100_PREFILL  # 0.2455 s a prompt
     bounds = bounds_of(preset, cold_load(40), target=1.0, sla=SLA)
     # all 40 prompts on 3 instances must end within the trace's span plus the 1 s TTFT
@@ -48,7 +50,7 @@ def test_prefill_bound_is_the_rate_at_which_p_finishes_the_served_prompts_in_tim
 
 
 def test_line_bound_counts_uncached_kv_and_what_rld_can_absorb() -> None:
-    no_rld = load_preset("pdd-small", {"pools.rld.instances": 0})
+    no_rld = load_preset("pdd-small", ROOFLINE | {"pools.rld.instances": 0})
     bounds = bounds_of(no_rld, cold_load(), target=1.0, sla=SLA)
     carry_s = 10 * 10_000 * KV / (20e9 / 8)  # 2.81 s on 20 Gbps
     assert bounds.line_rps == pytest.approx(10 / (carry_s - 1.0), rel=1e-6)
@@ -60,19 +62,19 @@ def test_line_bound_counts_uncached_kv_and_what_rld_can_absorb() -> None:
         10 / (carry_s / 2 - 1.0), rel=1e-6
     )
     # RLD finishes some requests itself, so with it the line takes more
-    with_rld = bounds_of(load_preset("pdd-small"), cold_load(), target=1.0, sla=SLA)
+    with_rld = bounds_of(load_preset("pdd-small", ROOFLINE), cold_load(), target=1.0, sla=SLA)
     assert with_rld.line_rps > bounds.line_rps
     # one-token outputs: RLD absorbs all of them at once and the line bounds nothing
-    tiny = bounds_of(load_preset("pdd-small"), cold_load(output=1), target=1.0, sla=SLA)
+    tiny = bounds_of(load_preset("pdd-small", ROOFLINE), cold_load(output=1), target=1.0, sla=SLA)
     assert tiny.line_rps == float("inf")
 
 
 def test_memory_bound_and_the_tightest_limit() -> None:
     # 8 A100 40GB hold 320 GB: not the model's 520 GB of weights
-    small = load_preset("pdd-small", {"pools.p.hardware": "a100-40gb"})
+    small = load_preset("pdd-small", ROOFLINE | {"pools.p.hardware": "a100-40gb"})
     bounds = bounds_of(small, cold_load(), target=1.0, sla=SLA)
     assert (bounds.memory_ok, bounds.limit, bounds.rps) == (False, "memory", 0.0)
-    ok = bounds_of(load_preset("pdd-small"), cold_load(40), target=1.0, sla=SLA)
+    ok = bounds_of(load_preset("pdd-small", ROOFLINE), cold_load(40), target=1.0, sla=SLA)
     assert ok.limit == "line"  # 40 cold prompts: 11.2 s on the line, 3.3 s on P
     assert ok.rps == ok.line_rps < ok.prefill_rps
 
@@ -82,9 +84,9 @@ def test_line_price_per_gbps_month_and_which_price_wins() -> None:
     assert line.hourly_price() == pytest.approx(2.0)  # 20 x 73 / 730 h
     both = LinkSpec(bandwidth_gbps=20, rtt_s=0.03, price_per_gbps_month=73.0, price_per_hour=5)
     assert both.hourly_price() == 5.0  # an explicit hourly price wins
-    packaged = load_preset("pdd-small")
+    packaged = load_preset("pdd-small", ROOFLINE)
     assert packaged.cost_per_hour() == pytest.approx(117.5 + 20 * 72.4 / 730)
-    old = load_preset("pdd-small", {"links.wan.price_per_hour": 1.0})  # an older preset
+    old = load_preset("pdd-small", ROOFLINE | {"links.wan.price_per_hour": 1.0})  # an older preset
     assert old.cost_per_hour() == pytest.approx(118.5)
     assert line_price_of(old) == pytest.approx(1.0 * 730 / 20)  # spread over its 20 Gbps
 
@@ -117,7 +119,13 @@ def test_pruning_by_bounds_and_by_cost(monkeypatch: pytest.MonkeyPatch) -> None:
     # 100 prompts of 0.2455 s: 1 instance bounds 100 / (24.5 - 1) = 4.25 req/s, 2 give 8.87,
     # 3 give 13.9; the target is 5 req/s (the trace's 1 req/s x 5)
     settings = PlanSettings(
-        trace="t", preset="pdd-small", policy="pdd", min_rate_scale=5.0, target=1.0, sla=SLA
+        trace="t",
+        preset="pdd-small",
+        policy="pdd",
+        min_rate_scale=5.0,
+        target=1.0,
+        sla=SLA,
+        overrides=ROOFLINE,
     )
     plan = run_plan(settings, space, load, SerialExecutor(), baseline=False)
     by_p = {r.candidate.p: r for r in plan.results}

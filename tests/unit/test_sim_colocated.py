@@ -49,7 +49,12 @@ class OnEngine:
 
 
 def _preset(**overrides: Any) -> ClusterPreset:
-    return load_preset("colocated-small", {"pools.engines.instances": 1, **overrides})
+    """One engine, priced by the roofline: these tests check the scheduler's mechanics
+    against closed forms of its step costs."""
+    pinned: dict[str, Any] = {"pools.engines.instances": 1}
+    if not any(".fitted" in key for key in overrides):  # calibrated costs when fitted
+        pinned["pools.engines.step_costs.source"] = "roofline"
+    return load_preset("colocated-small", {**pinned, **overrides})
 
 
 def _run(
@@ -75,7 +80,7 @@ def test_a_long_prompt_is_prefilled_in_chunks_of_the_step_budget() -> None:
     the pass overhead, then the first token; the rest decoded on the same engine."""
     preset = _preset()
     records, sim = _run([_req(0, 0.0, list(range(64)), output=50)], preset)
-    roofline = _engine(sim).roofline
+    roofline = _engine(sim).step_costs
     passes = sum(roofline.prefill_s([(8192, 8192 * k)]) for k in range(4))
     one_pass = roofline.prefill_s([(32768, 0)])
     record = records[0]
@@ -94,7 +99,7 @@ def test_a_prefill_slows_the_requests_decoding_beside_it() -> None:
     preset = _preset()
     trace = [_req(0, 0.0, [1, 2], output=2000), _req(1, 2.0, list(range(100, 132)), output=5)]
     records, sim = _run(trace, preset)
-    roofline = _engine(sim).roofline
+    roofline = _engine(sim).step_costs
     plain_step = roofline.decode_step_s(1, 2 * BLOCK + 100)
     context = 2 * BLOCK + 2.0 * 200  # about where the decode stands when it arrives
     second_chunk = roofline.mixed_step_s(1, context, 8191, 8191)
@@ -180,7 +185,7 @@ def test_a_request_preempted_while_prefilling_comes_back_and_finishes() -> None:
     make its prefill long): it is freed, its progress lost, and the engine goes on (a
     stale chunk event once crashed it)."""
     probe = _engine(_run([], _preset())[1])
-    grown_by_1s = 3 * 1.0 / probe.roofline.decode_step_s(3, 3 * BLOCK * 4)
+    grown_by_1s = 3 * 1.0 / probe.step_costs.decode_step_s(3, 3 * BLOCK * 4)
     capacity = 3 * 4 * BLOCK + 12 * BLOCK + int(grown_by_1s) + 150
     preset = _preset(**{"pools.engines.kv_capacity_tokens": capacity, "timing.step_tokens": 64})
     decoders = [_req(i, 0.0, [100 * i + b for b in range(4)], output=3000) for i in range(3)]
@@ -205,7 +210,7 @@ def test_the_requests_prefilled_in_one_step_get_their_first_token_when_it_ends()
     assert all(t is not None for t in ttfts)
     first_four = [t for t in ttfts[:4] if t is not None]
     assert max(first_four) - min(first_four) < 1e-9
-    roofline = _engine(sim).roofline
+    roofline = _engine(sim).step_costs
     assert first_four[0] == pytest.approx(roofline.prefill_s([(8192, 0)]), rel=0.05)
     second_step = roofline.mixed_step_s(4, 4 * 2049, 2048, 0)  # beside the four decoding
     fifth = ttfts[4]
@@ -214,7 +219,8 @@ def test_the_requests_prefilled_in_one_step_get_their_first_token_when_it_ends()
 
 
 def _calibrated(frontend_s: float) -> ClusterPreset:
-    return with_fitted(_preset(), "engines", frontend_s)
+    one_engine = load_preset("colocated-small", {"pools.engines.instances": 1})
+    return with_fitted(one_engine, "engines", frontend_s)
 
 
 def test_a_calibrated_engines_server_takes_requests_one_after_another() -> None:

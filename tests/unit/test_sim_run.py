@@ -122,7 +122,8 @@ def test_speed_on_the_conversation_trace(conversation_trace: Path) -> None:
         f"{summary.simulated_s:.0f} s simulated in {wall:.2f} s wall "
         f"({summary.simulated_s / wall:.0f}x real time)"
     )
-    assert summary.completed == summary.requests
+    assert summary.completed + summary.rejected == summary.requests  # nothing lost
+    assert summary.completed > 0.95 * summary.requests
 
 
 def test_a_first_token_from_the_decode_side_arrives_one_step_later(

@@ -1,0 +1,102 @@
+"""What one engine step costs: the one interface the simulator's instances price with,
+and the choice of its source for each pool.
+
+Three sources stand behind it (``StepCostsSpec.source``):
+
+- ``perfdb``: measured kernels from AIConfigurator's performance database
+  (``PerfDbCosts``), for the GPU, the model's real shape, the pool's parallelism and
+  engine;
+- ``calibrated``: the linear pass times ``pdd-router calibrate`` fitted on the user's
+  own engine (``Roofline`` with ``fitted``);
+- ``roofline``: datasheet FLOPs and bandwidth times efficiencies (``Roofline``).
+
+``auto`` (the default) takes the first that applies: calibrated when the pool has fitted
+times, else the database where it covers the GPU, model and engine, else the roofline,
+with the reason the database could not be used.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from replay.presets.cluster_preset import ClusterPreset
+from replay.presets.schema import PoolSpec
+from replay.sim.perfdb_costs import PerfDbCosts, PerfDbUnavailable, perfdb_key
+from replay.sim.roofline import Roofline
+from router.errors import UserError
+
+__all__ = ["ResolvedStepCosts", "StepCosts", "resolve_step_costs"]
+
+
+class StepCosts(Protocol):
+    """Seconds one instance spends on each kind of pass."""
+
+    gpus: int
+
+    @property
+    def frontend_s(self) -> float: ...
+
+    def prefill_s(self, items: list[tuple[int, int]]) -> float: ...
+
+    def decode_step_s(self, batch: int, context_tokens: float) -> float: ...
+
+    def mixed_step_s(
+        self, batch: int, context_tokens: float, chunk: float, chunk_context: float
+    ) -> float: ...
+
+    def extend_s(self, tokens: int, context_tokens: int) -> float: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedStepCosts:
+    """A pool's step costs and where they come from, in words."""
+
+    costs: StepCosts
+    source: str  # perfdb, calibrated or roofline
+    detail: str  # what was used, or why the database was not
+
+    def describe(self) -> str:
+        return f"{self.source} ({self.detail})"
+
+
+def resolve_step_costs(preset: ClusterPreset, pool_name: str) -> ResolvedStepCosts:
+    """The step costs of ``pool_name``'s instances, by its ``step_costs.source``."""
+    pool = preset.spec.pools[pool_name]
+    wanted = pool.step_costs.source
+    if wanted == "calibrated" or (wanted == "auto" and pool.fitted is not None):
+        assert pool.fitted is not None  # the schema refuses calibrated without fitted
+        detail = pool.fitted.source or "pdd-router calibrate"
+        return ResolvedStepCosts(_roofline(preset, pool, calibrated=True), "calibrated", detail)
+    if wanted == "roofline":
+        return ResolvedStepCosts(_roofline(preset, pool), "roofline", "asked for")
+    try:
+        return _perfdb(preset, pool)
+    except PerfDbUnavailable as exc:
+        if wanted == "perfdb":
+            raise UserError(
+                f"pool {pool_name!r}: step_costs.source is perfdb but the performance "
+                f"database cannot price it: {exc} (set step_costs.source to roofline, or "
+                "auto to fall back)"
+            ) from exc
+        return ResolvedStepCosts(_roofline(preset, pool), "roofline", f"no measured data: {exc}")
+
+
+def _perfdb(preset: ClusterPreset, pool: PoolSpec) -> ResolvedStepCosts:
+    hardware = preset.hardware[pool.hardware]
+    key = perfdb_key(preset.model, hardware.perfdb_system, pool)
+    costs = PerfDbCosts(key, preset.model, pool.step_costs, preset.spec.handoff)
+    version = f" {key.engine_version}" if key.engine_version else ""
+    detail = (
+        f"AIConfigurator database: {key.model} on {key.system}, {key.engine}{version}, "
+        f"TP{key.tp}" + (f" EP{key.moe_ep}" if key.moe_ep > 1 else "")
+    )
+    return ResolvedStepCosts(costs, "perfdb", detail)
+
+
+def _roofline(preset: ClusterPreset, pool: PoolSpec, *, calibrated: bool = False) -> Roofline:
+    spec = preset.spec
+    return Roofline(
+        preset.model, preset.hardware[pool.hardware], pool.gpus_per_instance, spec.timing,
+        spec.handoff, pool.fitted if calibrated else None,
+    )  # fmt: skip
