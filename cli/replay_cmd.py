@@ -20,6 +20,7 @@ from cli.progress import ReplayBar, progress_bars
 from cli.run_output import print_run
 from cli.tune_cmd import tune
 from cli.validate_cmd import validate
+from cli.validate_costs_cmd import validate_costs
 from replay.sim.kv_events import KV_EVENT_DELAY_S
 from router.sla import SLA_TPOT_S, SLA_TTFT_S
 
@@ -203,6 +204,7 @@ def _preset_line(preset: ClusterPreset, name: str) -> str:
 
 replay_app.command("compare")(compare)
 replay_app.command("validate")(validate)
+replay_app.command("validate-costs")(validate_costs)
 replay_app.command("sweep")(sweep)
 replay_app.command("overload")(overload)
 replay_app.command("tune")(tune)

@@ -163,11 +163,19 @@ class Simulator:
             self._progress.advance(self.finished)
         return self.requests
 
+    def submit(self, record: TraceRequest, arrival_s: float) -> None:
+        """One more request arriving at ``arrival_s`` (not before now), outside the trace:
+        a closed-loop client's next request, sent when its previous one ended."""
+        self._schedule(record, max(arrival_s, self.loop.now))
+
     def _schedule_next(self) -> None:
         record = next(self._arrivals, None)
         if record is None:
             return
-        request = SimRequest(self.arrived, record, record.arrival_s / self._rate_scale)
+        self._schedule(record, record.arrival_s / self._rate_scale)
+
+    def _schedule(self, record: TraceRequest, arrival_s: float) -> None:
+        request = SimRequest(self.arrived, record, arrival_s)
         if self._first_arrival_s is None:
             self._first_arrival_s = request.arrival_s
         self.arrived += 1

@@ -1,0 +1,173 @@
+"""Replays of runs someone else measured on real engines: do the step costs predict them?
+
+The shipped set (``replay/published/silicon.csv``) is NVIDIA's silicon benchmark sample
+from AIConfigurator: closed-loop benchmarks of one engine (``agg``) at a fixed
+concurrency, every request with the same input and output length, and their mean TTFT
+and TPOT. Each run is replayed here as it was measured: one colocated engine of the
+run's GPU, model, quantization, tensor parallelism and engine, ``concurrency`` clients
+each sending its next request when the previous one ends, prompts that share no prefix.
+The first round (one request per client, all arriving together) is left out: the means
+are over the steady state that follows.
+
+Nothing here is fitted: the step costs come from the preset's source (the database, or
+the roofline for comparison) with the engine's defaults.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import math
+from collections.abc import Iterable
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from policies.registry import build_policy, parse_policy
+from replay.metrics.record import record_of
+from replay.presets.cluster_preset import ClusterPreset
+from replay.presets.loader import load_preset
+from replay.sim.event_loop import EventLoop
+from replay.sim.request_state import SimRequest
+from replay.sim.simulator import Simulator
+from replay.sim.step_costs import resolve_step_costs
+from replay.trace.record import TraceRequest
+from router.errors import UserError
+from router.index.memory_index import MemoryPrefixIndex
+from router.scheduler_factory import SchedulerFactory
+
+__all__ = ["ClosedLoopResult", "PublishedRun", "published_preset", "read_published", "replay_run"]
+
+BLOCK = 64  # tokens per block of the replayed prompts (no prefix is shared)
+_FP8 = ("fp8", "fp8_block", "fp8_static")
+
+
+class PublishedRun(BaseModel):
+    """One measured run: a single engine at a fixed concurrency (``mode`` agg)."""
+
+    id: str
+    engine: Literal["vllm", "sglang", "trtllm"]
+    engine_version: str | None = None
+    model: str  # the project's model preset
+    model_path: str
+    hardware: str
+    quant: str
+    mode: Literal["agg", "disagg"]
+    isl: int
+    osl: int
+    concurrency: int | None
+    tp: int | None
+    ttft_ms: float
+    tpot_ms: float
+    measured: str | None = None
+
+
+class ClosedLoopResult(BaseModel):
+    """The replay's means over its steady state, in milliseconds."""
+
+    ttft_ms: float
+    tpot_ms: float
+    requests: int
+
+
+def read_published(path: Path | None = None) -> list[PublishedRun]:
+    """The runs of ``path`` (default: the shipped set), single-engine ones only."""
+    if path is None:
+        text = resources.files("replay.published").joinpath("silicon.csv").read_text("utf-8")
+    else:
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise UserError(f"cannot read {path}: {exc.strerror}") from None
+    lines = [line for line in text.splitlines() if not line.startswith("#")]
+    runs = []
+    for number, row in enumerate(csv.DictReader(lines), start=2):
+        if row.get("mode") != "agg":
+            continue
+        try:
+            runs.append(PublishedRun(**_cleaned(row)))
+        except ValueError as exc:
+            raise UserError(f"{path or 'silicon.csv'} line {number}: {exc}") from None
+    return runs
+
+
+def _cleaned(row: dict[str, str]) -> dict[str, Any]:
+    return {key: (value if value != "" else None) for key, value in row.items() if key}
+
+
+def published_preset(run: PublishedRun, source: str) -> ClusterPreset:
+    """One colocated engine as the run measured it, priced by ``source``."""
+    if run.concurrency is None or run.tp is None:
+        raise UserError(f"run {run.id}: a single-engine run needs concurrency and tp")
+    overrides: dict[str, Any] = {
+        "model": run.model,
+        "pools.engines.instances": 1,
+        "pools.engines.hardware": run.hardware,
+        "pools.engines.gpus_per_instance": run.tp,
+        "pools.engines.max_batch": max(run.concurrency, 256),
+        "pools.engines.step_costs.source": source,
+        "pools.engines.step_costs.engine": run.engine,
+    }
+    preset = load_preset("colocated-small", overrides)
+    if run.quant not in _FP8:
+        return preset
+    model = preset.model  # FP8 weights: a byte a parameter, FP8 GEMMs
+    perfdb = model.perfdb.model_copy(update={"gemm_quant": run.quant}) if model.perfdb else None
+    fp8 = model.model_copy(update={"weight_bytes_per_param": 1.0, "perfdb": perfdb})
+    return dataclasses.replace(preset, model=fp8)
+
+
+def _requests(run: PublishedRun) -> Iterable[TraceRequest]:
+    blocks = math.ceil(run.isl / BLOCK)
+    key = 0
+    while True:
+        ids = tuple(range(key * blocks, (key + 1) * blocks))
+        yield TraceRequest(key, 0.0, run.isl, run.osl, ids, BLOCK)
+        key += 1
+
+
+def _request_s(preset: ClusterPreset, run: PublishedRun) -> float:
+    """A request's time alone on the engine, by the preset's own step costs: the clients
+    start this far apart over one request's time, as a closed loop settles (clients that
+    all start together and all take the same time would stay in step for ever, which no
+    real benchmark does)."""
+    costs = resolve_step_costs(preset, "engines").costs
+    decode = costs.decode_step_s(run.concurrency or 1, (run.concurrency or 1) * run.isl)
+    return costs.prefill_s([(run.isl, 0)]) + run.osl * decode
+
+
+def replay_run(run: PublishedRun, source: str, rounds: int = 4) -> ClosedLoopResult:
+    """Replay ``run`` closed-loop for ``rounds`` requests per client; the means over all
+    but the first round."""
+    preset = published_preset(run, source)
+    concurrency = run.concurrency or 1
+    total = concurrency * rounds
+    loop = EventLoop()
+    schedulers = SchedulerFactory.create(MemoryPrefixIndex(clock=loop.clock), clock=loop.clock)
+    scheduler = schedulers.build(build_policy(parse_policy(preset.spec.default_policy)))
+    fresh = iter(_requests(run))
+    ended: list[SimRequest] = []
+
+    def next_request(request: SimRequest) -> None:
+        ended.append(request)
+        if sim.arrived < total:
+            sim.submit(next(fresh), loop.now)
+
+    sim = Simulator(
+        preset, scheduler, schedulers.index, block_size=BLOCK, loop=loop, sink=next_request
+    )
+    gap = _request_s(preset, run) / concurrency
+    first = [dataclasses.replace(next(fresh), arrival_s=i * gap) for i in range(concurrency)]
+    sim.run(first)
+    steady = [record_of(r) for r in ended if r.key >= concurrency]
+    ttfts = [r.ttft_s for r in steady if r.ttft_s is not None]
+    tpots = [r.tpot_s for r in steady if r.tpot_s is not None]
+    if not ttfts or not tpots:
+        raise UserError(f"run {run.id}: no request of the replay finished")
+    return ClosedLoopResult(
+        ttft_ms=1e3 * sum(ttfts) / len(ttfts),
+        tpot_ms=1e3 * sum(tpots) / len(tpots),
+        requests=len(steady),
+    )
