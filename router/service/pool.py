@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import threading
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 
@@ -100,6 +101,9 @@ class InstancePool:
         self._inflight: dict[str, _InFlight] = {}
         # work decided and not yet counted by an engine call (``router.service.claims``)
         self.claims = Claims()
+        # loads are refreshed on the event loop and on the index lane (claims, the other
+        # replicas' load): each refresh reads and writes as one step, so none writes late
+        self._refreshing = threading.Lock()
         self.breakers = breakers or CircuitBreakers()
         # hears every change of the router's own in-flight work (replicas publish it)
         self.on_load_change: Callable[[], None] | None = None
@@ -313,11 +317,12 @@ class InstancePool:
         load = self.loads.get(instance_id)
         if load is None:
             return
-        streams, tokens = self.claims.total(instance_id)
-        load.running = max(flight.reported_running,
-                           flight.streams + streams + flight.peer_streams)  # fmt: skip
-        load.queued = flight.reported_waiting
-        load.queued_prefill_tokens = flight.prefill_tokens + tokens + flight.peer_prefill_tokens
+        with self._refreshing:
+            streams, tokens = self.claims.total(instance_id)
+            load.running = max(flight.reported_running,
+                               flight.streams + streams + flight.peer_streams)  # fmt: skip
+            load.queued = flight.reported_waiting
+            load.queued_prefill_tokens = flight.prefill_tokens + tokens + flight.peer_prefill_tokens
 
     def ready_tiers(self) -> dict[Tier, bool]:
         """Whether each tier has a healthy instance (RLD is optional: absent means fine)."""
