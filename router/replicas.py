@@ -3,8 +3,7 @@
 Each replica decides on its own, but the load of an instance is the work every replica
 sent it. So each replica publishes its own in-flight work per instance (streams open,
 prompt tokens of the prefills it waits for) in a hash of its own, and reads the others'
-sums back, in one script call: before every decision (a burst spread over replicas
-then sees itself) and on a heartbeat. Keys:
+sums back, in one script call: with every decision and on a heartbeat. Keys:
 
 - ZSET ``P:replicas``        replica id -> last heartbeat (Redis server time, ms); a replica
   silent for ``ttl_s`` is dropped, and with it its load
@@ -13,6 +12,16 @@ then sees itself) and on a heartbeat. Keys:
   shared index (a lease of ``ttl_s``, renewed on each heartbeat)
 - HASH ``P:ingested``        instance id -> when its lease was last held (renewed, taken,
   passed on or released): the shared index has its events up to about then
+- STRING ``P:load-version``  a counter raised whenever a replica's published load of an
+  instance grows (a request admitted): the version of the shared load a view was read at
+
+A decision is admitted, not just published: the replica decides on the others' load as
+of its last exchange, adds the decision's work to its own, and sends it with the version
+that view was read at. The script writes it only if no replica's load grew since (and
+raises the version); otherwise it writes nothing and answers with the current load, on
+which the replica decides again. So a decision accounts for every request the other
+replicas admitted before it, however slow either replica is, and two replicas never
+both see an instance idle when one of them has just sent it work.
 
 KV events reach every replica (each keeps its own local mirror of the index), but only
 the lease holder writes an instance's events to Redis, so Redis's write volume does not
@@ -46,22 +55,36 @@ Load = tuple[int, int]
 """(open streams, prompt tokens of prefills waited for) of one instance."""
 
 _SYNC = """
--- ARGV: P, me, ttl_ms, n (own fields), n x (instance, "streams,tokens"), then the
--- instance ids whose KV-event leases to hold ('' ids: none, on a load exchange).
--- Returns {flat others' load {id, streams, tokens, ...}, held lease ids, live replicas,
--- flat {id, ms since the lease was last held or -1: never} for every held lease}.
+-- ARGV: P, me, ttl_ms, expected load version ('' for none), n (own fields), n x
+-- (instance, "streams,tokens"), then the instance ids whose KV-event leases to hold ('' ids:
+-- none, on a load exchange). With an expected version other than the current one, own
+-- fields are not written (the caller decided on an older view). Returns {flat others' load
+-- {id, streams, tokens, ...}, held lease ids, live replicas, flat {id, ms since the lease
+-- was last held or -1: never} for every held lease, load version, 1 if written else 0}.
 local P, me, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local reps = P .. ':replicas'
 redis.call('ZADD', reps, now, me)
 redis.call('ZREMRANGEBYSCORE', reps, '-inf', now - ttl)
-local n = tonumber(ARGV[4])
+local vkey = P .. ':load-version'
+local version = tonumber(redis.call('GET', vkey) or '0')
+local n = tonumber(ARGV[5])
 local own = P .. ':load:' .. me
-if n > 0 then
-  local args = {}
-  for i = 1, 2 * n do args[i] = ARGV[4 + i] end
+local written = 1
+if ARGV[4] ~= '' and tonumber(ARGV[4]) ~= version then
+  written = 0
+elseif n > 0 then
+  local args, grew = {}, false
+  for i = 1, n do
+    local id, value = ARGV[4 + 2 * i], ARGV[5 + 2 * i]
+    args[2 * i - 1], args[2 * i] = id, value
+    local s, p = string.match(value, '^(%d+),(%d+)$')
+    local os, op = string.match(redis.call('HGET', own, id) or '0,0', '^(%d+),(%d+)$')
+    if tonumber(s) > tonumber(os) or tonumber(p) > tonumber(op) then grew = true end
+  end
   redis.call('HSET', own, unpack(args))
+  if grew then version = redis.call('INCR', vkey) end
 end
 redis.call('PEXPIRE', own, ttl)
 local live = redis.call('ZRANGE', reps, 0, -1)
@@ -93,7 +116,7 @@ for _, id in ipairs(order) do
   end
 end
 local held, ages = {}, {}
-local first = 5 + 2 * n
+local first = 6 + 2 * n
 if #ARGV >= first then
   local ids, free = {}, {}
   for i = first, #ARGV do ids[#ids + 1] = ARGV[i] end
@@ -114,21 +137,21 @@ if #ARGV >= first then
       held[#held + 1] = id
     end
   end
-  local written = P .. ':ingested'
+  local ingested = P .. ':ingested'
   -- more than a fair share (replicas joined): pass the last ones on
   while #held > fair do
     redis.call('DEL', P .. ':ingest:' .. held[#held])
-    redis.call('HSET', written, held[#held], now)
+    redis.call('HSET', ingested, held[#held], now)
     held[#held] = nil
   end
   for _, id in ipairs(held) do
-    local last = redis.call('HGET', written, id)
+    local last = redis.call('HGET', ingested, id)
     ages[#ages + 1] = id
     ages[#ages + 1] = last and (now - tonumber(last)) or -1
-    redis.call('HSET', written, id, now)
+    redis.call('HSET', ingested, id, now)
   end
 end
-return {flat, held, #live, ages}
+return {flat, held, #live, ages, version, written}
 """
 
 _RELEASE = """
@@ -160,6 +183,8 @@ class PeerView:
     leases: set[str] | None = None
     replicas: int = 1
     unwritten_s: dict[str, float | None] = field(default_factory=dict)
+    version: int = 0  # the shared load's version this view was read at
+    admitted: bool = True  # this replica's load was written (see ``ReplicaSync.admit``)
 
 
 class ReplicaSync:
@@ -203,6 +228,18 @@ class ReplicaSync:
         """Publish ``own`` (only what changed since the last call, all of it once per
         ``ttl_s / 2``), read the others' load; with ``lease_ids``, also hold or take
         KV-event leases on them. None when Redis did not answer."""
+        return self._call(own, lease_ids, None)
+
+    def admit(self, own: Mapping[str, Load], version: int) -> PeerView | None:
+        """Publish ``own`` (a decision's work added to it) only if no replica's load grew
+        since the view read at ``version``: the view returned says whether it was
+        (``admitted``) and, either way, what the others have in flight now. None when
+        Redis did not answer."""
+        return self._call(own, None, version)
+
+    def _call(
+        self, own: Mapping[str, Load], lease_ids: Sequence[str] | None, expected: int | None
+    ) -> PeerView | None:
         now = self._clock()
         if now < self._next_try:
             return None
@@ -212,7 +249,8 @@ class ReplicaSync:
         }  # fmt: skip
         if full:  # instances gone since: report them idle
             changed.update((iid, (0, 0)) for iid in self._sent if iid not in own)
-        args: list[Any] = [self.key_prefix, self.replica_id, int(self.ttl_s * 1000), len(changed)]
+        args: list[Any] = [self.key_prefix, self.replica_id, int(self.ttl_s * 1000),
+                           "" if expected is None else expected, len(changed)]  # fmt: skip
         for iid, (streams, tokens) in changed.items():
             args += [iid, f"{streams},{tokens}"]
         args += list(lease_ids or ())
@@ -223,11 +261,12 @@ class ReplicaSync:
             self._next_try = now + self._retry_after
             self._sent_at = float("-inf")  # Redis may have lost ours: send everything
             return None
-        self._sent.update(changed)
-        if full:
-            self._sent = dict(own)
-            self._sent_at = now
-        flat, held, live, ages = reply
+        flat, held, live, ages, version, written = reply
+        if written:
+            self._sent.update(changed)
+            if full:
+                self._sent = dict(own)
+                self._sent_at = now
         load = {
             _text(flat[i]): (int(flat[i + 1]), int(flat[i + 2])) for i in range(0, len(flat), 3)
         }
@@ -236,7 +275,8 @@ class ReplicaSync:
             _text(ages[i]): (int(ages[i + 1]) / 1000 if int(ages[i + 1]) >= 0 else None)
             for i in range(0, len(ages), 2)
         }  # fmt: skip
-        return PeerView(load=load, leases=leases, replicas=int(live), unwritten_s=unwritten)
+        return PeerView(load=load, leases=leases, replicas=int(live), unwritten_s=unwritten,
+                        version=int(version), admitted=bool(written))  # fmt: skip
 
     def release(self, lease_ids: Sequence[str]) -> None:
         """A clean stop: drop this replica's load and leases at once (best effort)."""

@@ -139,7 +139,15 @@ class Scheduler:
             self.refresh_instances()
         return self._group(self._routes.match(request.chain))
 
-    def decide(self, request: RequestView, cluster: ClusterView) -> Decision:
+    def decide(
+        self,
+        request: RequestView,
+        cluster: ClusterView,
+        admit: Callable[[Decision], bool] | None = None,
+    ) -> Decision:
+        """The decision for ``request`` on ``cluster``. ``admit``, when given, accepts it
+        (True) or has brought ``cluster``'s loads up to date and asks for another (False;
+        it ends that, by accepting one): only the accepted one is recorded and logged."""
         start = self._timer()
         now = self._clock()
         request = self.sessions.attach(request, now)
@@ -157,6 +165,8 @@ class Scheduler:
             policy_matches = expected_blocks(request, predicted)
         try:
             decision = self.policy.decide(request, cluster, policy_matches)
+            while admit is not None and not admit(decision):
+                decision = self.policy.decide(request, cluster, policy_matches)
         except Overloaded as refused:
             self._refused(request, cluster, refused, start)
             raise

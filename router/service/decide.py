@@ -47,12 +47,29 @@ def check_prompt(
 
 
 def _decide(
-    svc: ServiceState, scheduler: Scheduler, view: RequestView, cluster: ClusterView
+    svc: ServiceState,
+    scheduler: Scheduler,
+    view: RequestView,
+    cluster: ClusterView,
+    admit: bool,
 ) -> Decision:
-    """On the lane: the other replicas' load first (one round trip), then the decision."""
+    """On the lane. A decision to execute (``admit``) claims its work in the pool at once,
+    and with other replicas is published in the same round trip as a check that their load
+    did not grow meanwhile (else decided again on theirs: ``Peers.admission``). A decision
+    only asked for reads the other replicas' load first."""
+    key = view.request_id or ""
+    if not admit:
+        if svc.peers is not None:
+            svc.peers.before_decision()
+        return scheduler.decide(view, cluster)
     if svc.peers is not None:
-        svc.peers.before_decision()
-    return scheduler.decide(view, cluster)
+        return scheduler.decide(view, cluster, svc.peers.admission(key, view.input_length))
+
+    def claim(decision: Decision) -> bool:
+        svc.pool.claim(key, decision, view.input_length)
+        return True
+
+    return scheduler.decide(view, cluster, claim)
 
 
 async def decide(
@@ -60,10 +77,14 @@ async def decide(
     view: RequestView,
     exclude: Collection[str] = (),
     model: str | None = None,
+    *,
+    admit: bool = False,
 ) -> tuple[Decision, Arm | None]:
     """Decide with the running experiment's arm for this request, or the default policy,
     among the instances of ``model`` (None: those that declare no model) less ``exclude``
-    (instances this request already failed on)."""
+    (instances this request already failed on). ``admit``: the request is executed next;
+    its work counts in the instances' load from now (here and on the other replicas) until
+    ``svc.pool.release(view.request_id)`` or the engine calls that carry it."""
     start = time.perf_counter()
     svc.pool.view.now = time.time()  # the decision log's ``t``
     wan = svc.pool.wan
@@ -75,7 +96,7 @@ async def decide(
     with svc.tracer.start_as_current_span("pdd.decide") as span:
         try:
             cluster = svc.pool.view_for(model, exclude)
-            decision = await svc.lane.run(_decide, svc, scheduler, view, cluster)
+            decision = await svc.lane.run(_decide, svc, scheduler, view, cluster, admit)
         except LookupError as exc:
             raise ApiError(503, f"cannot route: {exc}", type_="service_unavailable",
                            headers={"Retry-After": "1"}) from exc  # fmt: skip

@@ -118,29 +118,34 @@ class Generation:
         failed: set[str] = set()
         waited = 0.0  # failed attempts' time: spent on engines, not the router's own
         with unwatched_on_error(svc, request_id):
-            for attempt in range(MAX_ATTEMPTS):
-                decision, arm = await decide(svc, view, failed, job.model.instances_of)
-                watch(svc, view, decision)
-                outcome = ExecutionResult(decision.pipeline, engine_wait_s=waited)
-                stream = execute(_upstream(svc), decision, client, outcome)
-                tried = time.perf_counter()
-                try:
-                    first = await _unless_client_leaves(request, anext(stream, None))
-                    return cls(svc, job, view, decision, arm, outcome, stream, first, timing)
-                except ClientGone:
-                    raise ApiError(499, "the client closed the connection") from None
-                except EngineError as exc:
-                    waited += time.perf_counter() - tried
-                    await stream.aclose()
-                    if exc.cause == "request":
-                        raise refused(exc) from exc
-                    log.warning("engine failed before the first token", request=request_id,
-                                attempt=attempt + 1, error=str(exc))  # fmt: skip
-                    failed.add(exc.instance_id)
-                    if attempt == MAX_ATTEMPTS - 1:
-                        raise ApiError(503, f"no engine could serve the request: {exc.public}",
-                                       type_="service_unavailable",
-                                       headers={"Retry-After": "1"}) from exc  # fmt: skip
+            try:  # what the decision claimed counts until the first token
+                for attempt in range(MAX_ATTEMPTS):
+                    decision, arm = await decide(
+                        svc, view, failed, job.model.instances_of, admit=True
+                    )
+                    watch(svc, view, decision)
+                    outcome = ExecutionResult(decision.pipeline, engine_wait_s=waited)
+                    stream = execute(_upstream(svc), decision, client, outcome)
+                    tried = time.perf_counter()
+                    try:
+                        first = await _unless_client_leaves(request, anext(stream, None))
+                        return cls(svc, job, view, decision, arm, outcome, stream, first, timing)
+                    except ClientGone:
+                        raise ApiError(499, "the client closed the connection") from None
+                    except EngineError as exc:
+                        waited += time.perf_counter() - tried
+                        await stream.aclose()
+                        if exc.cause == "request":
+                            raise refused(exc) from exc
+                        log.warning("engine failed before the first token", request=request_id,
+                                    attempt=attempt + 1, error=str(exc))  # fmt: skip
+                        failed.add(exc.instance_id)
+                        if attempt == MAX_ATTEMPTS - 1:
+                            raise ApiError(503, f"no engine could serve the request: {exc.public}",
+                                           type_="service_unavailable",
+                                           headers={"Retry-After": "1"}) from exc  # fmt: skip
+            finally:
+                svc.pool.release(request_id)
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def deltas(self) -> AsyncIterator[list[int]]:

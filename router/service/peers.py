@@ -1,8 +1,11 @@
 """The service's side of running beside other replicas on one Redis index.
 
-Before each decision this replica publishes its in-flight load and folds the others'
-into the pool's instance loads (one script call, on the index lane); a heartbeat does
-the same while nothing is decided and holds the KV-event leases; a batch of KV events
+Each decision is admitted (one script call, on the index lane): the decision's work is
+claimed in the pool and published only if no other replica's load grew since the view it
+was decided on, else it is decided again on the load the call returned, so a decision
+counts every request the others admitted before it. Load is also published as it changes,
+and a heartbeat does the same while nothing is decided and holds the KV-event leases;
+a batch of KV events
 goes to Redis only from the replica holding that instance's lease (every replica keeps
 it in its local mirror). Protocol and keys: ``router.replicas``.
 """
@@ -19,6 +22,7 @@ from collections.abc import Callable, Sequence
 import structlog
 
 from engines_adapter.contract import KVEventBatch
+from policies.types import Decision
 from router.index.resilient_index import ResilientIndex
 from router.kv_ingest import KVEventIngestor
 from router.kv_relay.receiver import apply_relayed
@@ -29,7 +33,11 @@ from router.service.metrics import ServiceMetrics
 from router.service.pool import InstancePool
 from router.settings import ReplicaSettings
 
-__all__ = ["Peers", "default_replica_id"]
+__all__ = ["ADMIT_ATTEMPTS", "Peers", "default_replica_id"]
+
+ADMIT_ATTEMPTS = 4
+"""Decisions tried for one request before the last is published whatever the others did
+meanwhile (each try follows a change of their load: a busy cluster, not a fault)."""
 
 log = structlog.get_logger("pdd_router.service")
 
@@ -58,6 +66,7 @@ class Peers:
         self.settings = settings
         self.leases: set[str] = set()
         self.replicas = 1  # live replicas at the last exchange, this one included
+        self.version = -1  # the shared load's version at the last exchange (-1: none yet)
         self._lane: IndexLane | None = None
         self._publish_pending = False
         self._clock = clock
@@ -85,10 +94,34 @@ class Peers:
         self._apply(self.sync.exchange(self.pool.own_load()))
 
     def before_decision(self) -> None:
-        """Publish this replica's load, read the others' (on the lane); alone at the last
-        heartbeat, nothing (the heartbeat publishes)."""
+        """Publish this replica's load, read the others' (on the lane): for a decision
+        that sends nothing (a route asked for); alone at the last heartbeat, nothing."""
         if self.replicas > 1:
             self._apply(self.sync.exchange(self.pool.own_load()))
+
+    def admission(self, key: str, prompt_tokens: int) -> Callable[[Decision], bool]:
+        """The check a decision for request ``key`` passes (on the lane): its work is
+        claimed and published with the shared load's version it was decided on; False
+        when the others' load grew since (the pool now holds theirs: decide again). Every
+        replica admits, even one that saw itself alone: another may have just started."""
+        attempts = 0
+
+        def admit(decision: Decision) -> bool:
+            nonlocal attempts
+            attempts += 1
+            self.pool.claim(key, decision, prompt_tokens)
+            own = self.pool.own_load()
+            if attempts >= ADMIT_ATTEMPTS:
+                view = self.sync.exchange(own)
+            else:
+                view = self.sync.admit(own, self.version)
+            self._apply(view)
+            if view is None or view.admitted:  # None: Redis did not answer, decide alone
+                return True
+            self.pool.release(key)
+            return False
+
+        return admit
 
     def heartbeat(self) -> None:
         """The same, and hold or take KV-event leases; write what a lease taken over may
@@ -121,6 +154,7 @@ class Peers:
             self._heard = now
             self.pool.peers_load(view.load)
             self.replicas = view.replicas
+            self.version = view.version
             self.metrics.replicas.set(view.replicas)
         elif now - self._heard > self.settings.ttl_s:
             self.pool.peers_load({})  # what the others had in flight is unknown by now

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import threading
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 
@@ -13,6 +14,7 @@ from policies.tiers import Tier
 from policies.types import ClusterView, Decision, InstanceLoad, LinkState
 from router.index.base import IndexedInstance
 from router.service.breaker import CircuitBreakers
+from router.service.claims import Claims, decision_load
 from router.service.schemas import InstanceConfig
 from router.service.wan_ledger import WanLedger
 from router.settings import ClusterSettings
@@ -97,6 +99,11 @@ class InstancePool:
         self.adapters: dict[str, EngineAdapter] = {}
         self.loads: dict[str, InstanceLoad] = {}
         self._inflight: dict[str, _InFlight] = {}
+        # work decided and not yet counted by an engine call (``router.service.claims``)
+        self.claims = Claims()
+        # loads are refreshed on the event loop and on the index lane (claims, the other
+        # replicas' load): each refresh reads and writes as one step, so none writes late
+        self._refreshing = threading.Lock()
         self.breakers = breakers or CircuitBreakers()
         # hears every change of the router's own in-flight work (replicas publish it)
         self.on_load_change: Callable[[], None] | None = None
@@ -249,6 +256,8 @@ class InstancePool:
         flight = self._inflight.get(instance_id)
         if flight is not None:
             flight.streams = max(flight.streams + delta, 0)
+            if delta > 0:
+                self.claims.consume(instance_id, delta, 0)
             self._refresh(instance_id, flight)
             if self.on_load_change is not None:
                 self.on_load_change()
@@ -259,14 +268,36 @@ class InstancePool:
         flight = self._inflight.get(instance_id)
         if flight is not None:
             flight.prefill_tokens = max(flight.prefill_tokens + tokens, 0)
+            if tokens > 0:
+                self.claims.consume(instance_id, 0, tokens)
             self._refresh(instance_id, flight)
             if self.on_load_change is not None:
                 self.on_load_change()
 
+    def claim(self, key: str, decision: Decision, prompt_tokens: int) -> None:
+        """The work ``decision`` puts on its instances counts from now, under ``key`` (the
+        request's), until the engine calls that carry it start or ``release(key)``."""
+        for iid in self.claims.add(key, decision_load(decision, prompt_tokens)):
+            self._refresh_id(iid)
+
+    def release(self, key: str) -> None:
+        """What is left of ``key``'s claim stops counting (its first token came, or it
+        gave up)."""
+        released = self.claims.release(key)
+        for iid in released:
+            self._refresh_id(iid)
+        if released and self.on_load_change is not None:
+            self.on_load_change()
+
     def own_load(self) -> dict[str, tuple[int, int]]:
-        """What this router has in flight per instance: (open streams, prefill tokens)."""
+        """What this router has in flight per instance (claimed work included): (open
+        streams, prefill tokens)."""
         flights = list(self._inflight.items())  # one step: the loop may add an instance
-        return {iid: (f.streams, f.prefill_tokens) for iid, f in flights}
+        out = {}
+        for iid, f in flights:
+            streams, tokens = self.claims.total(iid)
+            out[iid] = (f.streams + streams, f.prefill_tokens + tokens)
+        return out
 
     def peers_load(self, load: dict[str, tuple[int, int]]) -> None:
         """What the other router replicas have in flight per instance (absent: nothing);
@@ -277,13 +308,21 @@ class InstancePool:
                 flight.peer_streams, flight.peer_prefill_tokens = streams, tokens
                 self._refresh(iid, flight)
 
+    def _refresh_id(self, instance_id: str) -> None:
+        flight = self._inflight.get(instance_id)
+        if flight is not None:
+            self._refresh(instance_id, flight)
+
     def _refresh(self, instance_id: str, flight: _InFlight) -> None:
         load = self.loads.get(instance_id)
         if load is None:
             return
-        load.running = max(flight.reported_running, flight.streams + flight.peer_streams)
-        load.queued = flight.reported_waiting
-        load.queued_prefill_tokens = flight.prefill_tokens + flight.peer_prefill_tokens
+        with self._refreshing:
+            streams, tokens = self.claims.total(instance_id)
+            load.running = max(flight.reported_running,
+                               flight.streams + streams + flight.peer_streams)  # fmt: skip
+            load.queued = flight.reported_waiting
+            load.queued_prefill_tokens = flight.prefill_tokens + tokens + flight.peer_prefill_tokens
 
     def ready_tiers(self) -> dict[Tier, bool]:
         """Whether each tier has a healthy instance (RLD is optional: absent means fine)."""

@@ -6,6 +6,7 @@ import asyncio
 
 from engines_adapter.sim_engine import SimEngine, SimEngineConfig
 from policies.tiers import Tier
+from policies.types import Decision, Pipeline
 from router.service.pool import InstancePool
 from router.service.schemas import InstanceConfig
 from router.settings import ClusterSettings
@@ -103,3 +104,42 @@ async def test_deadlines_expiring_together_survive_the_breaker_opening_among_the
     cuts = await asyncio.wait_for(asyncio.gather(*(call() for _ in range(6))), 5)
     assert cuts == [False] * 6  # each ended by its own deadline
     assert pool.ejected("md0")
+
+
+def _decision(pipeline: Pipeline, **instances: str) -> Decision:
+    return Decision(policy="test", pipeline=pipeline, predicted_hit={Tier.P: 0.25}, **instances)
+
+
+def test_a_decisions_work_counts_from_the_decision_and_once_its_engine_calls_start() -> None:
+    pool = pool_with(("p0", Tier.P), ("p1", Tier.P), ("md0", Tier.MD))
+    pool.claim("r1", _decision(Pipeline.P_MD, p_instance="p0", md_instance="md0"), 4000)
+    # 3,000 of the 4,000 prompt tokens are expected uncached on p0; MD gets a stream
+    assert pool.loads["p0"].queued_prefill_tokens == 3000
+    assert pool.loads["md0"].running == 1
+    assert pool.own_load() == {"p0": (0, 3000), "p1": (0, 0), "md0": (1, 0)}
+    pool.prefill_started("p0", 3000)  # the orchestrator's prefill takes the claim's place
+    assert pool.loads["p0"].queued_prefill_tokens == 3000
+    pool.prefill_started("p0", -3000)
+    assert pool.loads["p0"].queued_prefill_tokens == 0
+    pool.stream_started("md0")
+    assert pool.loads["md0"].running == 1
+    pool.release("r1")  # the first token: nothing was left of the claim
+    assert pool.loads["md0"].running == 1
+    pool.stream_started("md0", -1)
+    assert pool.own_load() == {"p0": (0, 0), "p1": (0, 0), "md0": (0, 0)}
+
+
+def test_a_claim_whose_engine_calls_never_start_is_dropped_on_release() -> None:
+    pool = pool_with(("p0", Tier.P), ("rld0", Tier.RLD), ("md0", Tier.MD))
+    decision = _decision(Pipeline.P_RLD_MD, p_instance="p0", rld_instance="rld0",
+                         md_instance="md0")  # fmt: skip
+    pool.claim("r1", decision, 1000)
+    pool.claim("r2", _decision(Pipeline.COLOCATED, p_instance="p0"), 1000)
+    assert pool.own_load() == {"p0": (1, 1500), "rld0": (1, 0), "md0": (1, 0)}
+    pool.prefill_started("p0", 750)  # one of them reached the engine
+    assert pool.loads["p0"].queued_prefill_tokens == 1500
+    pool.release("r1")  # the engine failed before the first token
+    pool.release("r2")
+    assert pool.loads["p0"].queued_prefill_tokens == 750  # only the call that started
+    assert (pool.loads["rld0"].running, pool.loads["md0"].running) == (0, 0)
+    assert pool.own_load() == {"p0": (0, 750), "rld0": (0, 0), "md0": (0, 0)}

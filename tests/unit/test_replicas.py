@@ -221,3 +221,50 @@ def test_an_exchange_says_how_long_a_lease_was_unheld(shared: tuple[redis.Redis,
     again = renewed.unwritten_s["p0"]
     assert again is not None
     assert 0.15 <= again < 2.0
+
+
+@pytest.mark.redis
+def test_an_admission_decided_on_an_older_view_is_refused_with_the_load_of_now(
+    shared: tuple[redis.Redis, str],
+) -> None:
+    """b read the shared load, then a admitted a request to p0: b's decision, made on what
+    it read, is not written, and b learns a's request; decided again, it is written."""
+    a, b = replica(shared, "a"), replica(shared, "b")
+    a.exchange({})
+    seen = b.exchange({})
+    assert seen is not None
+    assert seen.load == {}
+    first = a.admit({"p0": (0, 1024)}, seen.version)
+    assert first is not None
+    assert first.admitted
+    assert first.version > seen.version  # a's load grew
+    stale = b.admit({"p0": (0, 1024)}, seen.version)  # b also chose p0, on its old view
+    assert stale is not None
+    assert not stale.admitted
+    assert stale.load == {"p0": (0, 1024)}
+    assert stale.version == first.version
+    again = b.admit({"p1": (0, 1024)}, stale.version)
+    assert again is not None
+    assert again.admitted
+    view = a.exchange({"p0": (0, 1024)})
+    assert view is not None
+    assert view.load == {"p1": (0, 1024)}  # b's refused p0 was never written
+
+
+@pytest.mark.redis
+def test_only_load_that_grows_moves_the_version(shared: tuple[redis.Redis, str]) -> None:
+    """A decision made before another replica's prefill ended stays valid (the view
+    over-counted): ends are published without refusing the others' admissions."""
+    a, b = replica(shared, "a"), replica(shared, "b")
+    grown = a.exchange({"p0": (1, 2048)})
+    assert grown is not None
+    seen = b.exchange({})
+    assert seen is not None
+    assert seen.version == grown.version
+    ended = a.exchange({"p0": (0, 0)})
+    assert ended is not None
+    assert ended.version == seen.version
+    admitted = b.admit({"p0": (0, 512)}, seen.version)
+    assert admitted is not None
+    assert admitted.admitted
+    assert admitted.load == {}

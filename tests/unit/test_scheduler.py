@@ -7,7 +7,14 @@ import json
 
 from policies.registry import build_policy, parse_policy
 from policies.tiers import Tier
-from policies.types import ClusterView, InstanceLoad, LinkState, Pipeline, RequestView
+from policies.types import (
+    ClusterView,
+    Decision,
+    InstanceLoad,
+    LinkState,
+    Pipeline,
+    RequestView,
+)
 from router.index.base import IndexedInstance
 from router.index.memory_index import MemoryPrefixIndex
 from router.scheduler import Scheduler
@@ -80,3 +87,30 @@ def test_each_decision_is_logged_as_one_json_line() -> None:
     assert first["decision"]["pipeline"] == "P-MD"
     assert first["decision"]["md_instance"] == "md1"
     assert sched.decisions == 2
+
+
+def test_a_decision_refused_by_admission_is_made_again_and_logged_once() -> None:
+    """The admission check brings the view up to date (here: md1 turned busy) and refuses
+    the first decision; the second, on the new loads, is the one recorded and logged."""
+    log = io.StringIO()
+    sched, index, view = build(log)
+    chain = tuple(range(8))
+    index.store("md0", chain)
+    index.store("md1", chain)
+    asked: list[str | None] = []
+
+    def admit(decision: Decision) -> bool:
+        asked.append(decision.md_instance)
+        if len(asked) == 1:  # another replica's requests reached md0 meanwhile
+            busy = next(i for i in view.instances[Tier.MD] if i.instance_id == "md0")
+            busy.running = busy.max_batch
+            return False
+        return True
+
+    decision = sched.decide(RequestView(chain, 512, 4096), view, admit)
+    assert asked == ["md0", "md1"]
+    assert decision.md_instance == "md1"
+    assert sched.decisions == 1
+    lines = log.getvalue().splitlines()
+    assert len(lines) == 1
+    assert json.loads(lines[0])["decision"]["md_instance"] == "md1"
