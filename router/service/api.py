@@ -19,6 +19,7 @@ from router.service.decide import check_prompt, decide
 from router.service.errors import ApiError
 from router.service.generation import Generation, Job, stream_events
 from router.service.models import ResolvedModel
+from router.service.prompt_budget import check_prompt_chars
 from router.service.route_body import FastRouteBody, decode_route_body
 from router.service.schemas import (
     ERROR_RESPONSES,
@@ -128,6 +129,8 @@ async def _prompts(
     tokenizer = svc.models.tokenizer(model, svc.pool) if (texts or has_tokenizer) else None
     if texts:
         assert tokenizer is not None
+        chars = sum(len(str(t)) for t in texts)
+        check_prompt_chars(chars, svc.settings.service.prompt_char_limit, "prompt")
         encoded = await asyncio.gather(*(tokenizer.encode_text(str(t)) for t in texts))
         return [list(ids) for ids in encoded], tokenizer
     if isinstance(prompt[0], list):

@@ -269,6 +269,10 @@ class ChatRequest(GenerationFields):
     max_completion_tokens: int | None = Field(None, gt=0)
     tools: list[dict[str, Any]] | None = None
     add_generation_prompt: StrictBool = True
+    chat_template: str | None = Field(
+        None, description="The name of one of the model's chat templates, or a template of "
+        "the request's own (refused unless the service allows request templates)",
+    )  # fmt: skip
     chat_template_kwargs: dict[str, Any] | None = None
 
 
