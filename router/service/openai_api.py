@@ -68,7 +68,8 @@ async def chat_completions(body: ChatRequest, request: Request) -> object:
     prompt = await chat_prompt(svc, body, tokenizer)
     given = "max_tokens" if body.max_completion_tokens is None else "max_completion_tokens"
     max_tokens = body.max_completion_tokens or body.max_tokens
-    job = job_of(svc, body, model, prompt, max_tokens, given, prompt_field="messages")
+    job = job_of(svc, body, model, prompt, max_tokens, given, prompt_field="messages",
+                 tokenizer=tokenizer)  # fmt: skip
     run = await Generation.start(svc, request, job)
     text = TextStream(tokenizer, job.prompt, body.stops())
     created = int(time.time())
