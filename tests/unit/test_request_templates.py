@@ -1,15 +1,19 @@
 """Budgets of the work one request may cause: chat templates a request supplies (output,
-time and cache bounds, the worker process that is killed) and prompt characters counted
-before tokenizing."""
+time and cache bounds, the worker process that is killed), prompt characters counted
+before tokenizing; and the checks on what crosses to and from engines (token IDs within
+the vocabulary, finite numbers)."""
 
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 
 import pytest
+from pydantic import ValidationError
 
 from router.service.errors import ApiError
+from router.service.generation import out_of_vocabulary
 from router.service.prompt_budget import check_prompt_chars, text_chars
 from router.service.schemas import ChatRequest
 from router.settings import ServiceSettings, Settings
@@ -176,3 +180,42 @@ def test_a_top_level_chat_template_is_a_field_not_passed_to_the_engine() -> None
     )
     assert body.chat_template == ECHO
     assert body.passed_through() == {"top_p": 0.5}
+
+
+@pytest.mark.parametrize(
+    ("ids", "vocab_end", "bad"),
+    [
+        ([1, 2, 511], 512, None),
+        ([1, 512, 3], 512, 512),
+        ([1, -1], 512, -1),
+        ([1, 10**12], None, None),
+        ([1, -5], None, -5),
+        ([1, 2.5, 3], 512, 2.5),
+        ([], 512, None),
+    ],
+)
+def test_token_ids_from_an_engine_outside_the_vocabulary_are_found(
+    ids: list[int], vocab_end: int | None, bad: object
+) -> None:
+    assert out_of_vocabulary(ids, vocab_end) == bad
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [{"top_p": math.nan}, {"top_p": math.inf}, {"logit_bias": {"5": -math.inf}},
+     {"x": [[1.0, math.nan]]}],
+)  # fmt: skip
+def test_a_field_for_the_engine_that_is_not_finite_is_refused(extra: dict[str, object]) -> None:
+    (key,) = extra
+    with pytest.raises(ValidationError) as caught:
+        ChatRequest.model_validate({"messages": USER, **extra}, strict=False)
+    (error,) = caught.value.errors()
+    assert error["type"] == "not_finite"
+    assert error["ctx"] == {"param": key}
+
+
+def test_finite_fields_for_the_engine_pass_through() -> None:
+    body = ChatRequest.model_validate(
+        {"messages": USER, "top_p": 0.9, "logit_bias": {"5": -100.0}}, strict=False
+    )
+    assert body.passed_through() == {"top_p": 0.9, "logit_bias": {"5": -100.0}}
