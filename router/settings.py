@@ -23,7 +23,7 @@ from pydantic_settings import (
 
 from router.kv_relay.settings import KVRelaySettings, KVRelaySource
 from router.sla import SLA_TPOT_S, SLA_TTFT_S
-from router.tokenization.settings import ModelSettings
+from router.tokenization.settings import ModelSettings, RequestTemplateSettings
 
 __all__ = [
     "ClusterSettings",
@@ -130,6 +130,11 @@ class IndexSettings(BaseModel):
     ttl_s: float | None = Field(None, gt=0, description="Forget blocks not touched for this long")
 
 
+CHARS_PER_TOKEN_BOUND = 16
+"""Characters per token no real tokenizer exceeds on ordinary text (about 4 is typical):
+the prompt character limit derived from the token limit."""
+
+
 class ServiceSettings(BaseModel):
     """The HTTP service."""
 
@@ -151,6 +156,12 @@ class ServiceSettings(BaseModel):
     )  # fmt: skip
     max_body_bytes: int = Field(8 * 1024 * 1024, gt=0, description="Larger bodies get 413")
     max_prompt_tokens: int = Field(131_072, gt=0, description="Longer prompts get 400")
+    max_prompt_chars: int | None = Field(
+        None, gt=0, description="More characters of text in a request's prompt (a chat's "
+        "messages, tools and template arguments; a completion's texts) get 400 before anything "
+        "is rendered or tokenized (None: 16 x max_prompt_tokens)",
+    )  # fmt: skip
+    request_templates: RequestTemplateSettings = RequestTemplateSettings()
     max_hash_ids: int = Field(
         131_072, gt=0, description="More block IDs in one /v1/route request get 400"
     )
@@ -220,6 +231,14 @@ class ServiceSettings(BaseModel):
         "datacenter: the KV events of the instances each one lists come from it, compact, "
         "once, instead of from each instance's own endpoint",
     )  # fmt: skip
+
+    @property
+    def prompt_char_limit(self) -> int:
+        """Characters of prompt text a request may carry (``max_prompt_chars``, or a
+        generous 16 characters per token of ``max_prompt_tokens``)."""
+        if self.max_prompt_chars is not None:
+            return self.max_prompt_chars
+        return CHARS_PER_TOKEN_BOUND * self.max_prompt_tokens
 
     @model_validator(mode="after")
     def _one_relay_per_instance(self) -> ServiceSettings:

@@ -19,6 +19,7 @@ from router.service.decide import check_prompt, decide
 from router.service.errors import ApiError
 from router.service.generation import Generation, Job, stream_events
 from router.service.models import ResolvedModel
+from router.service.prompt_budget import check_prompt_chars
 from router.service.route_body import FastRouteBody, decode_route_body
 from router.service.schemas import (
     ERROR_RESPONSES,
@@ -94,6 +95,7 @@ async def decide_route(svc: ServiceState, body: FastRouteBody | RouteRequest) ->
 def job_of(
     svc: ServiceState, body: GenerationFields, model: ResolvedModel, prompt: Sequence[int],
     max_tokens: int | None, max_tokens_field: str = "max_tokens", prompt_field: str = "prompt",
+    tokenizer: AsyncTokenizerLike | None = None,
 ) -> Job:  # fmt: skip
     """A generation job from a request's fields (ApiError for a limit it passes, naming the
     fields the request gave its prompt and its output limit in)."""
@@ -115,7 +117,16 @@ def job_of(
     return Job(
         prompt, wanted, model, temperature=body.temperature, ignore_eos=body.ignore_eos,
         sampling=sampling, session_id=body.session_id or body.user, extras=extras,
+        vocab_end=_vocab_end(svc, tokenizer),
     )  # fmt: skip
+
+
+def _vocab_end(svc: ServiceState, tokenizer: AsyncTokenizerLike | None) -> int | None:
+    """What token IDs from an engine must stay below: the tokenizer's vocabulary when the
+    router decodes with one, else ``service.vocab_size`` (None: unbounded)."""
+    inner = getattr(tokenizer, "tokenizer", None)
+    size = getattr(inner, "vocab_size", None)
+    return size if isinstance(size, int) else svc.settings.service.vocab_size
 
 
 async def _prompts(
@@ -128,6 +139,8 @@ async def _prompts(
     tokenizer = svc.models.tokenizer(model, svc.pool) if (texts or has_tokenizer) else None
     if texts:
         assert tokenizer is not None
+        chars = sum(len(str(t)) for t in texts)
+        check_prompt_chars(chars, svc.settings.service.prompt_char_limit, "prompt")
         encoded = await asyncio.gather(*(tokenizer.encode_text(str(t)) for t in texts))
         return [list(ids) for ids in encoded], tokenizer
     if isinstance(prompt[0], list):
@@ -152,7 +165,7 @@ async def completions(body: CompletionRequest, request: Request) -> object:
     if body.stream and len(prompts) > 1:
         raise ApiError(400, "stream a single prompt per request (several prompts are served "
                        "without streaming)", param="prompt")  # fmt: skip
-    jobs = [job_of(svc, body, model, p, body.max_tokens) for p in prompts]
+    jobs = [job_of(svc, body, model, p, body.max_tokens, tokenizer=tokenizer) for p in prompts]
     if body.stream:
         return await _stream_completion(svc, request, jobs[0], tokenizer, body)
     runs = await asyncio.gather(*(_complete(svc, request, j, tokenizer, body) for j in jobs))

@@ -169,7 +169,7 @@ def build_state(
         metrics=metrics, http=http, tracer=provider.get_tracer("pdd_router"),
         experiments=Experiments(schedulers, max_samples=settings.service.experiment_samples,
                                 max_stopped=settings.service.experiments_kept),
-        models=ModelRegistry.of(settings.models, http),
+        models=ModelRegistry.of(settings.models, http, settings.service),
         realizations=realizations,
         lane=lane,
     )  # fmt: skip

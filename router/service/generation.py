@@ -38,6 +38,7 @@ __all__ = [
     "ClientGone",
     "Generation",
     "Job",
+    "out_of_vocabulary",
     "served",
     "sse_data",
     "stream_error",
@@ -75,6 +76,7 @@ class Job:
     sampling: dict[str, Any] = field(default_factory=dict)
     session_id: str | None = None
     extras: HashExtras | None = None
+    vocab_end: int | None = None  # token IDs an engine sends must be below it
 
 
 class Generation:
@@ -153,6 +155,11 @@ class Generation:
         pending = self._first
         self._first = None
         while pending is not None:
+            bad = out_of_vocabulary(pending, self.job.vocab_end)
+            if bad is not None:
+                instance = self.decision.md_instance or self.decision.rld_instance or "engine"
+                raise EngineError(instance, f"sent token id {bad!r}, outside the vocabulary "
+                                  f"[0, {self.job.vocab_end})")  # fmt: skip
             self.timing.saw(len(pending))
             yield pending
             pending = await anext(self._stream, None)
@@ -252,6 +259,21 @@ def served(decision: Decision, outcome: ExecutionResult) -> dict[str, object]:
 def refused(exc: EngineError) -> ApiError:
     """An engine refused the request itself: the client's error, in the engine's words."""
     return ApiError(400, exc.public, param="prompt")
+
+
+def out_of_vocabulary(ids: Sequence[int], vocab_end: int | None) -> object | None:
+    """The first token ID of an engine's answer that is not an int in [0, ``vocab_end``)
+    (any int >= 0 without a bound), or None when all are."""
+    if not ids:
+        return None
+    ints = all(type(t) is int for t in ids)  # min and max run in C; the scan only on error
+    if ints and min(ids) >= 0 and (vocab_end is None or max(ids) < vocab_end):
+        return None
+    for token in ids:
+        wrong = type(token) is not int or token < 0
+        if wrong or (vocab_end is not None and token >= vocab_end):
+            return token
+    return None
 
 
 def stream_error(exc: EngineError) -> tuple[str, str, int]:

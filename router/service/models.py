@@ -15,14 +15,28 @@ import httpx
 
 from router.service.errors import ApiError
 from router.service.pool import InstancePool
+from router.settings import ServiceSettings
 from router.tokenization.factory import build_async_tokenizer
 from router.tokenization.protocol import AsyncTokenizerLike
 from router.tokenization.settings import ModelSettings
+from router.tokenization.template_sandbox import TemplateBudget, TemplateSandbox
 
 __all__ = ["DEFAULT_MODEL", "ModelRegistry", "ResolvedModel"]
 
 DEFAULT_MODEL = "pdd-router"
 """The name answered for the unnamed default model."""
+
+
+def _sandbox(service: ServiceSettings) -> TemplateSandbox:
+    """The sandbox of request templates, with the budgets the settings give."""
+    given = service.request_templates
+    budget = TemplateBudget(
+        timeout_s=given.timeout_s,
+        max_chars=given.max_chars or service.prompt_char_limit,
+        memory_bytes=given.memory_bytes,
+        cache_entries=given.cache_entries,
+    )
+    return TemplateSandbox(budget, given.workers)
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,11 +55,18 @@ class ModelRegistry:
 
     configured: dict[str, ModelSettings]
     client: httpx.AsyncClient
+    templates: TemplateSandbox | None = None  # None: request templates are refused
     _tokenizers: dict[str, AsyncTokenizerLike] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, models: list[ModelSettings], client: httpx.AsyncClient) -> ModelRegistry:
-        return cls({m.name: m for m in models}, client)
+    def of(
+        cls, models: list[ModelSettings], client: httpx.AsyncClient,
+        service: ServiceSettings | None = None,
+    ) -> ModelRegistry:  # fmt: skip
+        """The registry; with ``service`` allowing request templates, their sandbox."""
+        allowed = service is not None and service.request_templates.allow
+        sandbox = _sandbox(service) if service is not None and allowed else None
+        return cls({m.name: m for m in models}, client, sandbox)
 
     def names(self, pool: InstancePool) -> list[str]:
         """Every model a request may name: configured ones and those instances declare."""
@@ -100,6 +121,8 @@ class ModelRegistry:
         return built
 
     async def aclose(self) -> None:
+        if self.templates is not None:
+            await self.templates.aclose()
         for tokenizer in self._tokenizers.values():
             close = getattr(tokenizer, "aclose", None)
             if close is not None:

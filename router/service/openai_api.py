@@ -1,6 +1,6 @@
 """OpenAI's chat completions and model list: the conversation rendered with the model's
-chat template and tokenized as the engine would, then decided and executed like any
-completion (``generation.py``), the answer's text decoded by the router."""
+chat template and tokenized as the engine would (``chat_prompt.py``), then decided and
+executed like any completion (``generation.py``), the answer's text decoded by the router."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from router.service.api import job_of
+from router.service.chat_prompt import chat_prompt
 from router.service.errors import ApiError
 from router.service.generation import Generation, stream_events
 from router.service.schemas import ERROR_RESPONSES, ChatRequest
 from router.service.state import ServiceState
 from router.service.text_stream import TextStream
-from router.tokenization.chat_template import ChatTemplateError
 
 __all__ = ["openai_router"]
 
@@ -65,17 +65,11 @@ async def chat_completions(body: ChatRequest, request: Request) -> object:
     svc = _state(request)
     model = svc.models.resolve(body.model, svc.pool)
     tokenizer = svc.models.tokenizer(model, svc.pool)
-    kwargs = dict(body.chat_template_kwargs or {})
-    try:
-        prompt = await tokenizer.encode_chat(
-            body.messages, add_generation_prompt=body.add_generation_prompt, tools=body.tools,
-            **kwargs,
-        )  # fmt: skip
-    except (ChatTemplateError, ValueError, TypeError) as exc:
-        raise ApiError(400, f"messages: {exc}", param="messages") from exc
+    prompt = await chat_prompt(svc, body, tokenizer)
     given = "max_tokens" if body.max_completion_tokens is None else "max_completion_tokens"
     max_tokens = body.max_completion_tokens or body.max_tokens
-    job = job_of(svc, body, model, prompt, max_tokens, given, prompt_field="messages")
+    job = job_of(svc, body, model, prompt, max_tokens, given, prompt_field="messages",
+                 tokenizer=tokenizer)  # fmt: skip
     run = await Generation.start(svc, request, job)
     text = TextStream(tokenizer, job.prompt, body.stops())
     created = int(time.time())

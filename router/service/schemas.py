@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -223,12 +224,38 @@ class GenerationFields(BaseModel):
             )
         return n
 
+    @model_validator(mode="after")
+    def _finite_extras(self) -> GenerationFields:
+        """Fields passed to the engine hold no NaN or infinity (JSON has neither: the
+        engine request could not even be written)."""
+        for key, value in (self.model_extra or {}).items():
+            if not _finite(value):
+                raise PydanticCustomError(
+                    "not_finite", f"{key} holds a number that is not finite (NaN or infinity)",
+                    {"param": key},
+                )  # fmt: skip
+        return self
+
     def stops(self) -> list[str]:
         return [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
 
     def passed_through(self) -> dict[str, Any]:
         """The request's fields beyond the schema, for the engine."""
         return {k: v for k, v in (self.model_extra or {}).items() if k not in ROUTER_FIELDS}
+
+
+def _finite(value: object) -> bool:
+    """No float in ``value`` (at any depth of lists and mappings) is NaN or infinite."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return False
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+    return True
 
 
 def _prompt_kind(value: Any) -> str:
@@ -269,6 +296,10 @@ class ChatRequest(GenerationFields):
     max_completion_tokens: int | None = Field(None, gt=0)
     tools: list[dict[str, Any]] | None = None
     add_generation_prompt: StrictBool = True
+    chat_template: str | None = Field(
+        None, description="The name of one of the model's chat templates, or a template of "
+        "the request's own (refused unless the service allows request templates)",
+    )  # fmt: skip
     chat_template_kwargs: dict[str, Any] | None = None
 
 

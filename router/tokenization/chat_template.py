@@ -63,11 +63,50 @@ class _GenerationTag(jinja2.ext.Extension):
         return nodes.Scope(body, lineno=lineno)
 
 
-def _environment() -> ImmutableSandboxedEnvironment:
-    env = ImmutableSandboxedEnvironment(
-        trim_blocks=True,
-        lstrip_blocks=True,
-        extensions=[_GenerationTag, jinja2.ext.loopcontrols],
+class _BudgetedEnvironment(ImmutableSandboxedEnvironment):
+    """The sandbox with ``*`` and ``**`` checked before they run, so that a short template
+    cannot build millions of characters (or digits) in one step, beyond any check between
+    steps: ``{{ 'ab ' * 2000000 }}`` is refused, not rendered."""
+
+    intercepted_binops = frozenset({"*", "**"})
+
+    def __init__(self, max_chars: int, **options: Any) -> None:
+        super().__init__(**options)
+        self.max_chars = max_chars
+
+    def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+        if operator == "*":
+            _check_repeat(left, right, self.max_chars)
+        elif operator == "**" and isinstance(left, int) and isinstance(right, int):
+            digits = max(abs(left), 2).bit_length() * abs(right) // 3
+            if digits > self.max_chars:
+                raise ChatTemplateError(f"chat template: {left} ** {right} is over the budget "
+                                        f"of {self.max_chars} characters")  # fmt: skip
+        return super().call_binop(context, operator, left, right)
+
+
+def _check_repeat(left: Any, right: Any, max_chars: int) -> None:
+    """``sequence * n`` (either way round) within ``max_chars`` items."""
+    for seq, times in ((left, right), (right, left)):
+        if isinstance(seq, str | list | tuple) and isinstance(times, int):
+            size = len(seq) * times
+            if size > max_chars:
+                raise ChatTemplateError(
+                    f"chat template: repeating {len(seq)} items {times} times is over the "
+                    f"budget of {max_chars} characters"
+                )
+
+
+def _environment(max_chars: int | None = None) -> ImmutableSandboxedEnvironment:
+    options: dict[str, Any] = {
+        "trim_blocks": True,
+        "lstrip_blocks": True,
+        "extensions": [_GenerationTag, jinja2.ext.loopcontrols],
+    }
+    env = (
+        ImmutableSandboxedEnvironment(**options)
+        if max_chars is None
+        else _BudgetedEnvironment(max_chars, **options)
     )
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
@@ -147,15 +186,23 @@ def _parsed_call(call: Any) -> Any:
 
 
 class ChatTemplate:
-    """One compiled template and the special tokens it is rendered with."""
+    """One compiled template and the special tokens it is rendered with; with
+    ``max_chars``, a render that would write more (or repeat a sequence past it) fails."""
 
-    def __init__(self, source: str, special_tokens: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        source: str,
+        special_tokens: Mapping[str, Any] | None = None,
+        *,
+        max_chars: int | None = None,
+    ) -> None:
         try:
-            self._template = _environment().from_string(source)
+            self._template = _environment(max_chars).from_string(source)
         except jinja2.TemplateError as exc:
             raise ChatTemplateError(f"chat template does not compile: {exc}") from exc
         self.source = source
         self.special_tokens = dict(special_tokens or {})
+        self.max_chars = max_chars
 
     def render(
         self,
@@ -173,15 +220,16 @@ class ChatTemplate:
             raise ChatTemplateError(
                 "add_generation_prompt and continue_final_message exclude each other"
             )
-        kwargs = {**self.special_tokens, **template_kwargs}
+        kwargs = {
+            **self.special_tokens,
+            **template_kwargs,
+            "messages": list(messages),
+            "tools": None if tools is None else list(tools),
+            "documents": None if documents is None else list(documents),
+            "add_generation_prompt": add_generation_prompt,
+        }
         try:
-            text = self._template.render(
-                messages=list(messages),
-                tools=None if tools is None else list(tools),
-                documents=None if documents is None else list(documents),
-                add_generation_prompt=add_generation_prompt,
-                **kwargs,
-            )
+            text = self._render(kwargs)
         except ChatTemplateError:
             raise
         except jinja2.TemplateError as exc:
@@ -189,6 +237,21 @@ class ChatTemplate:
         if continue_final_message and messages:
             text = _cut_after_final(text, messages[-1])
         return text
+
+    def _render(self, kwargs: dict[str, Any]) -> str:
+        if self.max_chars is None:
+            return self._template.render(**kwargs)
+        parts: list[str] = []
+        written = 0
+        for part in self._template.generate(**kwargs):
+            written += len(part)
+            if written > self.max_chars:
+                raise ChatTemplateError(
+                    f"chat template: the rendered text is over the budget of "
+                    f"{self.max_chars} characters"
+                )
+            parts.append(part)
+        return "".join(parts)
 
 
 def _cut_after_final(text: str, final: Message) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +21,11 @@ from router.tokenization.chat_template import (
 )
 from router.tokenization.protocol import Tools
 
-__all__ = ["HFTokenizer", "TokenizerFiles", "resolve_model_dir"]
+__all__ = ["COMPILED_TEMPLATES_KEPT", "HFTokenizer", "TokenizerFiles", "resolve_model_dir"]
+
+COMPILED_TEMPLATES_KEPT = 16
+"""Compiled chat templates a tokenizer keeps (the least recently used beyond them are
+dropped): the model's own few, and literal ones a caller passes."""
 
 _SPECIAL_KEYS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token",
                  "mask_token")  # fmt: skip
@@ -129,7 +134,7 @@ class HFTokenizer:
         self._tok = tokenizer
         self._config = dict(config or {})
         self._templates = templates if isinstance(templates, str | None) else dict(templates)
-        self._compiled: dict[str, ChatTemplate] = {}
+        self._compiled: OrderedDict[str, ChatTemplate] = OrderedDict()  # an LRU
         self._name = name
         self.content_format: ContentFormat = content_format
         self.special_tokens: dict[str, Any] = {}
@@ -216,10 +221,10 @@ class HFTokenizer:
     def template(self, name: str | None = None, *, has_tools: bool = False) -> ChatTemplate:
         """The compiled chat template (``name``: a named one, or a literal template)."""
         source = select_template(self._templates, name, has_tools=has_tools)
-        compiled = self._compiled.get(source)
-        if compiled is None:
-            compiled = ChatTemplate(source, self.special_tokens)
-            self._compiled[source] = compiled
+        compiled = self._compiled.pop(source, None) or ChatTemplate(source, self.special_tokens)
+        self._compiled[source] = compiled
+        while len(self._compiled) > COMPILED_TEMPLATES_KEPT:
+            self._compiled.popitem(last=False)
         return compiled
 
     def render_chat(

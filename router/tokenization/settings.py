@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-__all__ = ["ModelSettings", "TokenizerSettings"]
+__all__ = ["ModelSettings", "RequestTemplateSettings", "TokenizerSettings"]
 
 
 class TokenizerSettings(BaseModel):
@@ -39,3 +39,27 @@ class ModelSettings(BaseModel):
     name: str = Field(min_length=1)
     tokenizer: TokenizerSettings
     lora_adapter: bool = False
+
+
+class RequestTemplateSettings(BaseModel):
+    """Chat templates a request supplies (``chat_template``, top level or in
+    ``chat_template_kwargs``): refused unless allowed; when allowed, rendered in a
+    separate sandboxed process within these budgets."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    allow: bool = Field(
+        False, description="Render chat templates that requests supply (as vLLM's "
+        "--trust-request-chat-template); false: such a request gets 400 naming the field",
+    )  # fmt: skip
+    timeout_s: float = Field(
+        2.0, gt=0, le=60, description="Longest render; then the rendering process is killed"
+    )
+    max_chars: int | None = Field(
+        None, gt=0, description="Longest rendered text (None: the prompt character limit)"
+    )
+    memory_bytes: int = Field(
+        512 << 20, ge=64 << 20, description="Memory a rendering process may add to its own"
+    )
+    cache_entries: int = Field(64, ge=1, le=4096, description="Compiled templates kept (LRU)")
+    workers: int = Field(1, ge=1, le=16, description="Rendering processes")

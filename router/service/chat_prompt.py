@@ -1,0 +1,77 @@
+"""A chat request's prompt token IDs: its size checked first, then rendered with the
+model's chat template (or, when the service allows it, the request's own template in
+the sandbox) and tokenized off the event loop."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from router.service.errors import ApiError
+from router.service.prompt_budget import check_prompt_chars, text_chars
+from router.service.schemas import ChatRequest
+from router.service.state import ServiceState
+from router.tokenization.chat_template import ChatTemplateError, normalize_messages
+from router.tokenization.pool import AsyncTokenizer
+from router.tokenization.protocol import AsyncTokenizerLike
+from router.tokenization.template_sandbox import TemplateSandbox, is_literal_template
+
+__all__ = ["chat_prompt", "template_field"]
+
+
+def template_field(body: ChatRequest) -> str | None:
+    """The field that holds a template of the request's own (jinja source, not the name of
+    one of the model's templates), or None."""
+    if is_literal_template(body.chat_template):
+        return "chat_template"
+    if is_literal_template((body.chat_template_kwargs or {}).get("chat_template")):
+        return "chat_template_kwargs.chat_template"
+    return None
+
+
+async def chat_prompt(
+    svc: ServiceState, body: ChatRequest, tokenizer: AsyncTokenizerLike
+) -> Sequence[int]:
+    """The prompt's token IDs (ApiError 400 naming the field for text over the character
+    limit, a refused or failing template, or messages the template cannot render)."""
+    kwargs = dict(body.chat_template_kwargs or {})
+    if body.chat_template is not None:
+        kwargs["chat_template"] = body.chat_template
+    limit = svc.settings.service.prompt_char_limit
+    check_prompt_chars(text_chars([body.messages, body.tools, kwargs]), limit, "messages")
+    field = template_field(body)
+    sandbox = svc.models.templates
+    if field is not None and sandbox is None:
+        raise ApiError(
+            400, f"{field}: chat templates supplied by requests are turned off on this service "
+            "(service.request_templates.allow); name one of the model's templates or leave "
+            "it out", param=field,
+        )  # fmt: skip
+    try:
+        if field is not None and sandbox is not None and isinstance(tokenizer, AsyncTokenizer):
+            return await _sandboxed(sandbox, tokenizer, body, kwargs)
+        # the model's own template, or an engine that renders (its own limits apply there)
+        return await tokenizer.encode_chat(
+            body.messages, add_generation_prompt=body.add_generation_prompt, tools=body.tools,
+            **kwargs,
+        )  # fmt: skip
+    except ChatTemplateError as exc:
+        where = field or "messages"
+        raise ApiError(400, f"{where}: {exc}", param=where) from exc
+    except (ValueError, TypeError) as exc:
+        raise ApiError(400, f"messages: {exc}", param="messages") from exc
+
+
+async def _sandboxed(
+    sandbox: TemplateSandbox, tokenizer: AsyncTokenizer, body: ChatRequest, kwargs: dict[str, Any]
+) -> list[int]:
+    """The request's template rendered in the sandbox (time, output and memory budgets),
+    then tokenized in the tokenizer's threads."""
+    source = str(kwargs.pop("chat_template"))
+    tok = tokenizer.tokenizer
+    messages = normalize_messages(body.messages, getattr(tok, "content_format", "string"))
+    text = await sandbox.render(
+        source, messages, special_tokens=getattr(tok, "special_tokens", None),
+        add_generation_prompt=body.add_generation_prompt, tools=body.tools, **kwargs,
+    )  # fmt: skip
+    return await tokenizer.encode_text(text, add_special_tokens=False)
