@@ -24,6 +24,7 @@ from pydantic_core import PydanticCustomError
 
 from policies.tiers import Tier
 from router.kv_relay.settings import INSTANCE_ID
+from router.service.engine_fields import ROUTER_OWNED_FIELDS, engine_fields, router_owned
 from router.settings import ServiceSettings
 
 __all__ = [
@@ -190,9 +191,6 @@ class StreamOptions(BaseModel):
 
 
 Stop = str | list[Annotated[str, Field(min_length=1)]] | None
-ROUTER_FIELDS = frozenset({"session_id"})
-"""Fields the router reads itself; every other field a request carries beyond its schema
-is passed to the engine as it came (OpenAI's sampling fields: top_p, seed, ...)."""
 
 
 class GenerationFields(BaseModel):
@@ -223,12 +221,24 @@ class GenerationFields(BaseModel):
             )
         return n
 
+    @model_validator(mode="after")
+    def _no_router_owned(self) -> GenerationFields:
+        """A field that steers an engine or the router's handoffs is refused, named."""
+        name = router_owned(self.model_extra or {})
+        if name is not None:
+            raise PydanticCustomError(
+                "router_owned", "{field} may not be set by a client: {why}",
+                {"field": name, "why": ROUTER_OWNED_FIELDS[name], "param": name},
+            )  # fmt: skip
+        return self
+
     def stops(self) -> list[str]:
         return [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
 
     def passed_through(self) -> dict[str, Any]:
-        """The request's fields beyond the schema, for the engine."""
-        return {k: v for k, v in (self.model_extra or {}).items() if k not in ROUTER_FIELDS}
+        """The request's fields beyond the schema that go on to the engine (the allowlisted
+        sampling and output fields; others are ignored)."""
+        return engine_fields(self.model_extra or {})
 
 
 def _prompt_kind(value: Any) -> str:
