@@ -114,6 +114,7 @@ def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
         400: "Bad input: malformed JSON, token IDs out of range, prompt over the limit",
         401: "Missing or wrong API key (admin endpoints, when a key is configured)",
         404: "Unknown instance",
+        409: "An instance with this id is registered already (replace=true replaces it)",
         413: "Request body over the size limit",
         422: "Wrong field types or values; the message names the field",
         502: "An engine failed after the response started",
