@@ -151,6 +151,11 @@ class ServiceSettings(BaseModel):
         False, description="With no admin key (admin_key, or api_key alone), accept admin "
         "writes (instances, KV events, experiments) from anyone; refused with 403 otherwise",
     )  # fmt: skip
+    show_shared_predictions: bool = Field(
+        False, description="Show predicted hits (and the WAN, TTFT and reason that follow "
+        "from them) to requests without a cache_salt, whose prefixes every such request "
+        "shares; off, only a request with a cache_salt sees them, over its own salt's blocks",
+    )  # fmt: skip
     instance_networks: list[IPvAnyNetwork] = Field(
         default_factory=list, description="CIDRs that instances registered over the API "
         "must resolve into (empty: any address)",

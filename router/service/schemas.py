@@ -140,6 +140,10 @@ class RouteRequest(BaseModel):
     max_tokens: int | None = Field(None, gt=0)
     session_id: str | None = Field(None, max_length=256)
     model: str | None = Field(None, max_length=256, description="Decide among its instances")
+    cache_salt: str | None = Field(
+        None, max_length=256, description="The tenant's cache salt (with token_ids): the "
+        "decision over its own salt's blocks, predictions shown",
+    )  # fmt: skip
 
     @field_validator("hash_ids")
     @classmethod
@@ -173,6 +177,8 @@ class RouteRequest(BaseModel):
             raise ValueError("hash_ids needs block_size")
         if self.token_ids is not None and not self.token_ids:
             raise ValueError("token_ids must not be empty")
+        if self.cache_salt is not None and self.hash_ids is not None:
+            raise ValueError("cache_salt applies to token_ids, not to a trace's hash_ids")
         if self.hash_ids is not None and self.input_length is None:
             assert self.block_size is not None
             limit = input_limits().max_prompt_tokens
