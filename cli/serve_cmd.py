@@ -60,8 +60,10 @@ def serve(
     decide with a trained hit-rate model.
 
     PDD_ROUTER_SERVICE__API_KEY=KEY makes every endpoint but /healthz and /readyz require
-    Authorization: Bearer KEY. Without a key, requests that change the router's state
-    (instances, KV events, experiments) are refused unless
+    Authorization: Bearer KEY. PDD_ROUTER_SERVICE__ADMIN_KEY=KEY2 keeps the admin API
+    (instances, KV events, experiments) to KEY2, and KEY to the client API;
+    PDD_ROUTER_SERVICE__METRICS_KEY opens /metrics only. Without a key, requests that
+    change the router's state are refused unless
     PDD_ROUTER_SERVICE__ALLOW_UNAUTHENTICATED_ADMIN=true.
 
     --demo needs nothing else: `pdd-router serve --demo`, then point any OpenAI client at
@@ -123,11 +125,12 @@ def serve(
 
         open_decision_log(settings.service.decision_log).close()  # fail fast, one line
     from router.service.auth import exposure_warning
+    from router.service.roles import shared_key_warning
 
     _check_free(settings.service.host, settings.service.port)
-    warning = exposure_warning(settings.service)
-    if warning is not None:
-        typer.echo(warning, err=True)
+    for warning in (exposure_warning(settings.service), shared_key_warning(settings.service)):
+        if warning is not None:
+            typer.echo(warning, err=True)
     if not demo and settings.service.instances_file is None:
         typer.echo(
             "no engine instances yet: give --instances FILE or register them with POST "

@@ -2,10 +2,11 @@
 
 Like an engine's cache, blocks are named by hashes of its own (a blake2b chain over
 the parent hash and the block's tokens, salted with a seed, so they do not match the
-router's hashes), only full blocks are cached, and blocks used by running requests
-are pinned. Touching a chain from its last block back to its first keeps parents
-more recent than their children, so eviction removes leaves first. Every change
-comes back as KV events for the engine to publish.
+router's hashes; a request's ``cache_salt`` is hashed into its first block, as vLLM
+does, and published as that block's extra key), only full blocks are cached, and blocks
+used by running requests are pinned. Touching a chain from its last block back to its
+first keeps parents more recent than their children, so eviction removes leaves first.
+Every change comes back as KV events for the engine to publish.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ class ChainBlock:
     block_hash: int
     parent_hash: int | None
     token_ids: tuple[int, ...]
+    salt: str | None = None  # the cache salt, on the first block of a salted prompt
 
 
 @dataclass(slots=True)
@@ -55,10 +57,12 @@ class SimEngineCache:
     def __contains__(self, block_hash: object) -> bool:
         return block_hash in self._entries
 
-    def _hash(self, parent: int | None, tokens: Sequence[int]) -> int:
+    def _hash(self, parent: int | None, tokens: Sequence[int], salt: str | None = None) -> int:
         h = hashlib.blake2b(digest_size=8, salt=self.seed.to_bytes(16, "little"))
         h.update(b"" if parent is None else parent.to_bytes(8, "big"))
         h.update(array("q", tokens).tobytes())
+        if salt:  # as vLLM: an extra key of the first block, so every later hash differs
+            h.update(b"\x00salt\x00" + salt.encode())
         # Unsigned 64-bit, the range vLLM's integer block hashes come in.
         return int.from_bytes(h.digest(), "big")
 
@@ -66,15 +70,20 @@ class SimEngineCache:
         """The block holding ``token_ids`` after the block ``parent`` in a chain."""
         return ChainBlock(self._hash(parent, token_ids), parent, tuple(token_ids))
 
-    def chain(self, token_ids: Sequence[int], start: int = 0) -> list[ChainBlock]:
-        """Full blocks of ``token_ids`` from block ``start`` on (earlier ones hashed too)."""
+    def chain(
+        self, token_ids: Sequence[int], start: int = 0, *, salt: str | None = None
+    ) -> list[ChainBlock]:
+        """Full blocks of ``token_ids`` from block ``start`` on (earlier ones hashed too);
+        a ``salt`` (vLLM's ``cache_salt``) isolates the chain from every other salt's."""
         blocks: list[ChainBlock] = []
         parent: int | None = None
+        salt = salt or None
         for i in range(len(token_ids) // self.block_size):
             tokens = tuple(token_ids[i * self.block_size : (i + 1) * self.block_size])
-            h = self._hash(parent, tokens)
+            first_salt = salt if i == 0 else None
+            h = self._hash(parent, tokens, first_salt)
             if i >= start:
-                blocks.append(ChainBlock(h, parent, tokens))
+                blocks.append(ChainBlock(h, parent, tokens, first_salt))
             parent = h
         return blocks
 
@@ -106,6 +115,7 @@ class SimEngineCache:
                     parent_block_hash=new[0].parent_hash,
                     token_ids=[t for b in new for t in b.token_ids],
                     block_size=self.block_size,
+                    extra_keys=_extra_keys(new),
                 )
             )
         evicted: list[int | str] = [*self._evict()]
@@ -138,3 +148,10 @@ class SimEngineCache:
         """Drop every block (a reset); the events it caused."""
         self._entries.clear()
         return [KVEvent(type="AllBlocksCleared")]
+
+
+def _extra_keys(blocks: Sequence[ChainBlock]) -> list[list[object] | None] | None:
+    """vLLM's per-block extra keys of a stored run: the salt on a salted first block."""
+    if not any(b.salt for b in blocks):
+        return None
+    return [[b.salt] if b.salt else None for b in blocks]

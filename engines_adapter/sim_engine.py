@@ -302,7 +302,7 @@ class SimEngine:
         self._running[run.request_id] = run
         try:
             bs = self.config.block_size
-            blocks = self.cache.chain(prompt)
+            blocks = self.cache.chain(prompt, salt=_salt(request))
             # Like vLLM, at least the last prompt token is computed, never served from cache.
             hit_blocks = self.cache.match(blocks[: (len(prompt) - 1) // bs])
             run.cached_tokens = hit_blocks * bs
@@ -361,3 +361,9 @@ class SimEngine:
             sub.queue.put_nowait(batch)
         except asyncio.QueueFull:
             sub.lost += 1
+
+
+def _salt(request: GenerateRequest) -> str | None:
+    """The request's ``cache_salt`` (vLLM's field, among the sampling fields), if any."""
+    salt = request.sampling.get("cache_salt")
+    return salt if isinstance(salt, str) and salt else None

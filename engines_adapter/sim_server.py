@@ -68,6 +68,7 @@ class CompletionBody(BaseModel):
     return_token_ids: bool | None = None
     kv_transfer_params: dict[str, Any] | None = None
     request_id: str | None = None
+    cache_salt: str | None = None
 
 
 class _State(TypedDict):
@@ -203,6 +204,7 @@ def create_app(config: SimServerConfig, *, engine: SimEngine | None = None) -> F
             temperature=body.temperature or 0.0,
             ignore_eos=body.ignore_eos,
             kv_transfer_params=body.kv_transfer_params,
+            sampling={"cache_salt": body.cache_salt} if body.cache_salt else {},
         )
         deltas = sim.generate(gen_request)
         try:

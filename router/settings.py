@@ -141,14 +141,25 @@ class ServiceSettings(BaseModel):
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
     api_key: str | None = Field(
-        None, description="When set, required on every endpoint but /healthz and /readyz"
-    )
+        None, description="The client key: when set, required on the client API "
+        "(completions, chat, route, models); the admin key too unless admin_key is set",
+    )  # fmt: skip
+    admin_key: str | None = Field(
+        None, description="The admin key: required on the admin API (instances, KV events, "
+        "experiments), accepted everywhere; with it, api_key opens the client API only",
+    )  # fmt: skip
     metrics_key: str | None = Field(
-        None, description="A key accepted on /metrics only (for scrapers), besides api_key"
-    )
+        None, description="A key accepted on /metrics only (for scrapers), besides the "
+        "admin key",
+    )  # fmt: skip
     allow_unauthenticated_admin: bool = Field(
-        False, description="Without api_key, accept admin writes (instances, KV events, "
-        "experiments) from anyone; refused with 403 otherwise",
+        False, description="With no admin key (admin_key, or api_key alone), accept admin "
+        "writes (instances, KV events, experiments) from anyone; refused with 403 otherwise",
+    )  # fmt: skip
+    show_shared_predictions: bool = Field(
+        False, description="Show predicted hits (and the WAN, TTFT and reason that follow "
+        "from them) to requests without a cache_salt, whose prefixes every such request "
+        "shares; off, only a request with a cache_salt sees them, over its own salt's blocks",
     )  # fmt: skip
     instance_networks: list[IPvAnyNetwork] = Field(
         default_factory=list, description="CIDRs that instances registered over the API "

@@ -44,6 +44,7 @@ ROUTER_SERVICE = {
     # instance taken out of service cuts the waits on it short
     "probe_timeout_s": 10,
     "allow_unauthenticated_admin": True,
+    "show_shared_predictions": True,  # the tests compare predictions with what vLLM counts
 }
 """The service settings of a router in front of the tests' CPU engines."""
 

@@ -7,12 +7,13 @@ import functools
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from fastapi import APIRouter, Request, Response
+import structlog
+from fastapi import APIRouter, Query, Request, Response
 
 from engines_adapter.contract import KVEventBatch
 from engines_adapter.kv_events_json import KVEventInputError, decode_json_batch
 from router.index.base import UnknownInstanceError
-from router.service.auth import outside_networks
+from router.service.auth import outside_networks, role_of_request
 from router.service.errors import ApiError
 from router.service.experiment_report import experiment_report
 from router.service.experiments import Experiment, ExperimentSpec
@@ -27,6 +28,8 @@ from router.service.state import ServiceState
 
 __all__ = ["admin_router"]
 
+log = structlog.get_logger("pdd_router.service")
+
 _DECODER = ThreadPoolExecutor(max_workers=2, thread_name_prefix="kv-events-decode")
 """Posted KV-event batches are decoded here, two at most at once, off the event loop."""
 
@@ -36,7 +39,7 @@ def _state(request: Request) -> ServiceState:
     return state
 
 
-# Access control (the API key; writes refused without one) is added where the app
+# Access control (the admin key; writes refused without one) is added where the app
 # includes this router: router.service.app with router.service.auth.ServiceAuth.
 admin_router = APIRouter(tags=["admin"], responses=ERROR_RESPONSES(400, 422))
 
@@ -56,13 +59,32 @@ async def list_instances(request: Request) -> list[InstanceStatus]:
     return [await _status(svc, iid) for iid in sorted(svc.pool.configs)]
 
 
-@admin_router.post("/v1/instances", response_model=InstanceStatus, status_code=201)
-async def register_instance(config: InstanceConfig, request: Request) -> InstanceStatus:
+def _audit(request: Request, action: str, **target: object) -> None:
+    """One log line per change of the cluster: who (the key's role), what, and on what."""
+    log.info("admin change", role=role_of_request(request), action=action, **target)
+
+
+@admin_router.post(
+    "/v1/instances", response_model=InstanceStatus, status_code=201, responses=ERROR_RESPONSES(409)
+)
+async def register_instance(
+    config: InstanceConfig,
+    request: Request,
+    replace: bool = Query(False, description="Replace an instance registered with this id"),
+) -> InstanceStatus:
     """Drive a new engine instance; with service.instance_networks set, its URL (and KV-event
-    endpoint) must resolve into one of them."""
+    endpoint) must resolve into one of them. An id already registered is refused (409)
+    unless ``replace=true``."""
     svc = _state(request)
     from router.service.lifecycle import attach_instance
 
+    replacing = config.instance_id in svc.pool.configs
+    if replacing and not replace:
+        raise ApiError(
+            409, f"instance {config.instance_id!r} is already registered: remove it first, "
+            "or POST /v1/instances?replace=true to replace it", param="instance_id",
+            type_="conflict_error",
+        )  # fmt: skip
     networks = svc.settings.service.instance_networks
     for field in ("url", "kv_events_endpoint"):
         value = getattr(config, field)
@@ -70,6 +92,8 @@ async def register_instance(config: InstanceConfig, request: Request) -> Instanc
         if reason is not None:
             raise ApiError(400, f"{field}: {reason}", param=field)
     await attach_instance(svc, config)
+    _audit(request, "replace" if replacing else "register", instance=config.instance_id,
+           tier=config.tier.value, url=config.url)  # fmt: skip
     return await _status(svc, config.instance_id)
 
 
@@ -92,6 +116,7 @@ async def remove_instance(instance_id: str, request: Request) -> Response:
         await detach_instance(svc, instance_id)
     except UnknownInstance as exc:
         raise ApiError(404, f"unknown instance {instance_id!r}", param="instance_id") from exc
+    _audit(request, "remove", instance=instance_id)
     return Response(status_code=204)
 
 
@@ -140,6 +165,7 @@ async def kv_events(request: Request) -> dict[str, int]:
         raise ApiError(404, f"instance {body.instance_id!r} was removed",
                        param="instance_id") from exc  # fmt: skip
     svc.metrics.kv_events.labels(body.instance_id).inc()
+    _audit(request, "kv-events", instance=body.instance_id, events=len(body.events))
     return {"applied": len(body.events)}
 
 
@@ -164,6 +190,7 @@ async def create_experiment(spec: ExperimentSpec, request: Request) -> dict[str,
         experiment = svc.experiments.create(spec)
     except ValueError as exc:
         raise ApiError(422, str(exc), param="arms") from exc
+    _audit(request, "start-experiment", experiment=experiment.id)
     return _report(svc, experiment)
 
 
@@ -188,4 +215,6 @@ async def get_experiment(experiment_id: str, request: Request) -> dict[str, Any]
 async def stop_experiment(experiment_id: str, request: Request) -> dict[str, Any]:
     svc = _state(request)
     _experiment(svc, experiment_id)
-    return _report(svc, svc.experiments.stop(experiment_id))
+    stopped = svc.experiments.stop(experiment_id)
+    _audit(request, "stop-experiment", experiment=experiment_id)
+    return _report(svc, stopped)

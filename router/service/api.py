@@ -10,7 +10,7 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import ValidationError
 
 from policies.types import Decision, RequestView
@@ -30,6 +30,7 @@ from router.service.schemas import (
     input_limits,
 )
 from router.service.state import ServiceState
+from router.service.tenancy import decision_json, shows_predictions
 from router.service.text_stream import TextStream
 from router.tokenization.protocol import AsyncTokenizerLike
 
@@ -68,10 +69,15 @@ def _route_body(body: bytes) -> FastRouteBody | RouteRequest:
     tags=["routing"],
     openapi_extra={"requestBody": _ROUTE_BODY},
 )
-async def route(request: Request) -> Decision:
+async def route(request: Request) -> Response:
     """Decide a request without executing it (the body is a ``RouteRequest``: token IDs, or
-    a trace's block IDs with their block size)."""
-    return await decide_route(_state(request), _route_body(await request.body()))
+    a trace's block IDs with their block size). Its predictions are shown for a request
+    with a ``cache_salt``, or with ``service.show_shared_predictions`` on."""
+    svc = _state(request)
+    body = _route_body(await request.body())
+    decision = await decide_route(svc, body)
+    visible = shows_predictions(svc.settings.service, body.cache_salt)
+    return Response(decision_json(decision, visible), media_type="application/json")
 
 
 async def decide_route(svc: ServiceState, body: FastRouteBody | RouteRequest) -> Decision:
@@ -80,7 +86,9 @@ async def decide_route(svc: ServiceState, body: FastRouteBody | RouteRequest) ->
     model = svc.models.resolve(body.model, svc.pool)
     if body.token_ids is not None:
         check_prompt(svc, body.token_ids, "token_ids")
-        chain = chain_hashes(body.token_ids, svc.settings.block_size, svc.settings.hash_seed)
+        extras = HashExtras(cache_salt=body.cache_salt) if body.cache_salt else None
+        chain = chain_hashes(body.token_ids, svc.settings.block_size, svc.settings.hash_seed,
+                             extras=extras)  # fmt: skip
         view = RequestView(chain.hashes, chain.block_size, chain.num_tokens, body.max_tokens,
                            body.session_id, time.time(), svc.next_request_id())  # fmt: skip
     else:

@@ -258,11 +258,11 @@ def create_app(
         app.add_middleware(RouteFastPath, auth=auth)
     install_error_handlers(app)
     keyed = [Depends(auth.require_key)]
-    app.include_router(api_router, dependencies=keyed, responses=auth_responses(401))
-    app.include_router(openai_router, dependencies=keyed, responses=auth_responses(401))
+    app.include_router(api_router, dependencies=keyed, responses=auth_responses(401, 403))
+    app.include_router(openai_router, dependencies=keyed, responses=auth_responses(401, 403))
     app.include_router(
         admin_router,
-        dependencies=[*keyed, Depends(auth.guard_admin_writes)],
+        dependencies=[Depends(auth.require_admin)],
         responses=auth_responses(401, 403),
     )
     app.add_middleware(BodyLimit, limit=settings.service.max_body_bytes)
@@ -301,7 +301,7 @@ def create_app(
             body["index_state"] = base.state
         return JSONResponse(body, status_code=200 if ready else 503)
 
-    @app.get("/version", tags=["ops"], dependencies=keyed, responses=auth_responses(401))
+    @app.get("/version", tags=["ops"], dependencies=keyed, responses=auth_responses(401, 403))
     async def version() -> dict[str, str]:
         return {"version": __version__}
 
@@ -311,12 +311,12 @@ def create_app(
         response_class=PlainTextResponse,
         responses={
             200: {"content": {"text/plain": {}}, "description": "Prometheus text"},
-            **auth_responses(401),
+            **auth_responses(401, 403),
         },
         dependencies=[Depends(auth.require_metrics_key)],
     )
     async def metrics_endpoint(request: Request) -> PlainTextResponse:
-        """Prometheus metrics; with a key configured, the API key or service.metrics_key."""
+        """Prometheus metrics; with a key configured, the metrics key or the admin key."""
         svc: ServiceState = request.state.svc
         return PlainTextResponse(
             generate_latest(svc.metrics.registry), media_type=CONTENT_TYPE_LATEST

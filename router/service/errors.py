@@ -17,9 +17,12 @@ __all__ = ["ApiError", "LastResort", "error_body", "install_error_handlers"]
 
 log = logging.getLogger("pdd_router.service")
 
-BAD_VALUE_ERRORS = frozenset({"over_limit", "json_invalid", "unsupported", "not_finite"})
-"""Validation errors answered with 400 (a value over a configured limit, malformed JSON);
-every other validation error is a 422."""
+BAD_VALUE_ERRORS = frozenset(
+    {"over_limit", "json_invalid", "unsupported", "not_finite", "router_owned"}
+)
+"""Validation errors answered with 400 (a value over a configured limit, malformed JSON, a
+number that is not finite, a field only the router may set); every other validation error
+is a 422."""
 
 
 class ApiError(Exception):

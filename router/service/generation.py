@@ -31,6 +31,7 @@ from router.service.models import ResolvedModel
 from router.service.orchestrator import ExecutionResult, Upstream, execute
 from router.service.outcomes import Timing, record_outcome, unwatch, unwatched_on_error, watch
 from router.service.state import ServiceState
+from router.service.tenancy import PREDICTION_FIELDS, shows_predictions
 from router.service.text_stream import TextStream
 
 __all__ = [
@@ -216,6 +217,8 @@ class Generation:
         report, else the router's prediction for the tier that served."""
         if self.outcome.cached_tokens is not None:
             return self.outcome.cached_tokens, "engine"
+        if not self.shows_predictions():
+            return 0, "none"
         tier = Tier.MD if "md" in self.outcome.instances else Tier.RLD
         if tier.value not in self.outcome.instances:
             tier = Tier.P
@@ -229,18 +232,27 @@ class Generation:
                 "total_tokens": prompt + completion_tokens,
                 "prompt_tokens_details": {"cached_tokens": cached}}  # fmt: skip
 
+    def shows_predictions(self) -> bool:
+        """Whether the client may see the router's predictions (``tenancy``)."""
+        salt = self.job.extras.cache_salt if self.job.extras is not None else None
+        return shows_predictions(self.svc.settings.service, salt)
+
     def served(self) -> dict[str, object]:
-        """What served the request, for the response's ``pdd`` field."""
-        return {**served(self.decision, self.outcome),
-                "cached_tokens_source": self.cached_tokens()[1]}  # fmt: skip
+        """What served the request, for the response's ``pdd`` field (the predictions
+        only when the client may see them)."""
+        shown = served(self.decision, self.outcome)
+        if not self.shows_predictions():
+            shown = {k: v for k, v in shown.items() if k not in PREDICTION_FIELDS}
+        return {**shown, "cached_tokens_source": self.cached_tokens()[1]}
 
     def headers(self) -> dict[str, str]:
-        """The ``x-pdd-*`` headers of the response."""
-        return {
-            "x-pdd-pipeline": self.decision.pipeline.value,
-            "x-pdd-decision": self.decision.reason,
-            "x-pdd-request-id": self.request_id,
-        }
+        """The ``x-pdd-*`` headers of the response (the decision's reason only when the
+        client may see predictions)."""
+        headers = {"x-pdd-pipeline": self.decision.pipeline.value}
+        if self.shows_predictions():
+            headers["x-pdd-decision"] = self.decision.reason
+        headers["x-pdd-request-id"] = self.request_id
+        return headers
 
 
 def served(decision: Decision, outcome: ExecutionResult) -> dict[str, object]:

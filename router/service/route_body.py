@@ -49,6 +49,7 @@ class _Wire(msgspec.Struct, forbid_unknown_fields=True):
     max_tokens: _Positive | None = None
     session_id: Annotated[str, msgspec.Meta(max_length=256)] | None = None
     model: Annotated[str, msgspec.Meta(max_length=256)] | None = None
+    cache_salt: Annotated[str, msgspec.Meta(max_length=256)] | None = None
 
 
 _DECODER = msgspec.json.Decoder(_Wire)
@@ -63,6 +64,7 @@ class _Scalars(msgspec.Struct, forbid_unknown_fields=True):
     max_tokens: _Positive | None = None
     session_id: Annotated[str, msgspec.Meta(max_length=256)] | None = None
     model: Annotated[str, msgspec.Meta(max_length=256)] | None = None
+    cache_salt: Annotated[str, msgspec.Meta(max_length=256)] | None = None
 
 
 class _Parsers(threading.local):
@@ -95,6 +97,7 @@ class FastRouteBody:
     max_tokens: int | None
     session_id: str | None
     model: str | None = None
+    cache_salt: str | None = None
 
 
 def decode_route_body(body: bytes, limits: InputLimits) -> FastRouteBody | None:
@@ -119,10 +122,12 @@ def decode_route_body(body: bytes, limits: InputLimits) -> FastRouteBody | None:
         if tokens.size == 0:
             return None
         return FastRouteBody(tokens, None, wire.block_size, wire.input_length, wire.max_tokens,
-                             wire.session_id, wire.model)  # fmt: skip
+                             wire.session_id, wire.model, wire.cache_salt)  # fmt: skip
     hash_ids = wire.hash_ids
     assert hash_ids is not None
     if wire.block_size is None or len(hash_ids) > limits.max_hash_ids:
+        return None
+    if wire.cache_salt is not None:  # salts apply to token IDs only
         return None
     if hash_ids and max(hash_ids) >= BLOCK_ID_END:
         return None
@@ -173,7 +178,7 @@ def _flat_token_body(body: bytes, limits: InputLimits) -> FastRouteBody | _NotFl
     if not _within(limits, rest.max_tokens, rest.block_size, rest.input_length):
         return None
     return FastRouteBody(tokens, None, rest.block_size, rest.input_length, rest.max_tokens,
-                         rest.session_id, rest.model)  # fmt: skip
+                         rest.session_id, rest.model, rest.cache_salt)  # fmt: skip
 
 
 def _within(

@@ -24,6 +24,7 @@ from router.service.auth import ServiceAuth
 from router.service.errors import ApiError, error_body
 from router.service.route_body import decode_route_body
 from router.service.schemas import input_limits
+from router.service.tenancy import decision_json, shows_predictions
 
 __all__ = ["RouteFastPath"]
 
@@ -59,7 +60,8 @@ class RouteFastPath:
             payload = json.dumps(error_body(exc.message, exc.type, exc.param, exc.code))
             await _respond(send, exc.status, payload.encode(), exc.headers)
             return
-        await _respond(send, 200, decision.model_dump_json().encode(), None)
+        visible = shows_predictions(svc.settings.service, fast.cache_salt)
+        await _respond(send, 200, decision_json(decision, visible), None)
 
 
 def _header(scope: Scope, name: bytes) -> str | None:

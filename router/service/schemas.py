@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import math
 from collections.abc import Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -25,6 +24,13 @@ from pydantic_core import PydanticCustomError
 
 from policies.tiers import Tier
 from router.kv_relay.settings import INSTANCE_ID
+from router.service.engine_fields import (
+    ROUTER_OWNED_FIELDS,
+    engine_fields,
+    finite,
+    router_owned,
+    unknown_field,
+)
 from router.settings import ServiceSettings
 
 __all__ = [
@@ -114,6 +120,7 @@ def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
         400: "Bad input: malformed JSON, token IDs out of range, prompt over the limit",
         401: "Missing or wrong API key (admin endpoints, when a key is configured)",
         404: "Unknown instance",
+        409: "An instance with this id is registered already (replace=true replaces it)",
         413: "Request body over the size limit",
         422: "Wrong field types or values; the message names the field",
         502: "An engine failed after the response started",
@@ -139,6 +146,10 @@ class RouteRequest(BaseModel):
     max_tokens: int | None = Field(None, gt=0)
     session_id: str | None = Field(None, max_length=256)
     model: str | None = Field(None, max_length=256, description="Decide among its instances")
+    cache_salt: str | None = Field(
+        None, max_length=256, description="The tenant's cache salt (with token_ids): the "
+        "decision over its own salt's blocks, predictions shown",
+    )  # fmt: skip
 
     @field_validator("hash_ids")
     @classmethod
@@ -172,6 +183,8 @@ class RouteRequest(BaseModel):
             raise ValueError("hash_ids needs block_size")
         if self.token_ids is not None and not self.token_ids:
             raise ValueError("token_ids must not be empty")
+        if self.cache_salt is not None and self.hash_ids is not None:
+            raise ValueError("cache_salt applies to token_ids, not to a trace's hash_ids")
         if self.hash_ids is not None and self.input_length is None:
             assert self.block_size is not None
             limit = input_limits().max_prompt_tokens
@@ -191,9 +204,6 @@ class StreamOptions(BaseModel):
 
 
 Stop = str | list[Annotated[str, Field(min_length=1)]] | None
-ROUTER_FIELDS = frozenset({"session_id"})
-"""Fields the router reads itself; every other field a request carries beyond its schema
-is passed to the engine as it came (OpenAI's sampling fields: top_p, seed, ...)."""
 
 
 class GenerationFields(BaseModel):
@@ -225,11 +235,24 @@ class GenerationFields(BaseModel):
         return n
 
     @model_validator(mode="after")
-    def _finite_extras(self) -> GenerationFields:
-        """Fields passed to the engine hold no NaN or infinity (JSON has neither: the
-        engine request could not even be written)."""
-        for key, value in (self.model_extra or {}).items():
-            if not _finite(value):
+    def _checked_extras(self) -> GenerationFields:
+        """Extra fields: engine fields only (others refused, named), all numbers finite."""
+        extra = self.model_extra or {}
+        name = router_owned(extra)
+        if name is not None:
+            raise PydanticCustomError(
+                "router_owned", "{field} may not be set by a client: {why}",
+                {"field": name, "why": ROUTER_OWNED_FIELDS[name], "param": name},
+            )  # fmt: skip
+        name = unknown_field(extra)
+        if name is not None:
+            raise PydanticCustomError(
+                "unsupported", "{field} is not a field this router honours or passes on to "
+                "its engines (docs/security.md lists those it does)",
+                {"param": name, "field": name},
+            )  # fmt: skip
+        for key, value in extra.items():
+            if not finite(value):
                 raise PydanticCustomError(
                     "not_finite", f"{key} holds a number that is not finite (NaN or infinity)",
                     {"param": key},
@@ -240,22 +263,9 @@ class GenerationFields(BaseModel):
         return [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
 
     def passed_through(self) -> dict[str, Any]:
-        """The request's fields beyond the schema, for the engine."""
-        return {k: v for k, v in (self.model_extra or {}).items() if k not in ROUTER_FIELDS}
-
-
-def _finite(value: object) -> bool:
-    """No float in ``value`` (at any depth of lists and mappings) is NaN or infinite."""
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, float) and not math.isfinite(item):
-            return False
-        if isinstance(item, dict):
-            stack.extend(item.values())
-        elif isinstance(item, list | tuple):
-            stack.extend(item)
-    return True
+        """The request's fields beyond the schema that go on to the engine (the allowlisted
+        sampling and output fields; any other was refused)."""
+        return engine_fields(self.model_extra or {})
 
 
 def _prompt_kind(value: Any) -> str:

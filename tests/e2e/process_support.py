@@ -161,7 +161,10 @@ class Stack:
         return engine
 
     def start_router(self, env: dict[str, str], *extra: str) -> str:
-        """Wait for the engines, then serve the router on them (``env``: its settings)."""
+        """Wait for the engines, then serve the router on them (``env``: its settings;
+        predicted hits are shown to every request unless it sets
+        PDD_ROUTER_SERVICE__SHOW_SHARED_PREDICTIONS=false)."""
+        env = {"PDD_ROUTER_SERVICE__SHOW_SHARED_PREDICTIONS": "true", **env}
         for engine in self.engines.values():
             wait_for(f"{engine.url}/health", self.procs)
         instances = [

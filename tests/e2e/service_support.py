@@ -54,15 +54,19 @@ def make_client(
     *,
     policy: dict[str, Any] | None = None,
     allow_unauthenticated_admin: bool = True,
+    show_shared_predictions: bool = True,
     **service: Any,
 ) -> TestClient:
     """A service on simulated engines. Its admin API (registering instances, KV events,
     experiments) accepts requests without a key unless the test passes ``api_key=...``
     (then every endpoint but the health checks needs it) or
-    ``allow_unauthenticated_admin=False`` (the default of a real deployment)."""
+    ``allow_unauthenticated_admin=False`` (the default of a real deployment); requests
+    without a cache salt are shown predicted hits unless ``show_shared_predictions=False``
+    (the default of a real deployment)."""
     settings = Settings(
         service={"vocab_size": VOCAB, "load_poll_s": 0.05,
-                 "allow_unauthenticated_admin": allow_unauthenticated_admin, **service},
+                 "allow_unauthenticated_admin": allow_unauthenticated_admin,
+                 "show_shared_predictions": show_shared_predictions, **service},
         policy={"name": "pdd", "params": policy or {}},
     )  # fmt: skip
     return TestClient(create_app(settings, adapter_factory=engines))

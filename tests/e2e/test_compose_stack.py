@@ -126,7 +126,9 @@ def test_metrics_with_either_key(url: str) -> None:
 
 def test_both_replicas_share_one_redis_index() -> None:
     shared = prompt(6, 480)  # 30 blocks of 16
-    assert complete(URLS[0], {"prompt": shared, "max_tokens": 4}).status_code == 200
+    # a tenant's salt: its own predictions are shown (docker-compose.yml shows no shared ones)
+    body = {"prompt": shared, "max_tokens": 4, "cache_salt": "compose"}
+    assert complete(URLS[0], body).status_code == 200
     client = redis.Redis.from_url(REDIS_URL, socket_timeout=5)
     try:
         assert set(client.hkeys(f"{PREFIX}:instances")) == {b"p0", b"rld0", b"md0"}
@@ -139,8 +141,8 @@ def test_both_replicas_share_one_redis_index() -> None:
         client.close()
 
     def other_replica_predicts_a_hit() -> bool:
-        r = httpx.post(f"{URLS[1]}/v1/route", json={"token_ids": shared}, headers=auth(KEY),
-                       timeout=TIMEOUT)  # fmt: skip
+        r = httpx.post(f"{URLS[1]}/v1/route", json={"token_ids": shared, "cache_salt": "compose"},
+                       headers=auth(KEY), timeout=TIMEOUT)  # fmt: skip
         assert r.status_code == 200, r.text
         return bool(max(r.json()["predicted_hit"].values()) > 0.5)
 

@@ -260,7 +260,8 @@ def test_hash_ids_on_the_redis_index_up_to_the_64_bit_bound() -> None:
         client=fakeredis.FakeRedis(server=fakeredis.FakeServer()),
     )  # fmt: skip
     settings = Settings(
-        service={"vocab_size": VOCAB, "allow_unauthenticated_admin": True},
+        service={"vocab_size": VOCAB, "allow_unauthenticated_admin": True,
+                 "show_shared_predictions": True},
         index={"backend": "redis"},
     )  # fmt: skip
     with TestClient(create_app(settings, index=index, adapter_factory=Engines())) as c:

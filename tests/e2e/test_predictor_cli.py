@@ -124,7 +124,7 @@ def test_the_service_decides_with_a_configured_model(model: Path) -> None:
     from router.settings import Settings
 
     service = {"vocab_size": 512, "predictor_model": str(model),
-               "allow_unauthenticated_admin": True}  # fmt: skip
+               "allow_unauthenticated_admin": True, "show_shared_predictions": True}  # fmt: skip
     settings = Settings(service=service)
     with TestClient(create_app(settings, adapter_factory=Engines())) as client:
         register(client, ("p0", "p", "A"), ("rld0", "rld", "A"), ("md0", "md", "B"))

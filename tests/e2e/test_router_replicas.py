@@ -69,6 +69,7 @@ def start_replicas(
         "PDD_ROUTER_INDEX__BACKEND": "redis",
         "PDD_ROUTER_REDIS__URL": server.url,
         "PDD_ROUTER_REPLICAS__SHARE": "true" if share else "false",
+        "PDD_ROUTER_SERVICE__SHOW_SHARED_PREDICTIONS": "true",
         "PDD_ROUTER_SERVICE__ENGINE_TIMEOUT_S": "20",
         "PDD_ROUTER_POLICY__NAME": "pdd",
         "PDD_ROUTER_POLICY__PARAMS": json.dumps({"wan_budget_s": 1e6}),  # P-MD only

@@ -165,7 +165,7 @@ def test_the_metrics_key_opens_metrics_only(tmp_path: Path) -> None:
             if path in OPEN or path == "/metrics":
                 continue
             response = c.request(method, path, json={}, headers=scrape)
-            assert_error(response, 401, "authentication_error")
+            assert_error(response, 403, "permission_error")  # a known key, of another role
 
 
 def test_a_metrics_key_alone_guards_metrics_and_leaves_the_rest_as_without_a_key() -> None:
@@ -270,7 +270,7 @@ def serve(
 def test_serve_listens_on_loopback_by_default(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    for name in ("HOST", "API_KEY", "ALLOW_UNAUTHENTICATED_ADMIN"):
+    for name in ("HOST", "API_KEY", "ADMIN_KEY", "ALLOW_UNAUTHENTICATED_ADMIN"):
         monkeypatch.delenv(f"PDD_ROUTER_SERVICE__{name}", raising=False)
     seen, err = serve(monkeypatch, capsys)
     assert seen["host"] == "127.0.0.1"
@@ -280,8 +280,8 @@ def test_serve_listens_on_loopback_by_default(
 def test_serve_warns_in_one_line_when_exposed_without_a_key(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.delenv("PDD_ROUTER_SERVICE__API_KEY", raising=False)
-    monkeypatch.delenv("PDD_ROUTER_SERVICE__ALLOW_UNAUTHENTICATED_ADMIN", raising=False)
+    for name in ("API_KEY", "ADMIN_KEY", "ALLOW_UNAUTHENTICATED_ADMIN"):
+        monkeypatch.delenv(f"PDD_ROUTER_SERVICE__{name}", raising=False)
     seen, err = serve(monkeypatch, capsys, "--host", "0.0.0.0", "--port", "8123")
     assert seen["host"] == "0.0.0.0"
     lines = [line for line in err.splitlines() if "warning" in line]
@@ -295,5 +295,11 @@ def test_serve_warns_in_one_line_when_exposed_without_a_key(
     assert "including instance registration and KV events" in err
 
     monkeypatch.setenv("PDD_ROUTER_SERVICE__API_KEY", KEY)
+    _, err = serve(monkeypatch, capsys, "--host", "0.0.0.0")
+    lines = [line for line in err.splitlines() if "warning" in line]
+    assert len(lines) == 1  # the one key is the admin key too
+    assert "PDD_ROUTER_SERVICE__ADMIN_KEY" in lines[0]
+
+    monkeypatch.setenv("PDD_ROUTER_SERVICE__ADMIN_KEY", "another")
     _, err = serve(monkeypatch, capsys, "--host", "0.0.0.0")
     assert "warning" not in err

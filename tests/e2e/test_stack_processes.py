@@ -57,6 +57,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
         env = {"PDD_ROUTER_POLICY__NAME": "pdd",
                "PDD_ROUTER_POLICY__PARAMS": json.dumps({"wan_budget_s": 1e-6}),
                "PDD_ROUTER_SERVICE__VOCAB_SIZE": "512",
+               "PDD_ROUTER_SERVICE__SHOW_SHARED_PREDICTIONS": "true",
                "PDD_ROUTER_SERVICE__LOAD_POLL_S": "0.2"}  # fmt: skip
         log = tmp / "router.log"
         args = ["serve", "--port", str(port), "--instances", str(tmp / "instances.json"),

@@ -55,7 +55,12 @@ def _serve(app: FastAPI) -> Iterator[str]:
 
 def _app(max_body_bytes: int) -> FastAPI:
     settings = Settings(
-        service={"vocab_size": VOCAB, "api_key": KEY, "max_body_bytes": max_body_bytes}
+        service={
+            "vocab_size": VOCAB,
+            "api_key": KEY,
+            "max_body_bytes": max_body_bytes,
+            "show_shared_predictions": True,
+        }
     )
     return create_app(settings, adapter_factory=_sim)
 
@@ -82,7 +87,11 @@ def router_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     ]
     (folder / "instances.json").write_text(json.dumps(instances))
     port, log = free_port(), folder / "router.log"
-    env = {"PDD_ROUTER_SERVICE__API_KEY": KEY, "PDD_ROUTER_SERVICE__VOCAB_SIZE": str(VOCAB)}
+    env = {
+        "PDD_ROUTER_SERVICE__API_KEY": KEY,
+        "PDD_ROUTER_SERVICE__VOCAB_SIZE": str(VOCAB),
+        "PDD_ROUTER_SERVICE__SHOW_SHARED_PREDICTIONS": "true",
+    }
     args = ["serve", "--port", str(port), "--instances", str(folder / "instances.json"),
             "--log-level", "warning"]  # fmt: skip
     stack = Stack(folder, procs=[(spawn(args, log, env), log)])

@@ -31,7 +31,8 @@ def router() -> Iterator[TestClient]:
         )
         return engines[config.instance_id]
 
-    settings = Settings(service={"vocab_size": VOCAB, "api_key": KEY}, policy={"name": "colocated"})
+    service = {"vocab_size": VOCAB, "api_key": KEY, "show_shared_predictions": True}
+    settings = Settings(service=service, policy={"name": "colocated"})
     app: FastAPI = create_app(settings, adapter_factory=sim)
     with TestClient(app, headers={"authorization": f"Bearer {KEY}"}) as client:
         for iid in ("e0", "e1"):

@@ -200,6 +200,7 @@ def test_the_service_decides_through_the_cluster(cluster: list[int], tmp_path: P
         "PDD_ROUTER_INDEX__BACKEND": "redis",
         "PDD_ROUTER_REDIS__URL": url_of(cluster),
         "PDD_ROUTER_REDIS__KEY_PREFIX": "svc-cluster",
+        "PDD_ROUTER_SERVICE__SHOW_SHARED_PREDICTIONS": "true",
         "PDD_ROUTER_POLICY__NAME": "pdd",
         "PDD_ROUTER_POLICY__PARAMS": json.dumps({"wan_budget_s": 1e6}),
     }

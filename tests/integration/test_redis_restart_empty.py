@@ -111,7 +111,9 @@ class Engines:
 
 
 def service(engines: Engines, **index: Any) -> TestClient:
-    settings = Settings(service={"vocab_size": VOCAB, "load_poll_s": 0.05, "api_key": KEY}, **index)
+    service = {"vocab_size": VOCAB, "load_poll_s": 0.05, "api_key": KEY,
+               "show_shared_predictions": True}  # fmt: skip
+    settings = Settings(service=service, **index)
     return TestClient(create_app(settings, adapter_factory=engines))
 
 

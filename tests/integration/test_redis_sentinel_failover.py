@@ -360,6 +360,7 @@ def test_serve_decides_through_the_sentinels(
         "PDD_ROUTER_INDEX__BACKEND": "redis",
         "PDD_ROUTER_REDIS__URL": cluster.url(PASSWORD),
         "PDD_ROUTER_REDIS__KEY_PREFIX": prefix,
+        "PDD_ROUTER_SERVICE__SHOW_SHARED_PREDICTIONS": "true",
     }
     port = free_port()
     log = tmp_path / "router.log"

@@ -35,6 +35,7 @@ def start_replica(port: int, prefix: str, instances: Path, log: Path) -> subproc
         "PDD_ROUTER_REDIS__URL": REDIS_URL,
         "PDD_ROUTER_REDIS__KEY_PREFIX": prefix,
         "PDD_ROUTER_SERVICE__ALLOW_UNAUTHENTICATED_ADMIN": "true",  # the test posts KV events
+        "PDD_ROUTER_SERVICE__SHOW_SHARED_PREDICTIONS": "true",
     }
     cmd = [sys.executable, "-m", "cli.app", "serve", "--port", str(port),
            "--instances", str(instances), "--log-level", "warning"]  # fmt: skip

@@ -261,3 +261,26 @@ async def test_closed_engine_ends_event_streams_and_refuses() -> None:
         await _tokens(engine, _req([1]))
     with contextlib.suppress(StopAsyncIteration):
         await stream.aclose()
+
+
+async def test_a_cache_salt_isolates_prompts_and_reaches_the_events_as_vllm_sends_it() -> None:
+    engine = SimEngine("e", SimEngineConfig(vocab_size=512))
+    prompt = _prompt(80)
+    batches: list[KVEventBatch] = []
+    consumer = asyncio.create_task(_drain(engine.kv_events(), batches))
+    await asyncio.sleep(0)
+    await _tokens(engine, _req(prompt, 1, "a", sampling={"cache_salt": "tenant-a"}))
+    await asyncio.sleep(0)
+    stored = batches[0].events[0]
+    assert stored.type == "BlockStored"
+    assert stored.parent_block_hash is None
+    assert stored.extra_keys == [["tenant-a"], None, None, None, None]
+
+    other = await _tokens(engine, _req(prompt, 1, "b", sampling={"cache_salt": "tenant-b"}))
+    assert other[0].cached_tokens == 0
+    unsalted = await _tokens(engine, _req(prompt, 1, "c"))
+    assert unsalted[0].cached_tokens == 0
+    again = await _tokens(engine, _req(prompt, 1, "d", sampling={"cache_salt": "tenant-a"}))
+    assert again[0].cached_tokens == 64  # 4 whole blocks (the last prompt token is computed)
+    await engine.aclose()
+    await consumer

@@ -216,3 +216,18 @@ def test_a_tracked_index_records_the_batched_stores() -> None:
     assert activity is not None
     assert activity.inserted == 6
     assert len(activity.touch) == 6
+
+
+def test_the_simulated_engines_salted_events_match_the_salted_prompt_only() -> None:
+    from engines_adapter.sim_cache import SimEngineCache
+    from router.hashing import HashExtras
+
+    index, ingest = setup()
+    cache = SimEngineCache(block_size=ENGINE_BS)
+    prompt = list(range(200, 200 + 3 * ENGINE_BS))
+    ingest.apply(batch(*cache.store(cache.chain(prompt, salt="tenant-a"))))
+    salted = chain_hashes(prompt, ROUTER_BS, seed=3, extras=HashExtras(cache_salt="tenant-a"))
+    assert index.match(salted.hashes) == {"md0": 6}
+    other = chain_hashes(prompt, ROUTER_BS, seed=3, extras=HashExtras(cache_salt="tenant-b"))
+    assert index.match(other.hashes).get("md0", 0) == 0
+    assert index.match(chain_hashes(prompt, ROUTER_BS, seed=3).hashes).get("md0", 0) == 0
