@@ -44,7 +44,7 @@ class TrainParams(BaseModel):
     KV size), whichever had the lowest MAE on the last fifth of each log's training rows.
     The earlier defaults (every logged feature, fallbacks ``match_frac`` and
     ``route_frac`` only) fitted the trace they were trained on and carried over badly to
-    others (see the README). ``base_feature=lru_frac`` does as well across traces in
+    others (docs/predictor.md, "Measured"). ``base_feature=lru_frac`` does as well across traces in
     approximate mode but worse with delayed KV events, where the record of routes fills
     the events' gap and an LRU over the events does not.
     """

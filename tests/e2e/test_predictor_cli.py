@@ -2,7 +2,7 @@
 
 The replay is approximate mode (no KV events, an index not told the cache sizes) on
 caches small enough that evictions matter: there the model must beat the raw match's
-MAE by at least 30%, the claim the README makes at trace scale.
+MAE by at least 30%, the claim docs/predictor.md makes at trace scale.
 """
 
 from __future__ import annotations

@@ -170,7 +170,7 @@ def test_a_calibrated_replay_of_a_real_vllm_engine(
     # time, less its null block) and decode probes that fit its memory, four runs gave, on
     # demand, every mean and P90 within 12% of the client's at both loads in two of them,
     # TPOT 8-26% short on the mean in all four, with 4 preemptions to vLLM's 3 (the
-    # README's tables). The latency bound is a broken model's
+    # tables of docs/validation.md). The latency bound is a broken model's
     # (a decode fit near zero gave -97%; one ten times too slow, +900%): tighter bounds
     # failed in clean-clone runs, which print no errors. The memory must hold too: the
     # on-demand replay preempts where vLLM did, and reserving outputs never does.
