@@ -241,9 +241,10 @@ class StepCostsSpec(_Spec):
         "(scheduling, sampling, detokenizing)",
     )  # fmt: skip
     prefill_overhead_s_per_layer: float | None = Field(
-        None, ge=0, description="Per-layer CPU dispatch time added to each prefill pass, "
-        "which kernel measurements do not see (default: the engine's; vLLM 0.8 ms per layer, "
-        "AIConfigurator's fit to its silicon runs; 0 for the others)",
+        None, ge=0, description="Per-layer CPU dispatch time each request waits before its "
+        "prefill (latency, not engine time), which kernel measurements do not see "
+        "(default: the engine's; vLLM 0.8 ms per layer, AIConfigurator's fit to its silicon "
+        "runs; 0 for the others)",
     )  # fmt: skip
 
 

@@ -137,7 +137,7 @@ class ColocatedInstance:
         self._ready: list[SimRequest] = []  # prefilled in this step: first token at its end
         self._held = False  # a preemption holds admissions for a step (or till an end)
         self._requests: dict[int, SimRequest] = {}
-        self._frontend = Frontend(loop, step_costs.frontend_s, self._enqueue)
+        self._frontend = Frontend(loop, step_costs.frontend_s, self._enqueue, step_costs.dispatch_s)
 
     # -- what the simulator calls -----------------------------------------------------
 

@@ -15,6 +15,10 @@ it joins the batch (``DecodeInstance.arrive``), once the copy has landed: a real
 engine's server takes the request before its engine pulls the KV, so under a burst of
 long transfers the replay puts in turn what a real one overlaps with them. Without a
 calibrated value (0) a request reaches the engine at once.
+
+``delay_s`` is a time every request spends before the engine has it that does not hold
+the others (the engine's per-request CPU dispatch that kernel measurements do not see,
+``PerfDbCosts.dispatch_s``): it adds to the request's latency, not to the server's queue.
 """
 
 from __future__ import annotations
@@ -33,13 +37,20 @@ class Frontend:
     ``waiting_tokens`` (prompt tokens) count the requests it holds: the instance's load
     includes them, so a router sees a burst it has sent even before the engine does."""
 
-    __slots__ = ("_free_at", "_loop", "_on_taken", "seconds", "waiting", "waiting_tokens")
+    __slots__ = (
+        "_free_at", "_loop", "_on_taken", "delay_s", "seconds", "waiting", "waiting_tokens",
+    )  # fmt: skip
 
     def __init__(
-        self, loop: EventLoop, seconds: float, on_taken: Callable[[SimRequest], None]
+        self,
+        loop: EventLoop,
+        seconds: float,
+        on_taken: Callable[[SimRequest], None],
+        delay_s: float = 0.0,
     ) -> None:
         self._loop = loop
         self.seconds = seconds
+        self.delay_s = delay_s
         self._on_taken = on_taken
         self._free_at = loop.now  # when the server is done with the requests it holds
         self.waiting = 0
@@ -47,14 +58,17 @@ class Frontend:
 
     def submit(self, request: SimRequest) -> bool:
         """Whether the server holds the request (False: taken at once)."""
-        if self.seconds <= 0.0:
+        if self.seconds <= 0.0 and self.delay_s <= 0.0:
             self._on_taken(request)
             return False
         now = self._loop.now
-        self._free_at = max(self._free_at, now) + self.seconds
+        taken = now
+        if self.seconds > 0.0:
+            self._free_at = max(self._free_at, now) + self.seconds
+            taken = self._free_at
         self.waiting += 1
         self.waiting_tokens += request.input_length
-        self._loop.after(self._free_at - now, Priority.ARRIVAL, self._taken, request)
+        self._loop.after(taken + self.delay_s - now, Priority.ARRIVAL, self._taken, request)
         return True
 
     def busy_until(self) -> float:

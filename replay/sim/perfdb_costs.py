@@ -15,8 +15,10 @@ parallelism. This module asks it for the three passes the simulator runs:
 - a colocated engine's chunked-prefill step, priced as one pass by the estimator's
   mixed step, moved to the chunk's cached prefix and the decoding requests' context.
 
-The database prices kernels only; ``StepCostsSpec`` adds a per-step framework time and a
-per-layer CPU dispatch time on each prefill pass (which kernel measurements do not see).
+The database prices kernels only; ``StepCostsSpec`` adds a per-step framework time, and a
+per-layer CPU dispatch time that each request waits before its prefill (which kernel
+measurements do not see; as AIConfigurator adds it to TTFT, it delays the request but
+does not occupy the engine).
 """
 
 from __future__ import annotations
@@ -182,6 +184,11 @@ class PerfDbCosts:
         """No server time outside the passes (a calibrated pool measures its own)."""
         return 0.0
 
+    @property
+    def dispatch_s(self) -> float:
+        """Each request's CPU dispatch before its prefill: latency, not engine time."""
+        return self._dispatch_s
+
     def _alone_ms(self, new: int, cached: int) -> float:
         """One request's prefill kernels: ``new`` tokens over ``cached`` ones."""
         return float(self._engine.predict_prefill_latency(1, new + cached, cached))
@@ -210,7 +217,7 @@ class PerfDbCosts:
     def prefill_s(self, items: list[tuple[int, int]]) -> float:
         """One prefill pass over requests given as (new tokens, cached tokens)."""
         work = [(max(new, 1), max(cached, 0)) for new, cached in items]
-        return self._batch_ms(work) * _MS + self._dispatch_s + self._step_s
+        return self._batch_ms(work) * _MS + self._step_s
 
     def _decode_ms(self, batch: int, context_tokens: float) -> float:
         mean = max(round(context_tokens / batch), 1)
@@ -236,7 +243,7 @@ class PerfDbCosts:
         ms += self._prefix_ms(new, cached)
         ms += self._decode_ms(batch, context_tokens) - self._decode_ms(batch, batch * new)
         floor = max(self._alone_ms(new, cached), self._decode_ms(batch, context_tokens))
-        return max(ms, floor) * _MS + self._dispatch_s + self._step_s
+        return max(ms, floor) * _MS + self._step_s
 
     def extend_s(self, tokens: int, context_tokens: int) -> float:
         """Extend-decode of ``tokens`` eager tokens on top of ``context_tokens`` (handoff)."""

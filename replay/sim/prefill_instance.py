@@ -61,7 +61,7 @@ class PrefillInstance:
             batch_tokens=batch_tokens,
             on_change=self._sync_load,
         )
-        self._frontend = Frontend(loop, step_costs.frontend_s, self._enqueue)
+        self._frontend = Frontend(loop, step_costs.frontend_s, self._enqueue, step_costs.dispatch_s)
 
     def submit(self, request: SimRequest) -> None:
         """Queue the request's prefill, after the engine's server has taken it

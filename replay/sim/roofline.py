@@ -99,6 +99,11 @@ class Roofline:
         """A request's time in the engine's server outside its passes (calibrated pools)."""
         return self._fitted.frontend_s if self._fitted is not None else 0.0
 
+    @property
+    def dispatch_s(self) -> float:
+        """No per-request dispatch beyond the passes' overheads."""
+        return 0.0
+
     def prefill_s(self, items: list[tuple[int, int]]) -> float:
         """One prefill pass over requests given as (new tokens, cached tokens)."""
         if self._fitted is not None:

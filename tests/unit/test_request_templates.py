@@ -203,7 +203,7 @@ def test_token_ids_from_an_engine_outside_the_vocabulary_are_found(
 @pytest.mark.parametrize(
     "extra",
     [{"top_p": math.nan}, {"top_p": math.inf}, {"logit_bias": {"5": -math.inf}},
-     {"x": [[1.0, math.nan]]}],
+     {"structured_outputs": {"x": [[1.0, math.nan]]}}],
 )  # fmt: skip
 def test_a_field_for_the_engine_that_is_not_finite_is_refused(extra: dict[str, object]) -> None:
     (key,) = extra

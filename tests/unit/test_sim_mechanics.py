@@ -189,7 +189,8 @@ def test_the_index_learns_of_cached_blocks_only_after_the_kv_event_delay() -> No
     )
     sim.start([_req(0, 0.0, chain, output=5)])
     p = sim.cluster.prefill["p-0"]
-    prefill_s = p.step_costs.prefill_s([(len(chain) * BLOCK, 0)])
+    # the engine takes the request after its dispatch, then prefills it
+    prefill_s = p.step_costs.dispatch_s + p.step_costs.prefill_s([(len(chain) * BLOCK, 0)])
     loop.run(until=prefill_s + 0.49)
     assert p.cache.leading_blocks(chain) == 8  # the engine holds it...
     assert index.match(chain, tier=Tier.P)["p-0"] == 0  # ...the router does not know yet
