@@ -29,6 +29,9 @@ def print_run(summary: Summary, files: list[Path]) -> None:
             f"{1e3 * (client.loop_stall_s_max or 0.0):.1f} ms at once",
             highlight=False, soft_wrap=True,
         )  # fmt: skip
+    if summary.step_costs:
+        sources = "; ".join(f"{pool} {where}" for pool, where in summary.step_costs.items())
+        console.print(f"step costs: {sources}", highlight=False, soft_wrap=True, style="dim")
     for warning in summary.warnings:
         console.print(f"[yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)
     names = [str(f) for f in files]

@@ -182,6 +182,11 @@ class Summary(BaseModel):
         0.0, description="How much later the KV events of instances outside the prefill "
         "pool's datacenter reached the index (`--kv-event-wan-delay`)",
     )  # fmt: skip
+    step_costs: dict[str, str] = Field(
+        default_factory=dict, description="Where each pool's step costs came from: perfdb "
+        "(measured kernels), calibrated or roofline, with what was used or why the database "
+        "was not",
+    )  # fmt: skip
     warnings: list[str] = Field(
         default_factory=list, description="Why the run's figures may mislead (a baseline on "
         "a cluster it was not made for, a trace without prefixes, a cluster that fell behind)",

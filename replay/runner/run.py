@@ -300,6 +300,7 @@ def run_replay(
         wan_bandwidth_gbps=wan_spec.bandwidth_gbps if wan_spec is not None else None,
         cost_split=cluster.cost_split(),
     )
+    summary = summary.model_copy(update={"step_costs": sim.cluster.step_cost_sources})
     backlog = backlog_warning(summary, records)
     if backlog is not None:
         summary = summary.model_copy(update={"warnings": [*summary.warnings, backlog]})

@@ -19,6 +19,7 @@ from typing import Any
 
 __all__ = [
     "CLIENT_ENGINE_FIELDS",
+    "ROUTER_HONOURED_FIELDS",
     "ROUTER_OWNED_FIELDS",
     "engine_fields",
     "finite",
@@ -49,7 +50,6 @@ ROUTER_OWNED_FIELDS: Mapping[str, str] = {
     "request_id": "the router names each engine request itself",
     "data_parallel_rank": "it pins the request to one of the engine's ranks",
     "truncate_prompt_tokens": "the router decided on the whole prompt",
-    "return_token_ids": "the router asks for token IDs itself",
     "return_tokens_as_token_ids": "the router decodes the tokens itself",
     "prompt_token_ids": "the prompt is the request's prompt or messages",
     "lora_request": "adapters are chosen by the configured model",
@@ -64,6 +64,11 @@ ROUTER_OWNED_FIELDS: Mapping[str, str] = {
 """Fields that steer an engine or the router's handoffs, with why a client may not."""
 
 
+ROUTER_HONOURED_FIELDS = frozenset({"return_token_ids"})
+"""Fields the router honours itself and does not pass on: its answers always carry the
+token IDs (``choices[].token_ids``)."""
+
+
 def router_owned(extra: Mapping[str, Any]) -> str | None:
     """The first router-owned field among a request's extra fields (None: none is)."""
     return next((name for name in extra if name in ROUTER_OWNED_FIELDS), None)
@@ -72,7 +77,13 @@ def router_owned(extra: Mapping[str, Any]) -> str | None:
 def unknown_field(extra: Mapping[str, Any]) -> str | None:
     """The first extra field that is neither passed on nor router-owned (None: none)."""
     return next(
-        (n for n in extra if n not in CLIENT_ENGINE_FIELDS and n not in ROUTER_OWNED_FIELDS),
+        (
+            n
+            for n in extra
+            if n not in CLIENT_ENGINE_FIELDS
+            and n not in ROUTER_OWNED_FIELDS
+            and n not in ROUTER_HONOURED_FIELDS
+        ),
         None,
     )
 
