@@ -1,6 +1,7 @@
 """`pdd-router demo`: the project's main job on embedded defaults.
 
-Generates the synthetic agentic trace (5,000 requests, seed 0) and replays it on
+Generates the synthetic agentic trace (5,000 requests, seed 0, 5 req/s for the small
+presets and 10 for the paper's) and replays it on
 the simulated cluster under intra-datacenter PD, naive cross-datacenter PD and
 PDD, then prints the comparison.
 """

@@ -13,10 +13,22 @@ from replay.runner.run import ReplayResult, run_replay
 from replay.sim.simulator import ProgressObserver
 from replay.trace.synth import make_profile, write_synthetic_trace
 
-__all__ = ["DEMO_REQUESTS", "DEMO_SETUPS", "DemoSetup", "comparison_table", "run_demo"]
+__all__ = [
+    "DEMO_RATES",
+    "DEMO_REQUESTS",
+    "DEMO_SETUPS",
+    "DemoSetup",
+    "comparison_table",
+    "run_demo",
+]
 
 DEMO_REQUESTS = 5000
 """Requests of the demo's synthetic trace unless told otherwise."""
+
+DEMO_RATES = {"small": 5.0, "paper": 10.0}
+"""The synthetic trace's arrival rate (req/s) for each scale: the paper reports its PDD
+cluster's SLA goodput at 9-11.5 req/s of agentic traffic, and the -small presets are
+about half its hardware."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,13 +64,14 @@ def run_demo(
     progress: Callable[[str], ProgressObserver | None] | None = None,
 ) -> list[tuple[DemoSetup, Summary]]:
     """Replay a trace (by default a fresh synthetic agentic one of ``requests`` requests,
-    5,000 if None, written to ``trace_path``) under each setup of ``scale``; return the
-    summaries. A given trace (``synthesize`` False) is replayed whole, or its first
-    ``requests`` requests. ``on_result`` receives each setup's result as it ends (the
-    CLI writes its run directory)."""
+    5,000 if None, at the scale's rate, written to ``trace_path``) under each setup of
+    ``scale``; return the summaries. A given trace (``synthesize`` False) is replayed
+    whole, or its first ``requests`` requests. ``on_result`` receives each setup's
+    result as it ends (the CLI writes its run directory)."""
     if synthesize:
         count = requests if requests is not None else DEMO_REQUESTS
-        write_synthetic_trace(trace_path, make_profile("agentic"), count, seed)
+        profile = make_profile("agentic", {"rate": DEMO_RATES[scale]})
+        write_synthetic_trace(trace_path, profile, count, seed)
     limit = None if synthesize else requests
     results = []
     for setup in DEMO_SETUPS[scale]:

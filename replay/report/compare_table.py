@@ -85,7 +85,7 @@ def _table(result: CompareResult, all_metrics: bool, wrap: int | None) -> Table:
     for i, label in enumerate(labels):
         table.add_column(label, justify="right", overflow="fold")
         if i:
-            table.add_column("Δ [95% CI]", justify="right")
+            table.add_column("Δ [95% CI]", justify="right", overflow="fold")
     group = ""
     for row in result.rows:
         if not all_metrics and row.spec.key not in HEADLINE:

@@ -20,7 +20,7 @@ def test_plan_writes_a_non_dominated_front_and_a_preset_that_replays(
 ) -> None:
     out = tmp_path / "plan"
     code, printed, err = run_cli(
-        capsys, "replay", "plan", str(tiny), "--preset", "pdd-small", "--min-rate-scale", "0.5",
+        capsys, "replay", "plan", str(tiny), "--preset", "pdd-small", "--min-rate-scale", "0.75",
         "--p", "1,3", "--md", "1", "--wan-gbps", "10,40", "--sla-ttft", "4", "--max-probes", "4",
         "--tolerance", "0.2", "--no-baseline", "--out", str(out), "--no-progress",
     )  # fmt: skip
@@ -34,7 +34,7 @@ def test_plan_writes_a_non_dominated_front_and_a_preset_that_replays(
     pruned = sum(data["counts"]["pruned"].values())
     assert data["counts"]["evaluated"] + pruned == 4
     assert pruned == sum(r["status"] == "pruned" for r in rows)
-    # one prefill instance cannot prefill the trace at half its rate within a 4 s TTFT
+    # one prefill instance cannot prefill the trace at 3/4 of its rate within a 4 s TTFT
     assert {r["p"] for r in rows if r["pruned_by"] == "prefill"} == {1}
     # the line is priced per Gbps-month: 40 Gbps costs 30 x 72.4 / 730 more than 10
     cost = {(r["p"], r["wan_gbps"]): r["cost_per_hour"] for r in rows}
