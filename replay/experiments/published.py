@@ -23,7 +23,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from policies.registry import build_policy, parse_policy
 from replay.metrics.record import record_of
@@ -38,7 +38,14 @@ from router.errors import UserError
 from router.index.memory_index import MemoryPrefixIndex
 from router.scheduler_factory import SchedulerFactory
 
-__all__ = ["ClosedLoopResult", "PublishedRun", "published_preset", "read_published", "replay_run"]
+__all__ = [
+    "ClosedLoopResult",
+    "PublishedRun",
+    "closed_loop",
+    "published_preset",
+    "read_published",
+    "replay_run",
+]
 
 BLOCK = 64  # tokens per block of the replayed prompts (no prefix is shared)
 _FP8 = ("fp8", "fp8_block", "fp8_static")
@@ -88,8 +95,12 @@ def read_published(path: Path | None = None) -> list[PublishedRun]:
             continue
         try:
             runs.append(PublishedRun(**_cleaned(row)))
-        except ValueError as exc:
-            raise UserError(f"{path or 'silicon.csv'} line {number}: {exc}") from None
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(map(str, e['loc']))}: {e['msg']} (got {e.get('input')!r})"
+                for e in exc.errors()
+            )
+            raise UserError(f"{path or 'silicon.csv'} line {number}: {problems}") from None
     return runs
 
 
@@ -139,9 +150,13 @@ def _request_s(preset: ClusterPreset, run: PublishedRun) -> float:
 
 
 def replay_run(run: PublishedRun, source: str, rounds: int = 4) -> ClosedLoopResult:
-    """Replay ``run`` closed-loop for ``rounds`` requests per client; the means over all
-    but the first round."""
-    preset = published_preset(run, source)
+    """Replay ``run`` on its engine priced by ``source``, closed-loop."""
+    return closed_loop(published_preset(run, source), run, rounds)
+
+
+def closed_loop(preset: ClusterPreset, run: PublishedRun, rounds: int = 4) -> ClosedLoopResult:
+    """``run``'s clients on ``preset``'s one engine (pool ``engines``), ``rounds`` requests
+    each; the means over all but the first round."""
     concurrency = run.concurrency or 1
     total = concurrency * rounds
     loop = EventLoop()
