@@ -6,6 +6,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+import structlog
 import typer
 from rich.console import Console
 
@@ -88,6 +89,8 @@ def version() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI and return its exit code; a UserError becomes one red line and code 2."""
+    # log lines go to stderr: stdout carries what a command prints (tables, --json)
+    structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
     try:
         app(args=argv, prog_name="pdd-router")
     except SystemExit as exc:

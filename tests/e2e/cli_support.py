@@ -18,10 +18,10 @@ def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, s
     return code, out, err
 
 
-def synth_agentic(path: Path, *, seed: int, requests: int = 300) -> Path:
-    """Write a synthetic agentic trace (``trace synth``) to ``path``, at 5 req/s: the rate
-    the -small presets serve (half the paper's cluster at half its rate)."""
+def synth_agentic(path: Path, *, seed: int, requests: int = 300, rate: float = 5.0) -> Path:
+    """Write a synthetic agentic trace (``trace synth``) to ``path``, by default at 5
+    req/s: the rate the -small presets serve (half the paper's cluster at half its rate)."""
     args = ["trace", "synth", "--profile", "agentic", "--requests", str(requests)]
-    args += ["--param", "rate=5"]
+    args += ["--param", f"rate={rate:g}"]
     assert main([*args, "--seed", str(seed), "--out", str(path)]) == 0
     return path

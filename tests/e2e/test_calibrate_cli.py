@@ -91,7 +91,8 @@ def test_the_fit_finds_the_engines_costs_and_the_preset_replays_with_them(
     assert summary["tpot_s"]["p50"] == pytest.approx(fitted["decode_overhead_s"], rel=0.3)
     assert summary["warnings"] == []
     # far longer prompts than calibrated: the replay says its costs are extrapolated
-    agentic = synth_agentic(tmp_path / "agentic.jsonl", seed=4, requests=60)
+    # the profile's own rate: its first 60 requests fit the calibrated engine's memory
+    agentic = synth_agentic(tmp_path / "agentic.jsonl", seed=4, requests=60, rate=10)
     summary = replay(capsys, agentic, out, tmp_path / "agentic")
     assert any("calibrated on prompts up to 1,024 tokens" in w for w in summary["warnings"])
 

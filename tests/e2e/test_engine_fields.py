@@ -78,7 +78,15 @@ def test_chat_requests_refuse_them_too(stack: Stack) -> None:
     assert refused.json()["error"]["param"] == "priority"
 
 
-def test_sampling_fields_and_unknown_fields_are_still_served(stack: Stack) -> None:
-    served = complete(stack, top_p=0.9, seed=7, top_k=5, min_tokens=1, metadata={"a": "b"})
+def test_sampling_fields_are_served_and_an_unknown_field_is_refused_by_name(
+    stack: Stack,
+) -> None:
+    served = complete(stack, top_p=0.9, seed=7, top_k=5, min_tokens=1, return_token_ids=True)
     assert served.status_code == 200, served.text
     assert served.json()["usage"]["completion_tokens"] == 2
+    # a field the router neither honours nor passes on is not dropped without a word
+    refused = complete(stack, top_p=0.9, metadata={"a": "b"})
+    assert refused.status_code == 400, refused.text
+    error = refused.json()["error"]
+    assert error["param"] == "metadata"
+    assert "metadata is not a field this router honours or passes on" in error["message"]
