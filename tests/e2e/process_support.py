@@ -13,6 +13,8 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -231,3 +233,17 @@ def stream_tokens(response: httpx.Response) -> tuple[list[int], list[dict[str, A
             chunks.append(json.loads(line[6:]))
     tokens = [t for c in chunks for choice in c.get("choices", []) for t in choice["token_ids"]]
     return tokens, chunks
+
+
+@contextmanager
+def three_tier_stack(folder: Path, env: dict[str, str]) -> Iterator[Stack]:
+    """One engine of each tier (p0, rld0 in A; md0 in B) and a router with ``env``;
+    everything stopped on the way out."""
+    stack = Stack(folder)
+    try:
+        for iid, tier in (("p0", "p"), ("rld0", "rld"), ("md0", "md")):
+            stack.engine(iid, tier)
+        stack.start_router(env)
+        yield stack
+    finally:
+        stack.close()

@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 import pytest
-from process_support import Stack
+from process_support import Stack, three_tier_stack
 
 PROMPT = [(13 * i + 1) % 512 for i in range(96)]
 ENV = {"PDD_ROUTER_SERVICE__VOCAB_SIZE": "512", "PDD_ROUTER_SERVICE__LOAD_POLL_S": "0.2",
@@ -20,14 +20,8 @@ ENV = {"PDD_ROUTER_SERVICE__VOCAB_SIZE": "512", "PDD_ROUTER_SERVICE__LOAD_POLL_S
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    stack = Stack(tmp_path_factory.mktemp("engine-fields"))
-    try:
-        for iid, tier in (("p0", "p"), ("rld0", "rld"), ("md0", "md")):
-            stack.engine(iid, tier)
-        stack.start_router(ENV)
+    with three_tier_stack(tmp_path_factory.mktemp("engine-fields"), ENV) as stack:
         yield stack
-    finally:
-        stack.close()
 
 
 def queried_tokens(stack: Stack) -> float:

@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 import pytest
-from process_support import Stack
+from process_support import Stack, three_tier_stack
 
 CLIENT, ADMIN, METRICS = "client-key", "admin-key", "scrape-key"
 PROMPT = [(5 * i + 2) % 512 for i in range(64)]
@@ -23,14 +23,8 @@ ENV = {"PDD_ROUTER_SERVICE__VOCAB_SIZE": "512", "PDD_ROUTER_SERVICE__LOAD_POLL_S
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    stack = Stack(tmp_path_factory.mktemp("key-roles"))
-    try:
-        for iid, tier in (("p0", "p"), ("rld0", "rld"), ("md0", "md")):
-            stack.engine(iid, tier)
-        stack.start_router(ENV)
+    with three_tier_stack(tmp_path_factory.mktemp("key-roles"), ENV) as stack:
         yield stack
-    finally:
-        stack.close()
 
 
 def call(stack: Stack, method: str, path: str, key: str, json: Any = None) -> httpx.Response:

@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
-from process_support import Stack, free_port, spawn, wait_for
+from process_support import Stack, free_port, spawn, three_tier_stack, wait_for
 
 PROMPT = [(17 * i + 9) % 512 for i in range(320)]  # 20 blocks of 16
 SALTED = [(19 * i + 4) % 512 for i in range(320)]
@@ -23,14 +23,8 @@ ENV = {"PDD_ROUTER_SERVICE__VOCAB_SIZE": "512", "PDD_ROUTER_SERVICE__LOAD_POLL_S
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    stack = Stack(tmp_path_factory.mktemp("tenants"))
-    try:
-        for iid, tier in (("p0", "p"), ("rld0", "rld"), ("md0", "md")):
-            stack.engine(iid, tier)
-        stack.start_router(ENV)
+    with three_tier_stack(tmp_path_factory.mktemp("tenants"), ENV) as stack:
         yield stack
-    finally:
-        stack.close()
 
 
 def post(url: str, path: str, body: dict[str, Any]) -> httpx.Response:
