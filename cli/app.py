@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TextIO, cast
 
 import structlog
 import typer
@@ -87,10 +87,22 @@ def version() -> None:
     typer.echo(__version__)
 
 
+class _CurrentStderr:
+    """Whatever ``sys.stderr`` is when a line is written, not when logging was set up: a
+    caller that swaps stderr (a test capturing it) must not leave the logger a closed file."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI and return its exit code; a UserError becomes one red line and code 2."""
     # log lines go to stderr: stdout carries what a command prints (tables, --json)
-    structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
+    stderr = cast(TextIO, _CurrentStderr())  # the two methods a PrintLogger calls
+    structlog.configure(logger_factory=structlog.PrintLoggerFactory(stderr))
     try:
         app(args=argv, prog_name="pdd-router")
     except SystemExit as exc:

@@ -170,12 +170,16 @@ def presets(
 
     from replay.presets.loader import load_preset, parse_overrides, preset_names
     from replay.sim.step_costs import resolve_step_costs
+    from router.errors import UserError
 
     if show is not None:
         preset = load_preset(show, parse_overrides(overrides))
         typer.echo(f"# preset {show}, resolved by pdd-router replay presets --show")
         for pool in preset.pools():
-            where = resolve_step_costs(preset, pool).describe()
+            try:
+                where = resolve_step_costs(preset, pool).describe()
+            except UserError as exc:  # shown, so the preset can still be saved and fixed
+                where = f"cannot be priced: {exc}"
             typer.echo(f"# step costs of pool {pool}: {where}")
         typer.echo(yaml.safe_dump(preset.resolved(), sort_keys=False, width=88), nl=False)
         return

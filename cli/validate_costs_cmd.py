@@ -9,6 +9,7 @@ The replays are ``replay.experiments.published`` and the summary
 from __future__ import annotations
 
 import json
+from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -80,7 +81,11 @@ def validate_costs(
         checked = check_runs(picked, list(dict.fromkeys(sources)), done)
     sets = summarize_sets(checked)
     out.mkdir(parents=True, exist_ok=True)
-    report = {"sets": [s.model_dump() for s in sets], "runs": [c.model_dump() for c in checked]}
+    report = {
+        "aiconfigurator_core": metadata.version("aiconfigurator-core"),
+        "sets": [s.model_dump() for s in sets],
+        "runs": [c.model_dump() for c in checked],
+    }
     (out / "validate-costs.json").write_text(json.dumps(report, indent=1), encoding="utf-8")
     if as_json:
         typer.echo(json.dumps({"sets": report["sets"]}, indent=2))

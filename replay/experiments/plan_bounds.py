@@ -150,8 +150,9 @@ def _prefill_work_s(preset: ClusterPreset, pool: PoolSpec, load: TraceLoad) -> f
     cached = load.input_tokens - new
     pairs = new * cached + 0.5 * new * new
     costs = _step_costs(preset, pool)
-    if isinstance(costs, PerfDbCosts):  # measured kernels: each prompt one pass
-        return sum(costs.prefill_s([(int(n), int(c))]) for n, c in zip(new, cached, strict=True))
+    if isinstance(costs, PerfDbCosts):  # measured kernels, batched as P batches them
+        items = [(int(n), int(c)) for n, c in zip(new, cached, strict=True)]
+        return costs.prefill_work_s(items, max(preset.spec.timing.prefill_batch_tokens, 1))
     if pool.fitted is not None and pool.step_costs.source != "roofline":
         return float(pool.fitted.prefill_pass_s(float(new.sum()), float(pairs.sum())))
     model, hw, timing = preset.model, preset.hardware[pool.hardware], preset.spec.timing

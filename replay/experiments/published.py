@@ -88,9 +88,11 @@ def read_published(path: Path | None = None) -> list[PublishedRun]:
             text = path.read_text(encoding="utf-8")
         except OSError as exc:
             raise UserError(f"cannot read {path}: {exc.strerror}") from None
-    lines = [line for line in text.splitlines() if not line.startswith("#")]
+    lines = text.splitlines()
+    skipped = next((i for i, line in enumerate(lines) if not line.startswith("#")), 0)
     runs = []
-    for number, row in enumerate(csv.DictReader(lines), start=2):
+    # numbered as in the file: the header is line skipped + 1
+    for number, row in enumerate(csv.DictReader(lines[skipped:]), start=skipped + 2):
         if row.get("mode") != "agg":
             continue
         try:
@@ -101,6 +103,8 @@ def read_published(path: Path | None = None) -> list[PublishedRun]:
                 for e in exc.errors()
             )
             raise UserError(f"{path or 'silicon.csv'} line {number}: {problems}") from None
+    if not runs:
+        raise UserError(f"{path or 'silicon.csv'} holds no single-engine run (mode agg)")
     return runs
 
 
@@ -156,7 +160,8 @@ def replay_run(run: PublishedRun, source: str, rounds: int = 4) -> ClosedLoopRes
 
 def closed_loop(preset: ClusterPreset, run: PublishedRun, rounds: int = 4) -> ClosedLoopResult:
     """``run``'s clients on ``preset``'s one engine (pool ``engines``), ``rounds`` requests
-    each; the means over all but the first round."""
+    each; the means over the requests sent after each client's first one that ended
+    before the last was sent (the batch then only shrinks: the drain)."""
     concurrency = run.concurrency or 1
     total = concurrency * rounds
     loop = EventLoop()
@@ -164,11 +169,17 @@ def closed_loop(preset: ClusterPreset, run: PublishedRun, rounds: int = 4) -> Cl
     scheduler = schedulers.build(build_policy(parse_policy(preset.spec.default_policy)))
     fresh = iter(_requests(run))
     ended: list[SimRequest] = []
+    drain_from = math.inf  # once the last request is sent, the batch only shrinks
 
     def next_request(request: SimRequest) -> None:
+        nonlocal drain_from
+        if request.rejected is not None:
+            raise UserError(f"run {run.id}: the replay's engine refused a request")
         ended.append(request)
         if sim.arrived < total:
             sim.submit(next(fresh), loop.now)
+            if sim.arrived == total:
+                drain_from = loop.now
 
     sim = Simulator(
         preset, scheduler, schedulers.index, block_size=BLOCK, loop=loop, sink=next_request
@@ -176,11 +187,16 @@ def closed_loop(preset: ClusterPreset, run: PublishedRun, rounds: int = 4) -> Cl
     gap = _request_s(preset, run) / concurrency
     first = [dataclasses.replace(next(fresh), arrival_s=i * gap) for i in range(concurrency)]
     sim.run(first)
-    steady = [record_of(r) for r in ended if r.key >= concurrency]
+    # steady state: after each client's first request, before the drain
+    steady = [
+        record_of(r)
+        for r in ended
+        if r.trace.request_id >= concurrency and (r.finished_s or math.inf) <= drain_from
+    ]
     ttfts = [r.ttft_s for r in steady if r.ttft_s is not None]
     tpots = [r.tpot_s for r in steady if r.tpot_s is not None]
     if not ttfts or not tpots:
-        raise UserError(f"run {run.id}: no request of the replay finished")
+        raise UserError(f"run {run.id}: no request of the replay finished in steady state")
     return ClosedLoopResult(
         ttft_ms=1e3 * sum(ttfts) / len(ttfts),
         tpot_ms=1e3 * sum(tpots) / len(tpots),

@@ -240,7 +240,7 @@ class StepCostsSpec(_Spec):
         0.0, ge=0, description="Per-step framework time added to the database's kernels "
         "(scheduling, sampling, detokenizing)",
     )  # fmt: skip
-    prefill_overhead_s_per_layer: float | None = Field(
+    dispatch_s_per_layer: float | None = Field(
         None, ge=0, description="Per-layer CPU dispatch time each request waits before its "
         "prefill (latency, not engine time), which kernel measurements do not see "
         "(default: the engine's; vLLM 0.8 ms per layer, AIConfigurator's fit to its silicon "
@@ -285,6 +285,9 @@ class PoolSpec(_Spec):
 
     @model_validator(mode="after")
     def _calibrated_needs_fitted(self) -> PoolSpec:
+        if self.moe_ep is not None and self.gpus_per_instance % self.moe_ep:
+            raise ValueError(f"moe_ep {self.moe_ep} must divide gpus_per_instance "
+                             f"{self.gpus_per_instance}")  # fmt: skip
         if self.step_costs.source == "calibrated" and self.fitted is None:
             raise ValueError("step_costs.source is calibrated but the pool has no `fitted` "
                              "pass times (run `pdd-router calibrate`)")  # fmt: skip

@@ -23,16 +23,20 @@ does not occupy the engine).
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
+import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from replay.presets.schema import EngineName, HandoffSpec, ModelSpec, PoolSpec, StepCostsSpec
+from router.errors import UserError
 
 __all__ = ["PerfDbCosts", "PerfDbKey", "PerfDbUnavailable", "perfdb_key"]
 
@@ -103,7 +107,10 @@ def _model_path(name: str) -> str:
     text = shipped.read_text(encoding="utf-8")
     if not target.is_file() or target.read_text(encoding="utf-8") != text:
         json.loads(text)  # a shipped config that is not JSON fails here, not in the estimator
-        target.write_text(text, encoding="utf-8")
+        # written whole or not at all: replays in parallel processes may read it meanwhile
+        partial = folder / f"config.json.{os.getpid()}"
+        partial.write_text(text, encoding="utf-8")
+        os.replace(partial, target)
     return str(folder)
 
 
@@ -124,7 +131,7 @@ def _estimator(key: PerfDbKey) -> Any:
             key.engine,
             backend_version=key.engine_version,
             tp_size=key.tp,
-            moe_tp_size=1,
+            moe_tp_size=key.tp // key.moe_ep,  # experts: EP groups, TP within each
             moe_ep_size=key.moe_ep,
             gemm_quant_mode=key.gemm_quant,
             moe_quant_mode=key.moe_quant,
@@ -134,6 +141,27 @@ def _estimator(key: PerfDbKey) -> Any:
         raise
     except Exception as exc:  # the estimator raises many kinds; each names what it lacks
         raise PerfDbUnavailable(_short(exc)) from exc
+
+
+_Method = TypeVar("_Method", bound=Callable[..., float])
+
+
+def _priced(method: _Method) -> _Method:
+    """A step the estimator cannot price (a shape outside its tables) ends the replay with
+    one line naming the pool's estimator and the shape, not a traceback."""
+
+    @functools.wraps(method)
+    def wrapper(self: PerfDbCosts, *args: Any) -> float:
+        try:
+            return method(self, *args)
+        except Exception as exc:
+            raise UserError(
+                f"the performance database cannot price {method.__name__}{args} for "
+                f"{self.key.model} on {self.key.system} ({self.key.engine}, TP{self.key.tp}): "
+                f"{_short(exc)}; set the pool's step_costs.source to roofline"
+            ) from None
+
+    return wrapper  # type: ignore[return-value]
 
 
 def _short(exc: Exception) -> str:
@@ -160,7 +188,7 @@ class PerfDbCosts:
         self.key = key
         self.gpus = key.tp
         self._engine = _estimator(key)
-        per_layer = costs.prefill_overhead_s_per_layer
+        per_layer = costs.dispatch_s_per_layer
         if per_layer is None:
             per_layer = _DISPATCH_S_PER_LAYER[key.engine]
         self._dispatch_s = per_layer * model.layers
@@ -173,11 +201,15 @@ class PerfDbCosts:
         """Price a few shapes now, so a database without the tables a replay needs is
         found when the cluster is built, not in the middle of a run."""
         try:
-            self.prefill_s([(2048, 0), (512, 1536)])
-            self.decode_step_s(64, 64 * 4096.0)
-            self.mixed_step_s(16, 16 * 2048.0, 512, 1024)
+            kernels = (
+                self._batch_ms([(2048, 0), (512, 1536)]),
+                self._decode_ms(64, 64 * 4096.0),
+                self._mixed_ms(16, 16 * 2048.0, 512, 1024),
+            )
         except Exception as exc:
             raise PerfDbUnavailable(_short(exc)) from exc
+        if not all(math.isfinite(ms) and ms > 0.0 for ms in kernels):
+            raise PerfDbUnavailable(f"the estimator priced a probe step at {kernels} ms")
 
     @property
     def frontend_s(self) -> float:
@@ -214,21 +246,40 @@ class PerfDbCosts:
         ms += sum(self._attention_ms(new) for new, _ in items) - self._attention_ms(total)
         return ms + sum(self._prefix_ms(new, cached) for new, cached in items)
 
+    @_priced
     def prefill_s(self, items: list[tuple[int, int]]) -> float:
         """One prefill pass over requests given as (new tokens, cached tokens)."""
         work = [(max(new, 1), max(cached, 0)) for new, cached in items]
         return self._batch_ms(work) * _MS + self._step_s
 
+    def prefill_work_s(self, items: list[tuple[int, int]], batch_tokens: int) -> float:
+        """Kernel time of prefilling ``items`` (new, cached tokens) in passes of up to
+        ``batch_tokens`` new tokens, taken in order, without per-step or dispatch time:
+        a lower bound on a P instance's busy time (``replay plan``'s bounds)."""
+        total, tokens = 0.0, 0
+        batch: list[tuple[int, int]] = []
+        for new, cached in items:
+            if batch and tokens + new > batch_tokens:
+                total += self._batch_ms(batch)
+                batch, tokens = [], 0
+            batch.append((max(new, 1), max(cached, 0)))
+            tokens += new
+        if batch:
+            total += self._batch_ms(batch)
+        return total * _MS
+
     def _decode_ms(self, batch: int, context_tokens: float) -> float:
         mean = max(round(context_tokens / batch), 1)
         return float(self._engine.decode_step_latency(batch, mean, 2))
 
+    @_priced
     def decode_step_s(self, batch: int, context_tokens: float) -> float:
         """One decode step of ``batch`` requests holding ``context_tokens`` KV tokens."""
         if batch <= 0:
             return self._step_s
         return self._decode_ms(batch, context_tokens) * _MS + self._step_s
 
+    @_priced
     def mixed_step_s(
         self, batch: int, context_tokens: float, chunk: float, chunk_context: float
     ) -> float:
@@ -236,15 +287,18 @@ class PerfDbCosts:
         estimator's mixed step of the chunk and ``batch`` decode tokens (its decode
         requests at the chunk's length), moved to the chunk's real prefix and the decoding
         requests' real context."""
-        new, cached = max(round(chunk), 1), max(round(chunk_context), 0)
         if batch <= 0:
-            return self.prefill_s([(new, cached)])
+            return self.prefill_s([(round(chunk), round(chunk_context))])
+        return self._mixed_ms(batch, context_tokens, chunk, chunk_context) * _MS + self._step_s
+
+    def _mixed_ms(self, batch: int, context_tokens: float, chunk: float, context: float) -> float:
+        new, cached = max(round(chunk), 1), max(round(context), 0)
         ms = float(self._engine.mixed_step_latency(new, batch, new, 2, 0))
         ms += self._prefix_ms(new, cached)
         ms += self._decode_ms(batch, context_tokens) - self._decode_ms(batch, batch * new)
-        floor = max(self._alone_ms(new, cached), self._decode_ms(batch, context_tokens))
-        return max(ms, floor) * _MS + self._step_s
+        return max(ms, self._alone_ms(new, cached), self._decode_ms(batch, context_tokens))
 
+    @_priced
     def extend_s(self, tokens: int, context_tokens: int) -> float:
         """Extend-decode of ``tokens`` eager tokens on top of ``context_tokens`` (handoff)."""
         if tokens <= 0:

@@ -49,7 +49,8 @@ def test_an_engine_alone_answers_in_its_prefill_pass_and_decodes_a_token_a_step(
     the decode step."""
     one_engine = load_preset("colocated-small", {"pools.engines.instances": 1})
     result = closed_loop(with_fitted(one_engine, "engines", 0.0), RUN, rounds=5)
-    assert result.requests == 4  # the first round left out
+    # the first request (the first round) and the last (sent when the drain starts) left out
+    assert result.requests == 3
     assert result.ttft_ms == pytest.approx(1.0 + 1024e-3, rel=1e-6)
     assert result.tpot_ms == pytest.approx(2.0, rel=1e-6)
 
@@ -61,7 +62,8 @@ def test_more_clients_wait_longer_for_their_first_token_and_between_tokens() -> 
     assert preset.model.perfdb.gemm_quant == "fp8"
     alone = closed_loop(preset, RUN)
     crowd = closed_loop(preset, RUN.model_copy(update={"concurrency": 64}))
-    assert crowd.requests == 3 * 64
+    # of the 3 rounds after the first, the requests sent before the last one ended
+    assert 64 <= crowd.requests < 3 * 64
     assert crowd.ttft_ms > alone.ttft_ms
     assert crowd.tpot_ms > 1.2 * alone.tpot_ms
 

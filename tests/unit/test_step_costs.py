@@ -89,7 +89,7 @@ def test_step_overheads_are_added_as_the_preset_says() -> None:
     )
     # vLLM's per-layer dispatch (61 layers at 0.8 ms) before each request's prefill, unless
     # set: latency, not engine time
-    none = {"pools.md.step_costs.prefill_overhead_s_per_layer": 0.0}
+    none = {"pools.md.step_costs.dispatch_s_per_layer": 0.0}
     bare = resolve_step_costs(load_preset("idc-pd-small", none), "md").costs
     assert base.dispatch_s == pytest.approx(61 * 0.8e-3)
     assert bare.dispatch_s == 0.0
