@@ -13,7 +13,7 @@ from cli_support import run_cli
 def test_measured_kernels_predict_vllm_decode_where_the_roofline_does_not(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    """Eight runs of each set: on vLLM serving Llama-3.1-70B (H100 and H200, TP 1 to 8),
+    """Eight runs of each set: on vLLM serving Llama-3.1-70B (FP8; H100 at TP 2-8, H200 at 1-8),
     TPOT and end-to-end land within 15% (median) and within 25% in at least 3 runs of 4
     with the database; the roofline is off by more than a third on every set."""
     code, printed, err = run_cli(
