@@ -8,8 +8,8 @@ and each limit that bites writes a log line, a few at most however many it close
 from __future__ import annotations
 
 import contextlib
+import os
 import re
-import resource
 import select
 import socket
 import subprocess
@@ -46,21 +46,19 @@ class Router:
 
 @contextlib.contextmanager
 def serve(folder: Path, env: dict[str, str], file_limit: int | None = None) -> Iterator[Router]:
-    """``serve --demo`` with ``env`` (and RLIMIT_NOFILE ``file_limit``); stopped by PID."""
-    import os
-
-    def limit_files() -> None:
-        if file_limit is not None:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (file_limit, file_limit))
-
+    """``serve --demo`` with ``env`` (and RLIMIT_NOFILE ``file_limit``, set by a small
+    Python that then runs the CLI: no ``preexec_fn`` in a threaded test process)."""
     port, log = free_port(), folder / "serve.log"
-    args = [sys.executable, "-m", "cli.app", "serve", "--demo", "--port", str(port),
-            "--log-level", "warning"]  # fmt: skip
+    launch = [sys.executable, "-m", "cli.app"]
+    if file_limit is not None:
+        launch = [sys.executable, "-c", "import os, resource, sys; resource.setrlimit("
+                  f"resource.RLIMIT_NOFILE, ({file_limit}, {file_limit})); os.execv("
+                  "sys.executable, [sys.executable, '-m', 'cli.app', *sys.argv[1:]])"]  # fmt: skip
+    args = [*launch, "serve", "--demo", "--port", str(port), "--log-level", "warning"]
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            args, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **env},
-            preexec_fn=limit_files,
-        )  # fmt: skip
+            args, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **env}
+        )
     try:
         wait_for(f"http://127.0.0.1:{port}/readyz", [(proc, log)], limit_s=30)
         yield Router(port, log)
