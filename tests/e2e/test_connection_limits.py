@@ -216,9 +216,10 @@ def served(router: Router, source: str) -> int | str:
 
 def test_connections_past_one_address_cap_are_closed_others_served(capped: Router) -> None:
     held = [connect(capped, "127.0.0.2") for _ in range(PER_ADDRESS)]
+    extra: list[socket.socket] = []
     try:
         assert watch(held[:1], 0.5) == [None]  # admitted: open until their header deadline
-        extra = [connect(capped, "127.0.0.2") for _ in range(3)]
+        extra.extend(connect(capped, "127.0.0.2") for _ in range(3))
         assert all(s is not None and s < MARGIN_S for s in watch(extra, MARGIN_S))
         assert isinstance(served(capped, "127.0.0.2"), str)
         assert served(capped, "127.0.0.1") == 200
@@ -226,7 +227,7 @@ def test_connections_past_one_address_cap_are_closed_others_served(capped: Route
         assert chat.status_code == 200, chat.text
         assert watch(held, 0.2) == [None] * PER_ADDRESS
     finally:
-        for sock in held:
+        for sock in held + extra:
             sock.close()
     assert wait_served(capped, "127.0.0.2")
     [line] = capped.lines("max_connections_per_address")  # the first closure, at once
@@ -258,4 +259,4 @@ def test_connection_cap_fits_the_file_limit_and_holds(capped: Router) -> None:
             sock.close()
     assert wait_served(capped, "127.0.0.1")  # the descriptors came back
     [line] = capped.lines("max_connections")
-    assert "reason=refused: the router holds its maximum" in line
+    assert "reason='refused: the router holds its maximum of open connections'" in line
