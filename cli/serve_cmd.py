@@ -10,6 +10,8 @@ import typer
 from policies.registry import policy_names
 
 if TYPE_CHECKING:
+    from fastapi import FastAPI
+
     from router.settings import ServiceSettings
 
 __all__ = ["DEFAULT_POLICY", "serve"]
@@ -70,7 +72,6 @@ def serve(
     http://127.0.0.1:8000/v1 with model pdd-demo (any API key, unless one is configured)."""
     import os
 
-    import uvicorn
     from pydantic import ValidationError
 
     from policies.registry import UnknownPolicyError, parse_policy
@@ -103,10 +104,11 @@ def serve(
         if not instances.is_file():
             raise UserError(f"instances file {instances} does not exist")
         service = service.model_copy(update={"instances_file": str(instances)})
+    known = 0  # engine instances known at start-up, for the file-descriptor budget
     if service.instances_file is not None:
         from router.service.lifecycle import load_instances_file
 
-        load_instances_file(service.instances_file)  # fail fast, one line, if malformed
+        known = len(load_instances_file(service.instances_file))  # fail fast if malformed
     updates["service"] = service
     if redis_url is not None:
         updates["redis"] = settings.redis.model_copy(update={"url": redis_url})
@@ -144,7 +146,26 @@ def serve(
         typer.echo(_demo_banner(settings.service, DEMO_MODEL))
     else:
         app = create_app(settings)
-    uvicorn.run(app, host=settings.service.host, port=settings.service.port, log_level=log_level)
+    _run(app, settings.service, log_level, known)
+
+
+def _run(app: FastAPI, service: ServiceSettings, log_level: str, instances: int) -> None:
+    """uvicorn on ``app``, its connections held to the service's limits; the file-descriptor
+    budget checked first (a line when it raises the limit or lowers the cap)."""
+    import uvicorn
+
+    from router.service.fd_budget import apply_fd_budget
+    from router.service.http_protocol import connection_limits, limited_protocol
+
+    limits = service.connections
+    plan = apply_fd_budget(limits.max_connections, instances)
+    if plan.line is not None:
+        typer.echo(plan.line, err=True)
+    uvicorn.run(
+        app, host=service.host, port=service.port, log_level=log_level,
+        http=limited_protocol(connection_limits(limits, plan.max_connections)),
+        ws="none", timeout_keep_alive=limits.keep_alive_timeout_s,
+    )  # fmt: skip
 
 
 def _check_free(host: str, port: int) -> None:

@@ -22,6 +22,7 @@ from pydantic_settings import (
 )
 
 from router.kv_relay.settings import KVRelaySettings, KVRelaySource
+from router.service.connection_settings import ConnectionSettings
 from router.sla import SLA_TPOT_S, SLA_TTFT_S
 from router.tokenization.settings import ModelSettings, RequestTemplateSettings
 
@@ -166,6 +167,7 @@ class ServiceSettings(BaseModel):
         "must resolve into (empty: any address)",
     )  # fmt: skip
     max_body_bytes: int = Field(8 * 1024 * 1024, gt=0, description="Larger bodies get 413")
+    connections: ConnectionSettings = ConnectionSettings()
     max_prompt_tokens: int = Field(131_072, gt=0, description="Longer prompts get 400")
     max_prompt_chars: int | None = Field(
         None, gt=0, description="More characters of text in a request's prompt (a chat's "

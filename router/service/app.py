@@ -33,6 +33,7 @@ from router.service.body_limit import BodyLimit
 from router.service.breaker import CircuitBreakers
 from router.service.errors import install_error_handlers
 from router.service.experiments import Experiments
+from router.service.fd_budget import ENGINE_HTTP_CONNECTIONS
 from router.service.index_lane import IndexLane
 from router.service.lifecycle import (
     attach_instance,
@@ -150,7 +151,8 @@ def build_state(
 
         realizations = KVRealizations()
     http = httpx.AsyncClient(
-        timeout=engine_timeouts(settings), limits=httpx.Limits(max_connections=512)
+        timeout=engine_timeouts(settings),
+        limits=httpx.Limits(max_connections=ENGINE_HTTP_CONNECTIONS),
     )
     pool = InstancePool(
         settings.cluster, lambda cfg: factory(cfg, http),
