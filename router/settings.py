@@ -21,7 +21,7 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
-from router.kv_relay.settings import KVRelaySettings, KVRelaySource
+from router.kv_relay.settings import MAX_BATCH_BLOCKS, KVRelaySettings, KVRelaySource
 from router.sla import SLA_TPOT_S, SLA_TTFT_S
 from router.tokenization.settings import ModelSettings, RequestTemplateSettings
 
@@ -237,6 +237,11 @@ class ServiceSettings(BaseModel):
     )  # fmt: skip
     sla_ttft_s: float = Field(SLA_TTFT_S, gt=0, description="SLA on time to first token")
     sla_tpot_s: float = Field(SLA_TPOT_S, gt=0, description="SLA on time per output token")
+    max_kv_relay_batch_blocks: int = Field(
+        MAX_BATCH_BLOCKS, gt=0, description="A batch from a KV relay carrying more blocks is "
+        "refused unread (logged; the relay's instances are cleared as after a gap); a relay "
+        "splits its batches to its own max_batch_blocks, the same by default",
+    )  # fmt: skip
     kv_relays: list[KVRelaySource] = Field(
         default_factory=list, description="KV relays (`pdd-router kv-relay`) in the other "
         "datacenter: the KV events of the instances each one lists come from it, compact, "
