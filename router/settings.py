@@ -197,6 +197,12 @@ class ServiceSettings(BaseModel):
     engine_inter_token_timeout_s: float = Field(
         15.0, gt=0, description="Longest wait between two tokens of a stream"
     )
+    ejected_stream_grace_s: float = Field(
+        1.0, ge=0, description="Once an instance is taken out of service (its circuit breaker "
+        "opens), how long a stream it is serving waits for its next token before it ends "
+        "with an error event (a stream that has not sent its first token yet is decided "
+        "again elsewhere at once)",
+    )  # fmt: skip
     engine_connect_timeout_s: float = Field(2.0, gt=0, description="Connecting to an engine")
     probe_timeout_s: float = Field(
         1.0, gt=0, description="Longest wait for an engine's health and load answer"
