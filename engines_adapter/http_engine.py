@@ -21,7 +21,7 @@ import anyio
 import httpx
 import msgspec
 
-from engines_adapter.contract import EngineError, KVEventBatch, TokenDelta
+from engines_adapter.contract import EngineError, ErrorCause, KVEventBatch, TokenDelta
 from engines_adapter.kv_subscriber import KVEventSubscriber
 
 T = TypeVar("T")
@@ -31,6 +31,7 @@ __all__ = [
     "PROBE_TIMEOUT",
     "AbortableStreams",
     "HttpEngineCommon",
+    "cause_of_status",
     "check_prompt",
     "decode_json",
     "engine_error",
@@ -49,6 +50,14 @@ PROBE_TIMEOUT = httpx.Timeout(2.0)
 """/health and /metrics answer at once or the engine is in trouble."""
 
 _RETRYABLE_4XX = frozenset({408, 425})
+
+
+def cause_of_status(status: int) -> ErrorCause:
+    """Whose fault an engine's error status is: 429 the engine's load, 5xx, 408 and 425 the
+    instance's, any other the request's."""
+    if status == 429:
+        return "busy"
+    return "instance" if status >= 500 or status in _RETRYABLE_4XX else "request"
 
 
 def check_prompt(instance_id: str, token_ids: list[int], vocab_size: int | None) -> None:
@@ -107,10 +116,9 @@ async def raise_for_status(instance_id: str, response: httpx.Response, what: str
         return
     body = (await response.aread())[:65536].decode("utf-8", "replace")
     status = response.status_code
-    if status == 429:
-        raise EngineError(instance_id, f"{what}: HTTP 429: {error_message(body)}", cause="busy")
-    if status >= 500 or status in _RETRYABLE_4XX:
-        raise EngineError(instance_id, f"{what}: HTTP {status}: {error_message(body)}")
+    cause = cause_of_status(status)
+    if cause != "request":
+        raise EngineError(instance_id, f"{what}: HTTP {status}: {error_message(body)}", cause=cause)
     try:
         reason = message_of(json.loads(body))
     except ValueError:

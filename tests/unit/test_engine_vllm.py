@@ -218,7 +218,7 @@ async def test_error_message_of_the_body_is_kept(adapter: VLLMAdapter) -> None:
         await _collect(adapter, _req())
 
 
-@pytest.mark.parametrize(("code", "retryable"), [(500, True), (400, False)])
+@pytest.mark.parametrize(("code", "retryable"), [(500, True), (429, True), (400, False)])
 @respx.mock
 async def test_an_error_chunk_in_the_stream_raises(
     adapter: VLLMAdapter, code: int, retryable: bool
