@@ -60,7 +60,23 @@ def test_an_oversized_relay_batch_is_refused_and_the_router_keeps_answering(
     relayed: tuple[Stack, zmq.Socket[bytes], int],
 ) -> None:
     stack, pub, _ = relayed
-    client = httpx.Client()
+    with httpx.Client() as client:
+        blocks, slowest = _oversized_batch_after_small_ones(stack, pub, client)
+    print(f"\n{OVERSIZED}-block relay batch: md0 indexed {blocks} blocks after it; "
+          f"/healthz slowest {slowest * 1000:.1f} ms")  # fmt: skip
+    # refused: md0 cleared as after a gap, then the next batch's 5 blocks
+    assert blocks == 5
+    log = (stack.folder / "router.log").read_text()
+    assert f"of {OVERSIZED} blocks, over the limit of 65536 blocks" in log
+    assert "PDD_ROUTER_SERVICE__MAX_KV_RELAY_BATCH_BLOCKS" in log
+    assert slowest < 0.2
+
+
+def _oversized_batch_after_small_ones(
+    stack: Stack, pub: zmq.Socket[bytes], client: httpx.Client
+) -> tuple[int, float]:
+    """Small batches until the router takes them, then an oversized one and a small one
+    after it; md0's indexed blocks once settled, and the slowest /healthz meanwhile."""
     seq = 0
     deadline = time.monotonic() + 15
     while indexed_blocks(client, stack.router) < 10:  # until the router is subscribed
@@ -91,11 +107,4 @@ def test_an_oversized_relay_batch_is_refused_and_the_router_keeps_answering(
     finally:
         done.set()
         watcher.join(timeout=10)
-    print(f"\n{OVERSIZED}-block relay batch: md0 indexed {blocks} blocks after it; "
-          f"/healthz slowest {slowest[0] * 1000:.1f} ms")  # fmt: skip
-    # refused: md0 cleared as after a gap, then the next batch's 5 blocks
-    assert blocks == 5
-    log = (stack.folder / "router.log").read_text()
-    assert f"of {OVERSIZED} blocks, over the limit of 65536 blocks" in log
-    assert "PDD_ROUTER_SERVICE__MAX_KV_RELAY_BATCH_BLOCKS" in log
-    assert slowest[0] < 0.2
+    return blocks, slowest[0]
