@@ -21,12 +21,14 @@ __all__ = [
 ]
 
 
-ErrorCause = Literal["request", "instance", "unreachable"]
+ErrorCause = Literal["request", "instance", "unreachable", "busy"]
 """Whose fault an engine error is: ``request``: the engine refused this request (a 4xx
 other than 408/425/429, a token outside the vocabulary), the client's error, never held
 against the instance and pointless to retry elsewhere; ``instance``: the engine failed
 (a 5xx, a timeout, a broken stream, an unusable answer), held against the instance,
-another may serve; ``unreachable``: the connection failed, the instance is down."""
+another may serve; ``unreachable``: the connection failed, the instance is down;
+``busy``: the engine is at capacity (HTTP 429), back-pressure rather than a fault: never
+held against the instance, another may serve, or this one a moment later."""
 
 _UNPRINTABLE = re.compile(r"[^\x20-\x7e]+")
 
@@ -61,12 +63,14 @@ class EngineError(Exception):
     @property
     def held_against_instance(self) -> bool:
         """Whether the error says something about the instance's health."""
-        return self.cause != "request"
+        return self.cause not in ("request", "busy")
 
 
 def _public(cause: ErrorCause, reason: str) -> str:
     if cause != "request":
-        return "the engine failed" if cause == "instance" else "the engine is unreachable"
+        return {"instance": "the engine failed", "busy": "the engine is busy"}.get(
+            cause, "the engine is unreachable"
+        )
     cleaned = _UNPRINTABLE.sub(" ", reason).strip()
     return (
         f"the engine refused the request: {cleaned[:200]}"

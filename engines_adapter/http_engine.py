@@ -1,7 +1,8 @@
 """What the HTTP adapters share: error mapping, SSE parsing, abortable streams.
 
 Errors become ``EngineError`` with a cause: connection failures are ``unreachable``;
-timeouts, 5xx, 408, 425 and 429 are the ``instance``'s (another may serve); other 4xx
+timeouts, 5xx, 408 and 425 are the ``instance``'s (another may serve); a 429 says the
+engine is ``busy`` (back-pressure: another may serve, and it counts as load); other 4xx
 (a request the engine will never accept) are the ``request``'s, with the engine's
 message as the reason the client is told. A streamed generation runs in a task
 that feeds a queue, so ``abort`` can cancel it (closing the HTTP stream, which makes
@@ -20,7 +21,7 @@ import anyio
 import httpx
 import msgspec
 
-from engines_adapter.contract import EngineError, KVEventBatch, TokenDelta
+from engines_adapter.contract import EngineError, ErrorCause, KVEventBatch, TokenDelta
 from engines_adapter.kv_subscriber import KVEventSubscriber
 
 T = TypeVar("T")
@@ -30,6 +31,7 @@ __all__ = [
     "PROBE_TIMEOUT",
     "AbortableStreams",
     "HttpEngineCommon",
+    "cause_of_status",
     "check_prompt",
     "decode_json",
     "engine_error",
@@ -47,7 +49,15 @@ DEFAULT_TIMEOUT = httpx.Timeout(connect=2.0, read=120.0, write=10.0, pool=5.0)
 PROBE_TIMEOUT = httpx.Timeout(2.0)
 """/health and /metrics answer at once or the engine is in trouble."""
 
-_RETRYABLE_4XX = frozenset({408, 425, 429})
+_RETRYABLE_4XX = frozenset({408, 425})
+
+
+def cause_of_status(status: int) -> ErrorCause:
+    """Whose fault an engine's error status is: 429 the engine's load, 5xx, 408 and 425 the
+    instance's, any other the request's."""
+    if status == 429:
+        return "busy"
+    return "instance" if status >= 500 or status in _RETRYABLE_4XX else "request"
 
 
 def check_prompt(instance_id: str, token_ids: list[int], vocab_size: int | None) -> None:
@@ -106,8 +116,9 @@ async def raise_for_status(instance_id: str, response: httpx.Response, what: str
         return
     body = (await response.aread())[:65536].decode("utf-8", "replace")
     status = response.status_code
-    if status >= 500 or status in _RETRYABLE_4XX:
-        raise EngineError(instance_id, f"{what}: HTTP {status}: {error_message(body)}")
+    cause = cause_of_status(status)
+    if cause != "request":
+        raise EngineError(instance_id, f"{what}: HTTP {status}: {error_message(body)}", cause=cause)
     try:
         reason = message_of(json.loads(body))
     except ValueError:

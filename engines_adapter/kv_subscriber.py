@@ -37,6 +37,9 @@ MAX_MESSAGE_BYTES = 64 << 20
 the next batch is a gap, so the instances are cleared rather than an oversized payload
 decoded on the event loop. A batch of a 128K-token prompt with its token IDs is well
 under 1 MB."""
+OFFLOAD_BYTES = 64 << 10
+"""A message larger than this is decoded on a worker thread, not on the event loop
+(smaller ones decode faster than a thread hop takes)."""
 HEARTBEAT_S = 5.0
 """How often a subscriber pings its publisher; three pings unanswered drop the connection."""
 
@@ -155,10 +158,17 @@ class SequencedSubscriber(Generic[BatchT]):
                 sock.close(linger=0)
             self.reconnects += 1
 
+    async def _decode(self, frames: Sequence[bytes]) -> BatchT:
+        """``decode_frames``, on a worker thread for a message over ``OFFLOAD_BYTES`` (one
+        at a time: the subscriber awaits each message before the next)."""
+        if sum(len(f) for f in frames) <= OFFLOAD_BYTES:
+            return self.decode_frames(frames)
+        return await asyncio.to_thread(self.decode_frames, frames)
+
     async def _accept(self, frames: list[bytes]) -> list[BatchT]:
         """Check the sequence of one message; fill a gap by replay or mark it."""
         try:
-            batch = self.decode_frames(frames)
+            batch = await self._decode(frames)
         except ValueError as exc:
             self.malformed += 1
             if self.malformed & (self.malformed - 1) == 0:  # the 1st, 2nd, 4th, 8th...
@@ -214,7 +224,7 @@ class SequencedSubscriber(Generic[BatchT]):
                 if seq < 0:
                     break
                 if start <= seq < stop:
-                    got[seq] = self.decode_frames(body)
+                    got[seq] = await self._decode(body)
         except (zmq.ZMQError, ValueError) as exc:
             log.warning("KV-event replay from %s failed: %s", self.replay_endpoint, exc)
             return None

@@ -73,6 +73,7 @@ class SimFaults(BaseModel):
     refuse: bool = False  # every new request fails with a retryable EngineError
     fail_after_tokens: int | None = Field(None, ge=0)  # streams fail after this many tokens
     hang: bool = False  # requests stall until aborted
+    busy_next: int = Field(0, ge=0)  # the server answers this many next completions 429
 
 
 @dataclass(slots=True)

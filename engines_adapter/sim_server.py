@@ -4,8 +4,9 @@
 ``prompt_tokens_details.cached_tokens``, ``kv_transfer_params`` for P/D), ``GET
 /health``, ``GET /metrics`` (vLLM's metric names), ``GET /v1/models``, ``POST
 /reset_prefix_cache``, KV events over ZMQ PUB in vLLM's wire format, and ``/sim/faults``
-to inject faults. Closing a streamed response aborts the generation. The app comes
-from a factory; the engine and the publisher live in the lifespan state.
+to inject faults (``busy_next``: the next completions are answered 429). Closing a
+streamed response aborts the generation. The app comes from a factory; the engine and
+the publisher live in the lifespan state.
 """
 
 from __future__ import annotations
@@ -186,6 +187,9 @@ def create_app(config: SimServerConfig, *, engine: SimEngine | None = None) -> F
     @app.post("/v1/completions", response_model=None)
     async def completions(request: Request, body: CompletionBody) -> Response:
         sim = state(request)["engine"]
+        if sim.faults.busy_next > 0:  # at capacity, as vLLM's and gateways' 429 say
+            sim.faults.busy_next -= 1
+            return _error(429, "too many requests (injected fault)", "RateLimitError")
         prompt = body.prompt
         if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], list):
             prompt = prompt[0]

@@ -34,6 +34,7 @@ from engines_adapter.http_engine import (
     PROBE_TIMEOUT,
     AbortableStreams,
     HttpEngineCommon,
+    cause_of_status,
     check_prompt,
     engine_error,
     message_of,
@@ -176,11 +177,10 @@ class VLLMAdapter(HttpEngineCommon):
                     if chunk is None:
                         break
                     if "error" in chunk:
-                        refused = _error_code(chunk) < 500
                         raise EngineError(
                             self.instance_id,
                             f"generate: {message_of(chunk) or chunk!r:.300}",
-                            cause="request" if refused else "instance",
+                            cause=cause_of_status(_error_code(chunk)),
                             reason=message_of(chunk),
                         )
                     cached = _usage_cached(chunk) if cached is None else cached

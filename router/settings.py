@@ -21,7 +21,7 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
-from router.kv_relay.settings import KVRelaySettings, KVRelaySource
+from router.kv_relay.settings import MAX_BATCH_BLOCKS, KVRelaySettings, KVRelaySource
 from router.service.connection_settings import ConnectionSettings
 from router.sla import SLA_TPOT_S, SLA_TTFT_S
 from router.tokenization.settings import ModelSettings, RequestTemplateSettings
@@ -199,6 +199,12 @@ class ServiceSettings(BaseModel):
     engine_inter_token_timeout_s: float = Field(
         15.0, gt=0, description="Longest wait between two tokens of a stream"
     )
+    ejected_stream_grace_s: float = Field(
+        1.0, ge=0, description="Once an instance is taken out of service (its circuit breaker "
+        "opens), how long a stream it is serving waits for its next token before it ends "
+        "with an error event (a stream that has not sent its first token yet is decided "
+        "again elsewhere at once)",
+    )  # fmt: skip
     engine_connect_timeout_s: float = Field(2.0, gt=0, description="Connecting to an engine")
     probe_timeout_s: float = Field(
         1.0, gt=0, description="Longest wait for an engine's health and load answer"
@@ -239,6 +245,11 @@ class ServiceSettings(BaseModel):
     )  # fmt: skip
     sla_ttft_s: float = Field(SLA_TTFT_S, gt=0, description="SLA on time to first token")
     sla_tpot_s: float = Field(SLA_TPOT_S, gt=0, description="SLA on time per output token")
+    max_kv_relay_batch_blocks: int = Field(
+        MAX_BATCH_BLOCKS, gt=0, description="A batch from a KV relay carrying more blocks is "
+        "refused unread (logged; the relay's instances are cleared as after a gap); a relay "
+        "splits its batches to its own max_batch_blocks, the same by default",
+    )  # fmt: skip
     kv_relays: list[KVRelaySource] = Field(
         default_factory=list, description="KV relays (`pdd-router kv-relay`) in the other "
         "datacenter: the KV events of the instances each one lists come from it, compact, "

@@ -8,7 +8,9 @@ covers, as an engine's gap leads with AllBlocksCleared: the index under-counts t
 instances until their next stored events, rather than keeping blocks they may have
 evicted meanwhile. A batch the relay hashed under other ``block_size``/``hash_seed`` than
 the subscriber's is refused (logged, counted as malformed): its blocks would match none
-of this side's prompts.
+of this side's prompts; so is a batch of more than ``max_batch_blocks`` blocks, unread (a
+relay splits its batches to that size). Either refusal is a gap: the next batch is led
+by a clear of every instance the relay covers.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import zmq.asyncio
 
 from engines_adapter.kv_subscriber import HEARTBEAT_S, SequencedSubscriber
 from router.kv_ingest import KVEventIngestor
-from router.kv_relay.settings import KVRelaySource
+from router.kv_relay.settings import MAX_BATCH_BLOCKS, KVRelaySource
 from router.kv_relay.wire import Hashing, RelayDecoder, RelayedBatch, RelayedEvent, RelayKind
 
 __all__ = ["RelaySubscriber", "apply_relayed", "by_instance"]
@@ -27,8 +29,9 @@ __all__ = ["RelaySubscriber", "apply_relayed", "by_instance"]
 
 class RelaySubscriber(SequencedSubscriber[RelayedBatch]):
     """Subscribes to one KV relay whose blocks are hashed under ``hashing`` (others are
-    refused); iterate ``batches()``. Events of instances the source does not list are
-    dropped (``foreign`` counts them)."""
+    refused), at most ``max_batch_blocks`` a batch (``limit_name``: that setting, named
+    when a batch is refused for it); iterate ``batches()``. Events of instances the
+    source does not list are dropped (``foreign`` counts them)."""
 
     def __init__(
         self,
@@ -38,6 +41,8 @@ class RelaySubscriber(SequencedSubscriber[RelayedBatch]):
         context: zmq.asyncio.Context | None = None,
         replay_timeout_s: float = 2.0,
         heartbeat_s: float | None = HEARTBEAT_S,
+        max_batch_blocks: int = MAX_BATCH_BLOCKS,
+        limit_name: str = "max_batch_blocks",
     ) -> None:
         super().__init__(
             f"relay {source.endpoint}", source.endpoint, replay_endpoint=source.replay_endpoint,
@@ -45,7 +50,9 @@ class RelaySubscriber(SequencedSubscriber[RelayedBatch]):
         )  # fmt: skip
         self.covered = tuple(source.instances)
         self._covered = frozenset(source.instances)
-        self.decoder = RelayDecoder(expect=hashing)
+        self.decoder = RelayDecoder(
+            expect=hashing, max_blocks=max_batch_blocks, limit_name=limit_name
+        )
         self.foreign = 0
 
     def decode_frames(self, frames: Sequence[bytes]) -> RelayedBatch:

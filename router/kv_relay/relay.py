@@ -15,8 +15,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
 from functools import partial
 
 import structlog
@@ -29,7 +29,7 @@ from router.kv_relay.receiver import RelaySubscriber
 from router.kv_relay.settings import KVRelaySource
 from router.kv_relay.wire import Hashing, RelayedBatch, RelayedEvent, RelayKind, encode_relayed
 
-__all__ = ["KVRelay", "RelayStats"]
+__all__ = ["KVRelay", "RelayStats", "split_batch"]
 
 log = structlog.get_logger("pdd_router.kv_relay")
 
@@ -71,6 +71,26 @@ class _Recorder:
 
     def lost(self, instance_id: str) -> None:
         self.out(RelayedEvent(RelayKind.LOST, instance_id))
+
+
+def split_batch(events: Sequence[RelayedEvent], limit: int) -> Iterator[list[RelayedEvent]]:
+    """``events`` in order, in batches of at most ``limit`` blocks and ``limit`` events (what
+    a receiver accepts); a run of more than ``limit`` blocks is cut into consecutive pieces."""
+    batch: list[RelayedEvent] = []
+    blocks = 0
+    for event in events:
+        size = len(event.blocks)
+        pieces = [event] if size <= limit else [
+            replace(event, blocks=event.blocks[i : i + limit]) for i in range(0, size, limit)
+        ]  # fmt: skip
+        for piece in pieces:
+            if batch and (blocks + len(piece.blocks) > limit or len(batch) >= limit):
+                yield batch
+                batch, blocks = [], 0
+            batch.append(piece)
+            blocks += len(piece.blocks)
+    if batch:
+        yield batch
 
 
 class KVRelay:
@@ -127,17 +147,18 @@ class KVRelay:
                 self._full.set()
 
     async def flush(self) -> int | None:
-        """Publish what is pending as one batch; its sequence number (None: nothing)."""
-        events, self._pending, self._pending_blocks = self._pending, [], 0
-        if not events:
-            return None
-        payload = encode_relayed(events, hashing=self.hashing)
-        seq = await self.publisher.publish_payload(payload)
-        stats = self.stats
-        stats.batches_out += 1
-        stats.events_out += len(events)
-        stats.blocks_out += sum(len(e.blocks) for e in events)
-        stats.bytes_out += len(payload)
+        """Publish what is pending, as one batch or as several of at most
+        ``max_batch_blocks`` blocks each; the last one's sequence number (None: nothing)."""
+        pending, self._pending, self._pending_blocks = self._pending, [], 0
+        seq = None
+        for events in split_batch(pending, self.max_batch_blocks):
+            payload = encode_relayed(events, hashing=self.hashing)
+            seq = await self.publisher.publish_payload(payload)
+            stats = self.stats
+            stats.batches_out += 1
+            stats.events_out += len(events)
+            stats.blocks_out += sum(len(e.blocks) for e in events)
+            stats.bytes_out += len(payload)
         return seq
 
     async def run(self) -> None:
@@ -187,7 +208,8 @@ class KVRelay:
         async def lost() -> None:
             self.forward(RelayedBatch(time.time(), []).marked_gap(0, tuple(source.instances)))
 
-        subscribe = partial(RelaySubscriber, source, hashing=self.hashing)
+        subscribe = partial(RelaySubscriber, source, hashing=self.hashing,
+                            max_batch_blocks=self.max_batch_blocks)  # fmt: skip
         await follow(subscribe, apply, lost, retry_s=RETRY_S)
 
     async def _flush_loop(self) -> None:

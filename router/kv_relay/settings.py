@@ -6,11 +6,20 @@ import re
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-__all__ = ["INSTANCE_ID", "KVRelaySettings", "KVRelaySource", "check_endpoint"]
+__all__ = [
+    "INSTANCE_ID",
+    "MAX_BATCH_BLOCKS",
+    "KVRelaySettings",
+    "KVRelaySource",
+    "check_endpoint",
+]
 
 _TCP = re.compile(r"^tcp://(?P<host>\*|[A-Za-z0-9_.-]+|\[[0-9A-Fa-f:.]+\]):(?P<port>\*|\d{1,5})$")
 INSTANCE_ID = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 """What an instance id may be (use ``fullmatch``); an instance config holds to it too."""
+MAX_BATCH_BLOCKS = 65_536
+"""The most blocks one relayed batch carries by default: a relay splits larger ones, a
+receiver refuses them unread."""
 
 
 def check_endpoint(endpoint: str) -> str:
@@ -87,8 +96,10 @@ class KVRelaySettings(BaseModel):
         "(the staleness the relay adds at most, besides the line)",
     )  # fmt: skip
     max_batch_blocks: int = Field(
-        65_536, gt=0, description="A batch holding this many blocks goes out at once"
-    )
+        MAX_BATCH_BLOCKS, gt=0, description="A batch holding this many blocks goes out at "
+        "once, and none holds more (more pending are split over several); a batch of an "
+        "upstream relay holding more is refused",
+    )  # fmt: skip
     buffer_batches: int = Field(
         10_000, gt=0, description="Batches kept for replay (the oldest are dropped)"
     )

@@ -33,10 +33,11 @@ import msgspec
 import numpy as np
 
 from engines_adapter.kv_events import decode_sequence
-from router.kv_relay.settings import INSTANCE_ID
+from router.kv_relay.settings import INSTANCE_ID, MAX_BATCH_BLOCKS
 
 __all__ = [
     "FORMAT_VERSION",
+    "MAX_BATCH_BLOCKS",
     "Hashing",
     "HashingMismatch",
     "RelayDecoder",
@@ -126,6 +127,13 @@ def unpack_hashes(data: bytes) -> tuple[int, ...]:
     return tuple(np.frombuffer(data, dtype=_U64).tolist())
 
 
+def _packed_blocks(raw: object) -> int:
+    """How many blocks a raw event's packed hashes hold (0 without any), unread."""
+    if isinstance(raw, list) and len(raw) >= 3 and isinstance(raw[2], bytes):
+        return len(raw[2]) // 8
+    return 0
+
+
 def encode_relayed(
     events: Sequence[RelayedEvent], *, hashing: Hashing, timestamp: float | None = None
 ) -> bytes:
@@ -160,22 +168,35 @@ def _hashing(params: object) -> Hashing:
 
 class RelayDecoder:
     """Decodes the compact stream, refusing anything malformed with a ValueError (never
-    another exception) and bounded work: at most ``max_events`` events and ``max_blocks``
-    blocks a message. With ``expect``, a batch hashed under other parameters is refused
-    (``HashingMismatch``, a ValueError)."""
+    another exception) and bounded work: at most ``max_blocks`` blocks and ``max_events``
+    events a message, its size checked before it is parsed and its blocks counted before
+    any is unpacked. With ``expect``, a batch hashed under other parameters is refused
+    (``HashingMismatch``, a ValueError). ``limit_name``: the setting of ``max_blocks``,
+    named when a batch is refused for it."""
 
     def __init__(
         self,
         *,
         expect: Hashing | None = None,
         max_events: int = 1_000_000,
-        max_blocks: int = 16_000_000,
+        max_blocks: int = MAX_BATCH_BLOCKS,
+        limit_name: str = "max_batch_blocks",
     ) -> None:
         self.expect = expect
         self.max_events = max_events
         self.max_blocks = max_blocks
+        self.limit_name = limit_name
+
+    def _too_many(self, what: str) -> ValueError:
+        return ValueError(
+            f"relayed batch of {what}, over the limit of {self.max_blocks} blocks a batch "
+            f"({self.limit_name}): refused unread"
+        )
 
     def decode(self, payload: bytes, *, sequence: int | None = None) -> RelayedBatch:
+        # 8 bytes a block, and a few for the event and instance around it
+        if len(payload) > 32 * self.max_blocks + (1 << 20):
+            raise self._too_many(f"{len(payload)} bytes")
         try:
             raw = _decoder.decode(payload)
         except (msgspec.DecodeError, RecursionError) as exc:  # nested past msgspec's limit
@@ -207,14 +228,10 @@ class RelayDecoder:
             raise ValueError("relayed batch events must be a list")
         if len(events) > self.max_events:
             raise ValueError(f"relayed batch of {len(events)} events, over {self.max_events}")
-        budget = self.max_blocks
-        out: list[RelayedEvent] = []
-        for raw_event in events:
-            event = self._event(raw_event, names)
-            budget -= len(event.blocks)
-            if budget < 0:
-                raise ValueError(f"relayed batch of more than {self.max_blocks} blocks")
-            out.append(event)
+        blocks = sum(_packed_blocks(e) for e in events)
+        if blocks > self.max_blocks:
+            raise self._too_many(f"{blocks} blocks")
+        out = [self._event(raw_event, names) for raw_event in events]
         return RelayedBatch(float(timestamp), out, sequence=sequence, instances=tuple(names))
 
     @staticmethod

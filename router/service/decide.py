@@ -3,6 +3,7 @@ scheduler, on the view of the instances serving the request's model, on the inde
 
 from __future__ import annotations
 
+import asyncio
 import time
 from array import array
 from collections.abc import Collection, Sequence
@@ -17,7 +18,10 @@ from router.service.errors import ApiError
 from router.service.experiments import Arm
 from router.service.state import ServiceState
 
-__all__ = ["check_prompt", "decide"]
+__all__ = ["BUSY_BACKOFF_S", "check_prompt", "decide", "decide_around"]
+
+BUSY_BACKOFF_S = 0.2
+"""How long a request that only engines at capacity (429) could serve waits to try again."""
 
 
 def check_prompt(
@@ -129,3 +133,24 @@ async def decide(
     arm_name = arm.spec.name if arm is not None else "default"
     svc.metrics.decisions.labels(decision.pipeline.value, handoff, arm_name).inc()
     return decision, arm
+
+
+async def decide_around(
+    svc: ServiceState,
+    view: RequestView,
+    failed: set[str],
+    busy: set[str],
+    model: str | None = None,
+) -> tuple[Decision, Arm | None]:
+    """Decide a request to execute without the instances it failed on, nor those that
+    answered it busy (429); when only busy ones could serve it, after ``BUSY_BACKOFF_S``
+    with them again (``busy`` is then emptied)."""
+    if busy:
+        try:
+            return await decide(svc, view, failed | busy, model, admit=True)
+        except ApiError as exc:
+            if exc.status != 503:  # 503: nothing else can serve it
+                raise
+        await asyncio.sleep(BUSY_BACKOFF_S)
+        busy.clear()
+    return await decide(svc, view, failed, model, admit=True)

@@ -24,7 +24,7 @@ from engines_adapter.contract import EngineError, GenerateRequest
 from policies.tiers import Tier
 from policies.types import Decision, RequestView
 from router.hashing import HashExtras, chain_hashes
-from router.service.decide import decide
+from router.service.decide import decide_around
 from router.service.errors import ApiError, error_body
 from router.service.experiments import Arm
 from router.service.models import ResolvedModel
@@ -119,12 +119,13 @@ class Generation:
             temperature=job.temperature, ignore_eos=job.ignore_eos, sampling=job.sampling,
         )  # fmt: skip
         failed: set[str] = set()
+        busy: set[str] = set()  # answered 429 to this request: elsewhere, or a bit later
         waited = 0.0  # failed attempts' time: spent on engines, not the router's own
         with unwatched_on_error(svc, request_id):
             try:  # what the decision claimed counts until the first token
                 for attempt in range(MAX_ATTEMPTS):
-                    decision, arm = await decide(
-                        svc, view, failed, job.model.instances_of, admit=True
+                    decision, arm = await decide_around(
+                        svc, view, failed, busy, job.model.instances_of
                     )
                     watch(svc, view, decision)
                     outcome = ExecutionResult(decision.pipeline, engine_wait_s=waited)
@@ -142,11 +143,9 @@ class Generation:
                             raise refused(exc) from exc
                         log.warning("engine failed before the first token", request=request_id,
                                     attempt=attempt + 1, error=str(exc))  # fmt: skip
-                        failed.add(exc.instance_id)
+                        (busy if exc.cause == "busy" else failed).add(exc.instance_id)
                         if attempt == MAX_ATTEMPTS - 1:
-                            raise ApiError(503, f"no engine could serve the request: {exc.public}",
-                                           type_="service_unavailable",
-                                           headers={"Retry-After": "1"}) from exc  # fmt: skip
+                            raise _unserved(exc) from exc
             finally:
                 svc.pool.release(request_id)
         raise AssertionError("unreachable")  # pragma: no cover
@@ -255,6 +254,16 @@ class Generation:
         return headers
 
 
+def _unserved(exc: EngineError) -> ApiError:
+    """What the client is told when its last attempt failed too."""
+    if exc.cause == "busy":
+        return ApiError(429, f"the engines are at capacity: {exc.public}; retry later",
+                        type_="rate_limit_exceeded", code="engine_busy",
+                        headers={"Retry-After": "1"})  # fmt: skip
+    return ApiError(503, f"no engine could serve the request: {exc.public}",
+                    type_="service_unavailable", headers={"Retry-After": "1"})  # fmt: skip
+
+
 def served(decision: Decision, outcome: ExecutionResult) -> dict[str, object]:
     return {
         "pipeline": outcome.pipeline.value,
@@ -359,7 +368,8 @@ def sse_data(obj: object) -> str:
 def _upstream(svc: ServiceState) -> Upstream:
     service = svc.settings.service
     return Upstream(svc.pool, svc.metrics, svc.tracer, first_token_s=service.engine_timeout_s,
-                    inter_token_s=service.engine_inter_token_timeout_s)  # fmt: skip
+                    inter_token_s=service.engine_inter_token_timeout_s,
+                    ejected_grace_s=service.ejected_stream_grace_s)  # fmt: skip
 
 
 async def _unless_client_leaves(request: Request, work: Awaitable[T]) -> T:

@@ -151,8 +151,13 @@ async def consume_relay(svc: ServiceState, source: KVRelaySource) -> None:
             log.warning("kv relay: its instances could not be cleared", error=repr(exc))
 
     hashing = Hashing(svc.ingestor.block_size, svc.ingestor.seed)  # what the index holds
-    await follow(lambda: RelaySubscriber(source, hashing=hashing), apply, lost,
-                 retry_s=RELAY_RETRY_S)  # fmt: skip
+    limit = svc.settings.service.max_kv_relay_batch_blocks
+
+    def subscribe() -> RelaySubscriber:
+        name = "PDD_ROUTER_SERVICE__MAX_KV_RELAY_BATCH_BLOCKS"
+        return RelaySubscriber(source, hashing=hashing, max_batch_blocks=limit, limit_name=name)
+
+    await follow(subscribe, apply, lost, retry_s=RELAY_RETRY_S)
 
 
 SUSPECT_REPROBE_S = 0.25

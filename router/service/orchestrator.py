@@ -9,10 +9,13 @@ asked for the whole generation, finishes the request (it degrades to P-RLD).
 
 Every upstream call is held to deadlines (the first token within ``first_token_s``,
 each next one within ``inter_token_s``) and its result reaches the pool's circuit
-breakers: a failure held against the instance counts, a success clears the count. A
-call still waiting for its first answer when the instance's breaker opens (its health
-probes found it hung) gives up at once, so the request is decided again elsewhere
-rather than waiting out ``first_token_s``.
+breakers: a failure held against the instance counts, a success clears the count; a 429
+(the engine busy) is back-pressure, counted as load there, never as a fault. A call
+still waiting for its first answer when the instance's breaker opens (its health probes
+found it hung) gives up at once, so the request is decided again elsewhere rather than
+waiting out ``first_token_s``; a stream already under way there waits at most
+``ejected_grace_s`` more for its next token (one still receiving tokens goes on), then
+ends with an engine error, not at ``inter_token_s``.
 """
 
 from __future__ import annotations
@@ -69,17 +72,21 @@ class Upstream:
     tracer: Tracer
     first_token_s: float = 30.0
     inter_token_s: float = 15.0
+    ejected_grace_s: float = 1.0
 
     def _failed(self, instance_id: str, exc: EngineError) -> None:
         self.metrics.errors.labels(instance_id).inc()
-        if exc.held_against_instance:
+        if exc.cause == "busy":
+            self.pool.busy(instance_id)
+        elif exc.held_against_instance:
             self.pool.failed(instance_id, unreachable=exc.cause == "unreachable")
 
-    def _late(self, watch: Watch | None, what: str) -> str:
-        """Why a wait for an instance's first answer ended."""
+    @staticmethod
+    def _late(watch: Watch | None, what: str, limit_s: float) -> str:
+        """Why a wait for an instance's answer ended."""
         if watch is not None and watch.cut:
             return f"taken out of service (its circuit breaker opened) before its {what}"
-        return f"no {what} within {self.first_token_s:g} s"
+        return f"no {what} within {limit_s:g} s"
 
     def adapter(self, instance_id: str) -> EngineAdapter:
         self.metrics.requests.labels(instance_id).inc()
@@ -106,7 +113,9 @@ class Upstream:
                     with self.pool.until_ejected(instance_id, deadline) as watch:
                         result = await adapter.prefill(request, targets=targets)
             except TimeoutError as exc:
-                late = EngineError(instance_id, "prefill: " + self._late(watch, "answer"))
+                late = EngineError(
+                    instance_id, "prefill: " + self._late(watch, "answer", self.first_token_s)
+                )
                 self._failed(instance_id, late)
                 span.record_exception(late)
                 raise late from exc
@@ -133,22 +142,18 @@ class Upstream:
         try:
             while True:
                 watch = None
+                first = produced == 0  # waiting for the first token, a cut is at once
+                wait_s = self.first_token_s if first else self.inter_token_s
+                grace_s = 0.0 if first else self.ejected_grace_s
                 try:
-                    if produced == 0:
-                        async with asyncio.timeout(self.first_token_s) as deadline:
-                            with self.pool.until_ejected(instance_id, deadline) as watch:
-                                delta = await anext(stream)
-                    else:
-                        async with asyncio.timeout(self.inter_token_s):
+                    async with asyncio.timeout(wait_s) as deadline:
+                        with self.pool.until_ejected(instance_id, deadline, grace_s) as watch:
                             delta = await anext(stream)
                 except StopAsyncIteration:
                     break
                 except TimeoutError as exc:
-                    late = (
-                        self._late(watch, "first token")
-                        if produced == 0
-                        else f"no token after {produced} within {self.inter_token_s:g} s"
-                    )
+                    what = "first token" if first else f"token after {produced}"
+                    late = self._late(watch, what, wait_s)
                     raise EngineError(instance_id, "generate: " + late) from exc
                 if produced == 0 and delta.token_ids:
                     self.pool.succeeded(instance_id)

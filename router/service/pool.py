@@ -40,23 +40,27 @@ class _InFlight:
     # what the other router replicas have in flight there (streams, prefill tokens)
     peer_streams: int = 0
     peer_prefill_tokens: int = 0
-    # calls waiting for the instance's first answer, cut short if it is ejected
+    # calls waiting for the instance's answer, cut short if it is ejected
     waiting: set[Watch] = field(default_factory=set)
 
 
 @dataclass(eq=False, slots=True)
 class Watch:
-    """A call's deadline while it waits for an instance's first answer; ``cut``: it was cut
-    short because the instance was taken out of service."""
+    """A call's deadline while it waits for an instance's answer; ``cut``: it was cut
+    short because the instance was taken out of service, to ``grace_s`` from then."""
 
     deadline: asyncio.Timeout
+    grace_s: float = 0.0
     cut: bool = False
 
     def cut_now(self) -> None:
         if self.cut or self.deadline.expired():
             return  # already expiring: it ends by itself
         self.cut = True
-        self.deadline.reschedule(asyncio.get_running_loop().time())
+        soon = asyncio.get_running_loop().time() + self.grace_s
+        when = self.deadline.when()
+        if when is None or soon < when:
+            self.deadline.reschedule(soon)
 
 
 def indexed_instance(config: InstanceConfig, block_size: int) -> IndexedInstance:
@@ -192,12 +196,14 @@ class InstancePool:
                 watch.cut_now()
 
     @contextlib.contextmanager
-    def until_ejected(self, instance_id: str, deadline: asyncio.Timeout) -> Iterator[Watch]:
-        """While in this block, ``deadline`` expires at once if the instance's breaker opens
-        (a hung engine ejected by its probes, say), or already is open: a call waiting for
-        the first answer of an instance out of service gives up then, not at its own
-        deadline. The Watch yielded says whether that is why it ended."""
-        watch = Watch(deadline)
+    def until_ejected(
+        self, instance_id: str, deadline: asyncio.Timeout, grace_s: float = 0.0
+    ) -> Iterator[Watch]:
+        """While in this block, ``deadline`` expires ``grace_s`` after the instance's
+        breaker opens (a hung engine ejected by its probes, say), or already is open: a
+        call waiting on an instance out of service gives up then, not at its own deadline.
+        The Watch yielded says whether that is why it ended."""
+        watch = Watch(deadline, grace_s)
         flight = self._inflight.get(instance_id)
         if flight is None:
             yield watch
@@ -218,6 +224,14 @@ class InstancePool:
         """A failure held against the instance (a timeout, a 5xx, a broken stream)."""
         if instance_id in self.configs:
             self.breakers.failure(instance_id, unreachable=unreachable)
+
+    def busy(self, instance_id: str) -> None:
+        """The instance refused a request as being at capacity (a 429): not a fault, but
+        load: one more request counts as queued there until its engine next reports."""
+        flight = self._inflight.get(instance_id)
+        if flight is not None:
+            flight.reported_waiting += 1
+            self._refresh(instance_id, flight)
 
     def succeeded(self, instance_id: str) -> None:
         """A request got what it needed from the instance."""

@@ -201,6 +201,16 @@ async def test_errors_map_to_engine_errors(
 
 
 @respx.mock
+async def test_a_429_is_the_engine_busy_not_a_fault_of_the_instance(adapter: VLLMAdapter) -> None:
+    respx.post(COMPLETIONS).mock(return_value=httpx.Response(429, json={"error": {"message": "x"}}))
+    with pytest.raises(EngineError) as busy:
+        await _collect(adapter, _req())
+    assert (busy.value.cause, busy.value.retryable) == ("busy", True)
+    assert busy.value.held_against_instance is False  # never opens its breaker
+    assert busy.value.public == "the engine is busy"
+
+
+@respx.mock
 async def test_error_message_of_the_body_is_kept(adapter: VLLMAdapter) -> None:
     body = {"error": {"message": "prompt too long", "type": "BadRequestError", "code": 400}}
     respx.post(COMPLETIONS).mock(return_value=httpx.Response(400, json=body))
@@ -208,7 +218,7 @@ async def test_error_message_of_the_body_is_kept(adapter: VLLMAdapter) -> None:
         await _collect(adapter, _req())
 
 
-@pytest.mark.parametrize(("code", "retryable"), [(500, True), (400, False)])
+@pytest.mark.parametrize(("code", "retryable"), [(500, True), (429, True), (400, False)])
 @respx.mock
 async def test_an_error_chunk_in_the_stream_raises(
     adapter: VLLMAdapter, code: int, retryable: bool

@@ -435,8 +435,15 @@ async def test_the_router_clears_a_failed_relays_instances_and_subscribes_again(
     class Flaky:
         name = "flaky"  # as a subscriber names its publisher in logs
 
-        def __init__(self, source: KVRelaySource, *, hashing: Hashing) -> None:
+        def __init__(
+            self, source: KVRelaySource, *, hashing: Hashing, max_batch_blocks: int,
+            limit_name: str,
+        ) -> None:  # fmt: skip
             assert hashing == HASHING
+            assert (max_batch_blocks, limit_name) == (
+                1000,
+                "PDD_ROUTER_SERVICE__MAX_KV_RELAY_BATCH_BLOCKS",
+            )  # the router's setting, named
 
         async def batches(self) -> AsyncIterator[RelayedBatch]:
             attempts.append(len(attempts))
@@ -455,6 +462,7 @@ async def test_the_router_clears_a_failed_relays_instances_and_subscribes_again(
     svc = SimpleNamespace(
         pool=SimpleNamespace(configs={"md0": object()}), peers=None, lane=Lane(),
         ingestor=ingestor, metrics=SimpleNamespace(kv_events=counter, kv_event_gaps=counter),
+        settings=SimpleNamespace(service=SimpleNamespace(max_kv_relay_batch_blocks=1000)),
     )  # fmt: skip
     monkeypatch.setattr(lifecycle, "RelaySubscriber", Flaky)
     monkeypatch.setattr(lifecycle, "RELAY_RETRY_S", 0.0)

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from router.hashing import chain_hashes
+from router.kv_relay.relay import split_batch
 from router.kv_relay.wire import (
     Hashing,
     HashingMismatch,
@@ -116,7 +117,10 @@ _GOOD = [2, 0.0, H, ["md0"], [[0, 0, pack_hashes([1, 2]), 16]]]
         (_enc([2, 0.0, H, ["md0"], [[0, 0, b""]]]), "4 fields"),
         (_enc([2, 0.0, H, ["md0"], [[2, 0, b""]]]), "2 fields"),
         (_enc([2, 0.0, H, ["md0"], [0, 0]]), "must be [kind"),
-        (_enc([2, 0.0, H, ["md0"], [[0, 0, b"\x00" * 80, 16]] * 3]), "more than 20 blocks"),
+        (
+            _enc([2, 0.0, H, ["md0"], [[0, 0, b"\x00" * 80, 16]] * 3]),
+            "30 blocks, over the limit of 20",
+        ),
     ],
 )
 def test_malformed_payloads_are_refused_with_a_value_error(payload: bytes, message: str) -> None:
@@ -176,3 +180,50 @@ def test_deeply_nested_payloads_raise_value_error() -> None:
     for prefix in (b"\x91", b"\x81\x01"):  # arrays in arrays, maps in maps
         with pytest.raises(ValueError, match="not valid msgpack"):
             RelayDecoder().decode(prefix * 5000 + b"\xc0")
+
+
+# -- bounded batches -------------------------------------------------------------------
+
+
+def test_a_batch_over_the_block_limit_is_refused_naming_the_limit_before_any_is_unpacked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """70,000 blocks against the default limit of 65,536: refused with the limit and the
+    setting named, without unpacking a single block."""
+    import router.kv_relay.wire as wire
+
+    def unpacked(data: bytes) -> tuple[int, ...]:
+        raise AssertionError("a block was unpacked")
+
+    big = [RelayedEvent(RelayKind.STORED, "md0", tuple(range(35_000)), 16)] * 2
+    payload = encode_relayed(big, hashing=HASHING)
+    monkeypatch.setattr(wire, "unpack_hashes", unpacked)
+    decoder = RelayDecoder(limit_name="PDD_ROUTER_SERVICE__MAX_KV_RELAY_BATCH_BLOCKS")
+    with pytest.raises(ValueError, match="70000 blocks, over the limit of 65536") as refused:
+        decoder.decode(payload)
+    assert "PDD_ROUTER_SERVICE__MAX_KV_RELAY_BATCH_BLOCKS" in str(refused.value)
+
+
+def test_a_payload_too_large_for_the_limit_is_refused_unparsed() -> None:
+    """Many blockless events: the bytes alone exceed what 20 blocks may take."""
+    payload = _enc([2, 0.0, [BS, 0], ["md0"], [[2, 0]] * 400_000])
+    with pytest.raises(ValueError, match="bytes, over the limit of 20 blocks"):
+        RelayDecoder(max_blocks=20).decode(payload)
+
+
+def test_the_relay_splits_what_is_pending_into_batches_a_receiver_accepts() -> None:
+    """Runs of 3, 12 and 5 blocks and a clear, at most 5 blocks a batch: the 12-block run
+    is cut into consecutive pieces, the order and every block kept."""
+    events = [
+        RelayedEvent(RelayKind.STORED, "md0", tuple(range(3)), 16),
+        RelayedEvent(RelayKind.STORED, "md1", tuple(range(100, 112)), 16),
+        RelayedEvent(RelayKind.CLEARED, "md2"),
+        RelayedEvent(RelayKind.REMOVED, "md0", tuple(range(5))),
+    ]
+    batches = list(split_batch(events, 5))
+    assert [sum(len(e.blocks) for e in b) for b in batches] == [3, 5, 5, 2, 5]
+    flat = [e for b in batches for e in b]
+    assert [b for e in flat if e.instance_id == "md1" for b in e.blocks] == list(range(100, 112))
+    assert [e.kind for e in flat] == [RelayKind.STORED] * 4 + [RelayKind.CLEARED, RelayKind.REMOVED]
+    for batch in batches:  # each accepted by a receiver with that limit
+        RelayDecoder(max_blocks=5).decode(encode_relayed(batch, hashing=HASHING))
