@@ -247,3 +247,13 @@ def three_tier_stack(folder: Path, env: dict[str, str]) -> Iterator[Stack]:
         yield stack
     finally:
         stack.close()
+
+
+def terminate(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, then SIGKILL if the process has not ended within 10 s."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=5)

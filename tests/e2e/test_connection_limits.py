@@ -22,7 +22,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from process_support import free_port, wait_for
+from process_support import free_port, terminate, wait_for
 
 HEADER_S, BODY_S, KEEP_ALIVE_S = 1.5, 2.0, 1
 MARGIN_S = 3.0  # a closure this late counts as never (a shared 2-core machine)
@@ -63,12 +63,7 @@ def serve(folder: Path, env: dict[str, str], file_limit: int | None = None) -> I
         wait_for(f"http://127.0.0.1:{port}/readyz", [(proc, log)], limit_s=30)
         yield Router(port, log)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
+        terminate(proc)
 
 
 def settings(**values: object) -> dict[str, str]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -10,7 +9,7 @@ from typing import Any
 import openai
 import pytest
 from openai import OpenAI
-from process_support import free_port, spawn, wait_for
+from process_support import free_port, spawn, terminate, wait_for
 
 MODEL = "pdd-demo"
 TURN_1: list[Any] = [
@@ -33,12 +32,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[OpenAI, Pat
         yield client, log
         client.close()
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
+        terminate(proc)
 
 
 def test_startup_line_names_the_base_url_and_model(demo: tuple[OpenAI, Path]) -> None:
