@@ -78,13 +78,17 @@ def validate_costs(
             if progress is not None and task is not None:
                 progress.update(task, completed=n)
 
-        checked = check_runs(picked, list(dict.fromkeys(sources)), done)
+        checked, unreplayed = check_runs(picked, list(dict.fromkeys(sources)), done)
+    if not checked:
+        reason = unreplayed[0].reason if unreplayed else "no run picked"
+        raise UserError(f"no run could be replayed: {reason}")
     sets = summarize_sets(checked)
     out.mkdir(parents=True, exist_ok=True)
     report = {
         "aiconfigurator_core": metadata.version("aiconfigurator-core"),
         "sets": [s.model_dump() for s in sets],
         "runs": [c.model_dump() for c in checked],
+        "unreplayed": [u.model_dump() for u in unreplayed],
     }
     (out / "validate-costs.json").write_text(json.dumps(report, indent=1), encoding="utf-8")
     if as_json:
@@ -92,6 +96,13 @@ def validate_costs(
         return
     console = Console(width=max(Console().width, 120))
     console.print(_table(sets))
+    if unreplayed:
+        console.print(
+            f"[yellow]warning:[/] {len(unreplayed)} of {len(picked)} runs could not be "
+            f"replayed (listed in validate-costs.json), e.g. {unreplayed[0].run.id}: "
+            f"{unreplayed[0].reason}",
+            highlight=False, soft_wrap=True,
+        )  # fmt: skip
     console.print(f"wrote {out / 'validate-costs.json'}", highlight=False, soft_wrap=True)
 
 

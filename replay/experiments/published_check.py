@@ -15,8 +15,17 @@ from collections.abc import Callable, Iterable, Sequence
 from pydantic import BaseModel
 
 from replay.experiments.published import ClosedLoopResult, PublishedRun, replay_run
+from router.errors import UserError
 
-__all__ = ["METRICS", "RunErrors", "SetSummary", "check_runs", "pick_runs", "summarize_sets"]
+__all__ = [
+    "METRICS",
+    "RunErrors",
+    "SetSummary",
+    "Unreplayed",
+    "check_runs",
+    "pick_runs",
+    "summarize_sets",
+]
 
 METRICS = ("ttft", "tpot", "e2e")
 
@@ -82,18 +91,30 @@ def pick_runs(runs: Iterable[PublishedRun], per_set: int | None) -> list[Publish
     return picked
 
 
+class Unreplayed(BaseModel):
+    """A run the replay could not price or finish, and why."""
+
+    run: PublishedRun
+    reason: str
+
+
 def check_runs(
     runs: Sequence[PublishedRun],
     sources: Sequence[str],
     done: Callable[[int], None] | None = None,
-) -> list[RunErrors]:
-    """Every run checked; ``done(n)`` after each."""
-    checked = []
+) -> tuple[list[RunErrors], list[Unreplayed]]:
+    """Every run checked (``done(n)`` after each); a run that cannot be replayed (its GPU,
+    model or shape missing from a source) is set aside with its reason, not the end of the
+    others."""
+    checked, unreplayed = [], []
     for n, run in enumerate(runs, start=1):
-        checked.append(check_run(run, sources))
+        try:
+            checked.append(check_run(run, sources))
+        except UserError as exc:
+            unreplayed.append(Unreplayed(run=run, reason=str(exc)))
         if done is not None:
             done(n)
-    return checked
+    return checked, unreplayed
 
 
 def _summary(errors: list[float]) -> MetricSummary:

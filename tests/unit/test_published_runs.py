@@ -14,7 +14,7 @@ from replay.experiments.published import (
     published_preset,
     read_published,
 )
-from replay.experiments.published_check import RunErrors, pick_runs, summarize_sets
+from replay.experiments.published_check import RunErrors, check_runs, pick_runs, summarize_sets
 from replay.presets import load_preset
 from router.errors import UserError
 
@@ -98,3 +98,12 @@ def test_runs_are_picked_evenly_from_each_set() -> None:
     picked = [r.id for r in pick_runs(runs, 3)]
     assert picked == ["0", "3", "6", "b0", "b1"]
     assert len(pick_runs(runs, None)) == 12
+
+
+def test_a_run_that_cannot_be_replayed_is_set_aside_with_its_reason() -> None:
+    unknown = RUN.model_copy(update={"id": "bad", "model": "no-such-model"})
+    checked, unreplayed = check_runs([unknown, RUN], ["roofline"])
+    assert [c.run.id for c in checked] == ["r"]
+    (aside,) = unreplayed
+    assert aside.run.id == "bad"
+    assert "no-such-model" in aside.reason
