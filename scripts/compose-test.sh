@@ -156,8 +156,9 @@ print(*(s.getsockname()[1] for s in socks))
 ')
 key="$(python3 -c 'import secrets; print(secrets.token_hex(16))')"
 metrics_key="$(python3 -c 'import secrets; print(secrets.token_hex(16))')"
+admin_key="$(python3 -c 'import secrets; print(secrets.token_hex(16))')"
 export PDD_ROUTER_PORT_1="$port1" PDD_ROUTER_PORT_2="$port2" PDD_COMPOSE_REDIS_PORT="$redis_port"
-export PDD_ROUTER_API_KEY="$key" PDD_ROUTER_METRICS_KEY="$metrics_key"
+export PDD_ROUTER_API_KEY="$key" PDD_ROUTER_METRICS_KEY="$metrics_key" PDD_ROUTER_ADMIN_KEY="$admin_key"
 compose=("${compose_bin[@]}" -p "$project" -f docker-compose.yml -f deploy/compose.test.yml)
 
 # a stack a killed run left behind
@@ -185,5 +186,6 @@ say "both routers ready"
 # 6. the checks -------------------------------------------------------------------------
 export PDD_ROUTER_COMPOSE_URLS="http://127.0.0.1:$port1,http://127.0.0.1:$port2"
 export PDD_ROUTER_COMPOSE_API_KEY="$key" PDD_ROUTER_COMPOSE_METRICS_KEY="$metrics_key"
+export PDD_ROUTER_COMPOSE_ADMIN_KEY="$admin_key"
 export PDD_ROUTER_COMPOSE_REDIS_URL="redis://127.0.0.1:$redis_port/0"
 COLUMNS=100 timeout 300 "$pytest_bin" tests/e2e/test_compose_stack.py -p no:cacheprovider -v

@@ -4,8 +4,8 @@
 runs this file against it and removes the stack. It sets:
 
 - PDD_ROUTER_COMPOSE_URLS       the routers' base URLs, comma-separated (one per replica)
-- PDD_ROUTER_COMPOSE_API_KEY    the stack's API key; PDD_ROUTER_COMPOSE_METRICS_KEY its
-  metrics key
+- PDD_ROUTER_COMPOSE_API_KEY    the stack's client key; PDD_ROUTER_COMPOSE_METRICS_KEY its
+  metrics key, PDD_ROUTER_COMPOSE_ADMIN_KEY its admin key
 - PDD_ROUTER_COMPOSE_REDIS_URL  the stack's Redis, published on a loopback port
 
 Without them (as in `make test`) every test here is skipped.
@@ -25,11 +25,12 @@ import redis
 URLS = [u for u in os.environ.get("PDD_ROUTER_COMPOSE_URLS", "").split(",") if u]
 KEY = os.environ.get("PDD_ROUTER_COMPOSE_API_KEY", "")
 METRICS_KEY = os.environ.get("PDD_ROUTER_COMPOSE_METRICS_KEY", "")
+ADMIN_KEY = os.environ.get("PDD_ROUTER_COMPOSE_ADMIN_KEY", "")
 REDIS_URL = os.environ.get("PDD_ROUTER_COMPOSE_REDIS_URL", "")
 PREFIX = "pdd"  # redis.key_prefix in docker-compose.yml
 
 pytestmark = pytest.mark.skipif(
-    not (URLS and KEY and METRICS_KEY and REDIS_URL),
+    not (URLS and KEY and METRICS_KEY and ADMIN_KEY and REDIS_URL),
     reason="needs the running compose stack: make compose-test",
 )
 
@@ -117,11 +118,23 @@ def test_a_streamed_completion_through_each_replica(url: str) -> None:
 
 
 @pytest.mark.parametrize("url", URLS)
-def test_metrics_with_either_key(url: str) -> None:
-    for key in (KEY, METRICS_KEY):
+def test_metrics_with_the_metrics_or_admin_key_only(url: str) -> None:
+    for key in (METRICS_KEY, ADMIN_KEY):
         metrics = httpx.get(f"{url}/metrics", headers=auth(key), timeout=TIMEOUT)
         assert metrics.status_code == 200
         assert "pdd_router_decision_seconds" in metrics.text
+    client = httpx.get(f"{url}/metrics", headers=auth(KEY), timeout=TIMEOUT)
+    assert client.status_code == 403, client.text
+
+
+@pytest.mark.parametrize("url", URLS)
+def test_the_client_key_cannot_change_the_cluster(url: str) -> None:
+    """The stack runs with an admin key: a client may not take an engine out."""
+    removed = httpx.delete(f"{url}/v1/instances/p0", headers=auth(KEY), timeout=TIMEOUT)
+    assert removed.status_code == 403, removed.text
+    listed = httpx.get(f"{url}/v1/instances", headers=auth(ADMIN_KEY), timeout=TIMEOUT)
+    assert listed.status_code == 200, listed.text
+    assert {i["instance_id"] for i in listed.json()} >= {"p0", "rld0", "md0"}
 
 
 def test_both_replicas_share_one_redis_index() -> None:
