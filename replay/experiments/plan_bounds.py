@@ -49,7 +49,7 @@ from replay.metrics.summary import SlaThresholds
 from replay.presets.cluster_preset import ClusterPreset
 from replay.presets.schema import PoolSpec
 from replay.sim.perfdb_costs import PerfDbCosts
-from replay.sim.step_costs import StepCosts, resolve_step_costs
+from replay.sim.step_costs import ResolvedStepCosts, resolve_step_costs
 from replay.trace.caches import UnboundedPrefixCache
 from replay.trace.formats import read_trace
 from replay.trace.record import TraceRequest
@@ -139,9 +139,9 @@ class Bounds(BaseModel):
         return min(named, key=lambda k: named[k])
 
 
-def _step_costs(preset: ClusterPreset, pool: PoolSpec) -> StepCosts:
+def _resolved(preset: ClusterPreset, pool: PoolSpec) -> ResolvedStepCosts:
     name = next(name for name, p in preset.spec.pools.items() if p is pool)
-    return resolve_step_costs(preset, name).costs
+    return resolve_step_costs(preset, name)
 
 
 def _prefill_work_s(preset: ClusterPreset, pool: PoolSpec, load: TraceLoad) -> float:
@@ -149,11 +149,12 @@ def _prefill_work_s(preset: ClusterPreset, pool: PoolSpec, load: TraceLoad) -> f
     new = np.maximum(load.uncached_tokens, 1.0)  # the simulator computes at least one
     cached = load.input_tokens - new
     pairs = new * cached + 0.5 * new * new
-    costs = _step_costs(preset, pool)
-    if isinstance(costs, PerfDbCosts):  # measured kernels, batched as P batches them
+    resolved = _resolved(preset, pool)
+    if isinstance(resolved.costs, PerfDbCosts):  # measured kernels, batched as P batches
         items = [(int(n), int(c)) for n, c in zip(new, cached, strict=True)]
-        return costs.prefill_work_s(items, max(preset.spec.timing.prefill_batch_tokens, 1))
-    if pool.fitted is not None and pool.step_costs.source != "roofline":
+        batch_tokens = max(preset.spec.timing.prefill_batch_tokens, 1)
+        return resolved.costs.prefill_work_s(items, batch_tokens)
+    if resolved.source == "calibrated" and pool.fitted is not None:
         return float(pool.fitted.prefill_pass_s(float(new.sum()), float(pairs.sum())))
     model, hw, timing = preset.model, preset.hardware[pool.hardware], preset.spec.timing
     flops = 2.0 * model.active_params * new.sum() + model.attention_flops_per_token_pair * (
@@ -174,7 +175,7 @@ def _decode_tokens_s(preset: ClusterPreset, pool: PoolSpec, load: TraceLoad) -> 
     context = float(np.mean(load.input_tokens + 0.5 * load.output_tokens))
     fits = int(preset.kv_capacity_tokens(pool) // max(held, 1.0))
     batch = max(min(pool.max_batch, fits), 1)
-    return batch / _step_costs(preset, pool).decode_step_s(batch, batch * context)
+    return batch / _resolved(preset, pool).costs.decode_step_s(batch, batch * context)
 
 
 def _line_s(

@@ -32,7 +32,7 @@ from replay.presets.loader import load_preset
 from replay.sim.event_loop import EventLoop
 from replay.sim.request_state import SimRequest
 from replay.sim.simulator import Simulator
-from replay.sim.step_costs import resolve_step_costs
+from replay.sim.step_costs import StepCosts
 from replay.trace.record import TraceRequest
 from router.errors import UserError
 from router.index.memory_index import MemoryPrefixIndex
@@ -143,12 +143,11 @@ def _requests(run: PublishedRun) -> Iterable[TraceRequest]:
         key += 1
 
 
-def _request_s(preset: ClusterPreset, run: PublishedRun) -> float:
+def _request_s(costs: StepCosts, run: PublishedRun) -> float:
     """A request's time alone on the engine, by the preset's own step costs: the clients
     start this far apart over one request's time, as a closed loop settles (clients that
     all start together and all take the same time would stay in step for ever, which no
     real benchmark does)."""
-    costs = resolve_step_costs(preset, "engines").costs
     decode = costs.decode_step_s(run.concurrency or 1, (run.concurrency or 1) * run.isl)
     return costs.prefill_s([(run.isl, 0)]) + run.osl * decode
 
@@ -184,7 +183,7 @@ def closed_loop(preset: ClusterPreset, run: PublishedRun, rounds: int = 4) -> Cl
     sim = Simulator(
         preset, scheduler, schedulers.index, block_size=BLOCK, loop=loop, sink=next_request
     )
-    gap = _request_s(preset, run) / concurrency
+    gap = _request_s(sim.cluster.prefill["engines-0"].step_costs, run) / concurrency
     first = [dataclasses.replace(next(fresh), arrival_s=i * gap) for i in range(concurrency)]
     sim.run(first)
     # steady state: after each client's first request, before the drain

@@ -177,6 +177,7 @@ class PerfDbCosts:
         "_engine",
         "_extend_overhead",
         "_extend_per_token",
+        "_splits_attention",
         "_step_s",
         "gpus",
         "key",
@@ -195,7 +196,10 @@ class PerfDbCosts:
         self._step_s = costs.step_overhead_s
         self._extend_overhead = handoff.extend_overhead_s
         self._extend_per_token = handoff.extend_per_token_s
+        self._splits_attention = True
         self._probe()
+        # MLA's attention is inside the token-wise operations: nothing to price apart
+        self._splits_attention = self._attention_ms(1024) > 0.0
 
     def _probe(self) -> None:
         """Price a few shapes now, so a database without the tables a replay needs is
@@ -243,7 +247,8 @@ class PerfDbCosts:
             return self._alone_ms(*items[0])
         total = sum(new for new, _ in items)
         ms = self._alone_ms(total, 0)  # as one prompt: its attention spans them all
-        ms += sum(self._attention_ms(new) for new, _ in items) - self._attention_ms(total)
+        if self._splits_attention:
+            ms += sum(self._attention_ms(new) for new, _ in items) - self._attention_ms(total)
         return ms + sum(self._prefix_ms(new, cached) for new, cached in items)
 
     @_priced
@@ -293,10 +298,11 @@ class PerfDbCosts:
 
     def _mixed_ms(self, batch: int, context_tokens: float, chunk: float, context: float) -> float:
         new, cached = max(round(chunk), 1), max(round(context), 0)
+        alone, fresh = self._alone_ms(new, cached), self._alone_ms(new, 0)
+        decode = self._decode_ms(batch, context_tokens)
         ms = float(self._engine.mixed_step_latency(new, batch, new, 2, 0))
-        ms += self._prefix_ms(new, cached)
-        ms += self._decode_ms(batch, context_tokens) - self._decode_ms(batch, batch * new)
-        return max(ms, self._alone_ms(new, cached), self._decode_ms(batch, context_tokens))
+        ms += (alone - fresh) + decode - self._decode_ms(batch, batch * new)
+        return max(ms, alone, decode)
 
     @_priced
     def extend_s(self, tokens: int, context_tokens: int) -> float:
