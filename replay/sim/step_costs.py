@@ -17,11 +17,12 @@ with the reason the database could not be used.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Protocol
 
 from replay.presets.cluster_preset import ClusterPreset
-from replay.presets.schema import PoolSpec
+from replay.presets.schema import PoolSpec, StepCostsSpec
 from replay.sim.perfdb_costs import PerfDbCosts, PerfDbUnavailable, perfdb_key
 from replay.sim.roofline import Roofline
 from router.errors import UserError
@@ -64,7 +65,25 @@ class ResolvedStepCosts:
 
 
 def resolve_step_costs(preset: ClusterPreset, pool_name: str) -> ResolvedStepCosts:
-    """The step costs of ``pool_name``'s instances, by its ``step_costs.source``."""
+    """The step costs of ``pool_name``'s instances, by its ``step_costs.source``; the
+    database's own settings, set away from their defaults on a pool priced otherwise, are
+    named as unused."""
+    resolved = _resolve(preset, pool_name)
+    if resolved.source == "perfdb":
+        return resolved
+    spec, default = preset.spec.pools[pool_name].step_costs, StepCostsSpec()
+    unused = [
+        name
+        for name in ("dispatch_s_per_layer", "engine", "engine_version", "step_overhead_s")
+        if getattr(spec, name) != getattr(default, name)
+    ]
+    if not unused:
+        return resolved
+    said = ", ".join(f"step_costs.{name}" for name in unused)
+    return dataclasses.replace(resolved, detail=f"{resolved.detail}; {said} unused here")
+
+
+def _resolve(preset: ClusterPreset, pool_name: str) -> ResolvedStepCosts:
     pool = preset.spec.pools[pool_name]
     wanted = pool.step_costs.source
     if wanted == "calibrated" or (wanted == "auto" and pool.fitted is not None):

@@ -94,3 +94,12 @@ def test_step_overheads_are_added_as_the_preset_says() -> None:
     assert base.dispatch_s == pytest.approx(61 * 0.8e-3)
     assert bare.dispatch_s == 0.0
     assert base.prefill_s([(1024, 0)]) == bare.prefill_s([(1024, 0)])
+
+
+def test_database_settings_on_a_pool_priced_otherwise_are_named_as_unused() -> None:
+    preset = load_preset("pdd-small", {"pools.rld.step_costs.step_overhead_s": 0.002,
+                                       "pools.rld.step_costs.engine": "sglang"})  # fmt: skip
+    rld = resolve_step_costs(preset, "rld")
+    assert rld.source == "roofline"
+    assert rld.detail.endswith("; step_costs.engine, step_costs.step_overhead_s unused here")
+    assert "unused" not in resolve_step_costs(load_preset("pdd-small"), "rld").detail
