@@ -13,7 +13,8 @@ except the pipeline and instances when the router's ``x-pdd-pipeline`` header an
 error of a request that failed.
 
 Requests reach the endpoint in the trace's order, those due at the same moment included:
-each one's connection and bytes are sent before the next one's start (``_InOrder``), so an
+each one is sent, and taken by the server (its answer's headers are back), before the
+next one's start (``_InOrder``), so an
 engine queueing them first come, first served takes them in the order the replay does
 (sent at once over separate connections, the order in which they arrived varied from run
 to run, and with it which of a burst waited for memory). At most ``concurrency`` requests
@@ -149,20 +150,15 @@ class _Turn:
             self._lock.release()
             self._lock = None
 
-    async def trace(self, event: str, info: dict[str, Any]) -> None:
-        """httpcore's ``trace`` extension: the turn ends once the body is sent."""
-        if event.endswith("send_request_body.complete"):  # HTTP/1.1 and HTTP/2
-            self.release()
-
 
 class _InOrder:
-    """Requests sent one after another up to their last byte, then answered together: a
-    request holds the turn (a fair lock: taken in the order asked) from its connection
-    until its body is sent, its answer's headers arrive (a transport that traces nothing)
-    or it fails. Connecting in turn costs a round trip per new connection (microseconds on
-    loopback); sending each request as soon as the one before had sent its body, with the
-    connections made side by side, still let a server read a later one first (two sockets
-    readable at once)."""
+    """Requests taken by the server one after another, then answered together: a request
+    holds the turn (a fair lock: taken in the order asked) from its connection until its
+    answer's headers arrive (the server has read the whole request) or it fails. Releasing
+    the turn once the body was handed to the socket still let a server read a later, tiny
+    request first: with two sockets readable it may finish the small body while a large
+    one is still arriving in pieces. Waiting for the headers costs the server's time to
+    take a request (about a millisecond on loopback) per request of a burst."""
 
     def __init__(self) -> None:
         self._lock = asyncio.Lock()
@@ -179,9 +175,7 @@ async def _send(
     body = _body(options, prompt, seen.request.output_length)
     turn = await order.take()
     try:
-        async with client.stream(
-            "POST", f"{options.url}/v1/completions", json=body, extensions={"trace": turn.trace}
-        ) as response:
+        async with client.stream("POST", f"{options.url}/v1/completions", json=body) as response:
             turn.release()
             await _read(response, seen, t0)
     finally:
