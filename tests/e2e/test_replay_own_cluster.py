@@ -79,7 +79,7 @@ def test_a_file_defines_its_own_gpu_and_reprices_a_packaged_one(
     assert cluster["pools"]["md"] == {**tree["pools"]["md"], "instances": 2}
     assert cluster["hardware"]["my-gpu"]["source"] == "our vendor's sheet"
     assert cluster["hardware"]["h100"]["price_per_hour"] == 2.0
-    assert cluster["hardware"]["h100"]["hbm_bytes"] == 80e9  # the rest is the packaged entry
+    assert cluster["hardware"]["h100"]["hbm_bytes"] == 81_559 * 2**20  # the packaged entry
 
 
 @pytest.mark.parametrize(
