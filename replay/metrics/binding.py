@@ -17,6 +17,7 @@ Each resource comes with the ``pdd-router replay plan`` command that searches it
 
 from __future__ import annotations
 
+import json
 import shlex
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -33,7 +34,8 @@ MISS_SHARE = 0.05
 MEMORY_FULL = 0.9
 """A decode pool whose mean KV occupancy reaches this is short of memory, not compute."""
 
-_PLAN_OPTION = {"p": "--p", "rld": "--rld", "md": "--md"}
+_PLAN_OPTION = {"prefill": ("p", "--p"), "rld": ("rld", "--rld"), "md": ("md", "--md")}
+"""A resource's pool tier and the plan option that searches its instance count."""
 
 
 class Binding(BaseModel):
@@ -63,19 +65,23 @@ def _wan_gbps(cluster: Mapping[str, Any]) -> float | None:
 
 
 def _plan(summary: Summary, resource: str) -> str:
-    """The plan command around the run's deployment for ``resource``."""
+    """The plan command around the run's deployment (its preset and ``--set`` overrides)
+    for ``resource``; a deployment other than PDD gets plan's own PDD base instead."""
     trace = summary.trace if not summary.trace.startswith("<") else "TRACE"
     words = ["pdd-router", "replay", "plan", trace]
     pools = _pools(summary.cluster)
-    if {"p", "rld", "md"} <= pools.keys():  # plan searches PDD deployments around it
+    pdd = {"p", "rld", "md"} <= pools.keys()
+    if pdd:
         words += ["--preset", summary.preset]
-    tier = resource.split("-")[0]
+        for key, value in summary.overrides.items():
+            words += ["--set", f"{key}={value if isinstance(value, str) else json.dumps(value)}"]
+    option = _PLAN_OPTION.get(resource.split("-")[0])
     if resource == "line":
         gbps = _wan_gbps(summary.cluster) or 10.0
         words += ["--wan-gbps", ",".join(f"{gbps * k:g}" for k in (1, 2, 4))]
-    elif tier in _PLAN_OPTION:
-        n = pools.get(tier, ("", 1))[1]
-        words += [_PLAN_OPTION[tier], f"{n}..{max(2 * n, n + 1)}"]
+    elif pdd and option is not None:
+        n = pools[option[0]][1]
+        words += [option[1], f"{n}..{2 * n}"]
     return shlex.join(words)
 
 
@@ -136,7 +142,7 @@ def find_binding(summary: Summary) -> Binding | None:
     for all but ``MISS_SHARE`` of its requests and rejects none."""
     if summary.requests == 0:
         return None
-    missed = 1.0 - summary.sla_attainment
+    missed = round(1.0 - summary.sla_attainment, 6)  # as summary.json rounds it
     if summary.rejected == 0 and missed <= MISS_SHARE:
         return None
     if summary.rejected_by:
