@@ -7,14 +7,13 @@ arrival order (a preempted one at the head) until the engine has a slot (``max_b
 requests admitted) and memory for the prompt; its prefix cache gives them its blocks.
 Each engine step processes at most ``step_tokens`` tokens (vLLM's
 ``max_num_batched_tokens``): one for every decoding request, the rest for the prefills in
-admission order (chunked prefill). In fluid form the decode batch gains a token per step
-and the prefills ``step_tokens - batch`` tokens per step, a step taking one decode step
-plus the chunk's prefill pass (``StepCosts.mixed_step_s``).
-Steps are tracked as the prefill consumes them (``_step_room``: the tokens left of the
-current step's chunk): a request whose prefill ends inside a step gets its first token when
-that step ends (when the chunk is spent or no prefill is left), as every request finishing
-in one vLLM step does, and then joins the decode batch.
-
+admission order (chunked prefill). In fluid form the decode batch gains a token per step and
+the prefills ``step_tokens - batch`` tokens per step, a step taking one decode step plus the
+chunk's prefill pass (``StepCosts.mixed_step_s``). Steps are tracked as the prefill consumes
+them (``_step_room``: the tokens left of the current step's chunk): a request whose prefill
+ends inside a step gets its first token when that step ends (when the chunk is spent or no
+prefill is left), as every request finishing in one vLLM step does, and then joins the
+decode batch.
 Memory for the output is taken as it is generated (``GrowingMemory``) unless the output is
 reserved at admission (``on_demand`` false). When the growing batch fills the memory, the
 request admitted last is preempted: its memory and its progress are lost, and it comes
