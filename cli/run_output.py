@@ -34,6 +34,12 @@ def print_run(summary: Summary, files: list[Path]) -> None:
         console.print(f"step costs: {sources}", highlight=False, soft_wrap=True, style="dim")
     for warning in summary.warnings:
         console.print(f"[yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)
+    if summary.binding is not None:
+        console.print(
+            f"[yellow]short of {summary.binding.resource}[/]: size it with\n  "
+            f"{summary.binding.plan_command}",
+            highlight=False, soft_wrap=True,
+        )  # fmt: skip
     names = [str(f) for f in files]
     listed = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
     console.print(f"wrote {listed}", highlight=False, soft_wrap=True)

@@ -112,24 +112,41 @@ def stats_command(
         DEFAULT_ODD_MAX_OUTPUT, "--odd-max-output", help="Odd traffic: output at most this long"
     ),
     no_progress: bool = typer.Option(False, "--no-progress", help="Never show a progress bar"),
+    strict: bool = typer.Option(
+        False,
+        "--strict",
+        help="Refuse a trace whose lines contradict themselves (hash_ids against "
+        "input_length, output_length 0, a partial last block reused as a full one) "
+        "instead of warning",
+    ),
 ) -> None:
-    """Summarize a trace: sizes, arrival rate, prefix hit rates, hit-rate buckets, odd traffic."""
+    """Summarize a trace: sizes, arrival rate, prefix hit rates, hit-rate buckets, odd traffic.
+    Lines that contradict themselves are counted, and named by line number."""
+    from replay.trace.checks import TraceChecks
     from replay.trace.formats import detect_format, read_trace, resolve_format
     from replay.trace.report import print_stats, stats_json
     from replay.trace.stats import compute_stats
 
     fmt = resolve_format(format) if format is not None else detect_format(trace)
+    checks = TraceChecks(str(trace))  # every line read before refusing: the full report
     with _reading_progress(trace, enabled=not no_progress) as wrap:
         stats = compute_stats(
-            read_trace(trace, fmt, block_size, wrap=wrap),
+            read_trace(trace, fmt, block_size, wrap=wrap, checks=checks),
             cache_tokens=cache_tokens or (),
             odd_min_input=odd_min_input,
             odd_max_output=odd_max_output,
         )
+    refusal = checks.refusal() if strict else None
+    if refusal is not None:
+        raise refusal
     if as_json:
-        typer.echo(stats_json(stats, {"trace": str(trace), "format": fmt}))
+        header = {"trace": str(trace), "format": fmt, "contradictions": checks.as_json()}
+        typer.echo(stats_json(stats, header))
         return
     print_stats(Console(), stats, title=f"{trace} ({fmt})")
+    warning = checks.warning()
+    if warning is not None:
+        Console(stderr=True).print(f"[yellow]warning:[/] {warning}", highlight=False)
 
 
 @trace_app.command("synth")

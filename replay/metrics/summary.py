@@ -9,8 +9,10 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field
 
+from replay.metrics.binding import Binding, find_binding
 from replay.metrics.columns import float_values, is_none, sequential_sum, string_counts
 from replay.metrics.record import RequestRecord
+from replay.metrics.timeline import MAX_WINDOWS, TimelineSummary, busy_shares, timeline_summary
 from replay.sim.timeline import TimelineSamples
 from router.sla import SLA_TPOT_S, SLA_TTFT_S
 
@@ -28,50 +30,7 @@ __all__ = [
     "wan_gbps",
 ]
 
-MAX_WINDOWS = 120
-"""The timeline in summary.json has at most this many windows (samples are merged)."""
-
 FloatArray = npt.NDArray[np.float64]
-
-
-class TimelineSummary(BaseModel):
-    """Load over the run in windows of ``window_s`` (at most ``MAX_WINDOWS``): the line's
-    mean rate and largest backlog, each tier's mean utilization and KV occupancy."""
-
-    window_s: float
-    t_s: list[float] = Field(description="Each window's start, seconds after the first arrival")
-    wan_gbps: list[float] = Field(default_factory=list, description="Mean line rate, Gbps")
-    wan_backlog_gb: list[float] = Field(
-        default_factory=list, description="Largest backlog on the line, GB"
-    )
-    utilization: dict[str, list[float]] = Field(default_factory=dict)
-    kv_used: dict[str, list[float]] = Field(default_factory=dict)
-
-
-def _windows(values: Sequence[float], k: int, how: str) -> list[float]:
-    if not values:
-        return []
-    a = np.asarray(values, dtype=np.float64)
-    pad = (-len(a)) % k
-    grid = np.concatenate((a, np.full(pad, np.nan))).reshape(-1, k)
-    out = np.nanmax(grid, axis=1) if how == "max" else np.nanmean(grid, axis=1)
-    return [round(float(x), 6) for x in out]
-
-
-def timeline_summary(samples: TimelineSamples) -> TimelineSummary | None:
-    """The samples merged into at most ``MAX_WINDOWS`` windows."""
-    if not samples.t_s:
-        return None
-    k = max(-(-len(samples.t_s) // MAX_WINDOWS), 1)
-    origin = samples.t_s[0]
-    return TimelineSummary(
-        window_s=samples.period_s * k,
-        t_s=[round(t - origin, 6) for t in samples.t_s[::k]],
-        wan_gbps=_windows(samples.wan_gbps, k, "mean"),
-        wan_backlog_gb=_windows(samples.wan_backlog_gb, k, "max"),
-        utilization={t: _windows(v, k, "mean") for t, v in samples.utilization.items()},
-        kv_used={t: _windows(v, k, "mean") for t, v in samples.kv_used.items()},
-    )
 
 
 class SlaThresholds(BaseModel):
@@ -198,8 +157,18 @@ class Summary(BaseModel):
         0.0, description="Most bytes waiting on the line at once (GB, sampled)"
     )
     utilization: dict[str, float] = Field(
-        default_factory=dict, description="Per tier, over the run: P the share of instances "
-        "prefilling, RLD and MD running requests over the batch cap (fractions, sampled)",
+        default_factory=dict, description="Per tier, busy time over the run's window and its "
+        "instances (P prefilling, RLD and MD decoding a non-empty batch; fractions)",
+    )  # fmt: skip
+    instance_utilization: dict[str, float] = Field(
+        default_factory=dict, description="Per instance, busy time over the run's window"
+    )
+    wan_busy: float | None = Field(
+        None, description="Share of the run's window the line was sending (None: no line)"
+    )
+    binding: Binding | None = Field(
+        None, description="What runs short when over 5% of requests miss the SLA or any is "
+        "rejected, and the `replay plan` command that sizes it (None otherwise)",
     )  # fmt: skip
     kv_used: dict[str, float] = Field(
         default_factory=dict, description="Per tier, KV memory in use over capacity (fraction)"
@@ -324,10 +293,11 @@ def summarize(
     goodput = met / duration
     wan_mean = wan_bytes * 8 / simulated / 1e9 if simulated > 0 else 0.0
     backlog = timeline.wan_backlog_gb if timeline is not None else []
+    shares = busy_shares(timeline, simulated)
     served = is_none(records, "rejected")
     rejected_by = string_counts(records, "rejected")
     preempted = float_values(records, "preemptions")
-    return Summary(
+    summary = Summary(
         policy=policy,
         preset=preset,
         trace=trace,
@@ -371,12 +341,15 @@ def summarize(
         kv_event_wan_delay_s=kv_event_wan_delay_s,
         wan_utilization=round(wan_mean / wan_bandwidth_gbps, 6) if wan_bandwidth_gbps else 0.0,
         wan_backlog_gb_peak=round(max(backlog), 6) if backlog else 0.0,
-        utilization={t: _mean(v) for t, v in timeline.utilization.items()} if timeline else {},
+        utilization=shares.tiers,
+        instance_utilization=shares.instances,
+        wan_busy=shares.wan,
         kv_used={t: _mean(v) for t, v in timeline.kv_used.items()} if timeline else {},
         cost_split={k: round(v, 6) for k, v in (cost_split or {}).items()},
         timeline=timeline_summary(timeline) if timeline is not None else None,
         client=client,
     )
+    return summary.model_copy(update={"binding": find_binding(summary)})
 
 
 def _mean(values: Sequence[float]) -> float:

@@ -19,6 +19,11 @@ def _by_tier(values: dict[str, float]) -> str:
     return ", ".join(f"{k} {v:.0%}" for k, v in values.items()) or "-"
 
 
+def _utilization(summary: Summary) -> str:
+    line = f", line {summary.wan_busy:.0%}" if summary.wan_busy is not None else ""
+    return _by_tier(summary.utilization) + line
+
+
 def _cost(summary: Summary) -> str:
     split = ", ".join(f"{k} {v:.2f}" for k, v in summary.cost_split.items())
     return f"{summary.cost_per_hour:.2f} USD/h" + (f" ({split})" if split else "")
@@ -35,7 +40,7 @@ def _rejected(summary: Summary) -> str:
 _LIVE_ROWS = (
     "requests (completed)", "rejected (admission control)", "TTFT P50 / P90 / P99",
     "TPOT P50 / P90 / P99", "E2E P50 / P90 / P99", "largest gap P50 / P90 / P99", "SLA",
-    "goodput at the trace's rate", "pipelines", "wall",
+    "goodput at the trace's rate", "short of", "pipelines", "wall",
 )  # fmt: skip
 
 
@@ -67,7 +72,7 @@ def summary_table(summary: Summary) -> Table:
             f"({summary.wan_utilization:.0%} of the line), peak {summary.wan_gbps_peak:.2f} Gbps",
         ),
         ("WAN backlog, largest", f"{summary.wan_backlog_gb_peak:.2f} GB"),
-        ("utilization (mean)", _by_tier(summary.utilization)),
+        ("utilization (busy time)", _utilization(summary)),
         ("KV memory used (mean)", _by_tier(summary.kv_used)),
         (
             "KV transfer P50 / P99",
@@ -82,6 +87,8 @@ def summary_table(summary: Summary) -> Table:
         ("BCR at the trace's rate", f"{summary.bcr * 1000:.3f} req/s per 1000 USD/h"),
         ("simulated / wall", f"{summary.simulated_s:.0f} s / {summary.wall_s:.2f} s"),
     ]
+    if summary.binding is not None:
+        rows.insert(7, ("short of", f"{summary.binding.resource}: {summary.binding.reason}"))
     if live:
         rows[-1] = ("wall", f"{summary.wall_s:.2f} s")
         rows = [row for row in rows if row[0].startswith(_LIVE_ROWS)]

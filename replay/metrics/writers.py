@@ -9,7 +9,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from replay.metrics.record import RequestRecord
-from replay.metrics.summary import Summary, TimelineSummary
+from replay.metrics.summary import Summary
+from replay.metrics.timeline import TimelineSummary
 
 __all__ = ["write_requests", "write_run", "write_summary", "write_timeline"]
 
@@ -26,16 +27,17 @@ def write_requests(path: Path, records: Sequence[RequestRecord]) -> None:
 
 
 def write_timeline(path: Path, timeline: TimelineSummary) -> None:
-    """One row per window: its start, the line's rate and backlog, each tier's load."""
+    """One row per window: its start, the line's rate, backlog and busy share, each tier's
+    utilization (share of the window busy) and KV occupancy."""
     tiers = list(timeline.utilization)
-    header = ["t_s", "wan_gbps", "wan_backlog_gb"]
+    header = ["t_s", "wan_gbps", "wan_backlog_gb", "wan_busy"]
     header += [f"utilization_{t}" for t in tiers] + [f"kv_used_{t}" for t in tiers]
     with path.open("w", encoding="utf-8", newline="") as out:
         writer = csv.writer(out)
         writer.writerow(header)
         for i, t in enumerate(timeline.t_s):
             row: list[float | str] = [t]
-            for series in (timeline.wan_gbps, timeline.wan_backlog_gb):
+            for series in (timeline.wan_gbps, timeline.wan_backlog_gb, timeline.wan_busy):
                 row.append(series[i] if series else "")
             row += [timeline.utilization[tier][i] for tier in tiers]
             row += [timeline.kv_used[tier][i] for tier in tiers]

@@ -80,7 +80,7 @@ def load_context(summary: Summary, capacity_gbps: float | None) -> dict[str, Any
         edges, arrays(timeline.utilization), arrays(timeline.kv_used), wan, backlog
     )
     means = [
-        ("utilization (mean)", _by_tier(summary.utilization)),
+        ("utilization (busy time)", _by_tier(summary.utilization)),
         ("KV memory used (mean)", _by_tier(summary.kv_used)),
     ]
     if has_line and gbps:

@@ -122,8 +122,9 @@ def timeline_figure(
     wan: FloatArray | None,
     backlog: FloatArray | None,
 ) -> str:
-    """Per window: each tier's utilization with the line's (%), each tier's KV memory used
-    (%) and, with a line, its largest backlog (GB); shares are fractions, drawn x 100."""
+    """Per window: each tier's utilization (the share of the window its instances were
+    busy) with the line's (%), each tier's KV memory used (%) and, with a line, its largest
+    backlog (GB); shares are fractions, drawn x 100."""
     title = "The tiers' and the WAN line's load over time"
     panels = 3 if backlog is not None else 2
     with theme("timeline"):
@@ -146,7 +147,7 @@ def timeline_figure(
             axes[2].stairs(backlog, x, color=_WAN_COLOR, linewidth=1.2, label="WAN backlog")
             axes[2].set_ylabel("WAN backlog (GB)")
             axes[2].set_ylim(bottom=0.0)
-        axes[0].set_title("utilization: mean per window", loc="left", fontsize=9)
+        axes[0].set_title("utilization: share of each window busy", loc="left", fontsize=9)
         axes[1].set_title("KV memory used: mean per window", loc="left", fontsize=9)
         if backlog is not None:
             axes[2].set_title("WAN backlog: largest per window", loc="left", fontsize=9)

@@ -36,6 +36,7 @@ from replay.sim.event_loop import EventLoop
 from replay.sim.kv_events import KV_EVENT_DELAY_S
 from replay.sim.request_state import SimRequest
 from replay.sim.simulator import ProgressObserver, Simulator
+from replay.trace.checks import TraceChecks
 from replay.trace.formats import read_trace, resolve_format
 from replay.trace.record import TraceRequest
 from router import __version__
@@ -76,6 +77,7 @@ class _Trace:
     total: int | None  # how many, when known without reading them all
     held: list[TraceRequest] | None = None  # the requests, when given in memory
     checked: CheckedTrace | None = None  # a file's stream, once it is replayed
+    checks: TraceChecks | None = None  # a file's contradictions, as far as it was read
 
     def requests(self, preset: ClusterPreset) -> Iterator[TraceRequest]:
         stream = itertools.chain((self.first,), self.rest)
@@ -105,7 +107,8 @@ def _load_trace(
     first ``max_requests`` of them (in the file's or the sequence's order) when given."""
     if isinstance(trace, str | Path):
         fmt = resolve_format(trace_format) if trace_format is not None else None
-        stream: Iterator[TraceRequest] = read_trace(trace, fmt, block_size)
+        checks = TraceChecks(str(trace))
+        stream: Iterator[TraceRequest] = read_trace(trace, fmt, block_size, checks=checks)
         if max_requests is not None:
             stream = itertools.islice(stream, max_requests)
         first = next(stream, None)
@@ -114,7 +117,7 @@ def _load_trace(
         total = count_requests(trace, fmt) if count else None
         if total is not None and max_requests is not None:
             total = min(total, max_requests)
-        return _Trace(str(trace), first, stream, total)
+        return _Trace(str(trace), first, stream, total, checks=checks)
     kept = trace if max_requests is None else trace[:max_requests]
     requests = sorted(kept, key=lambda r: r.arrival_s)  # stable: file order among equals
     if not requests:
@@ -271,11 +274,17 @@ def run_replay(
             decision_log.seek(0)
             decision_log.truncate()
         fmt = resolve_format(trace_format) if trace_format is not None else None
-        held = list(itertools.islice(read_trace(source.name, fmt, block_size), max_requests))
+        checks = TraceChecks(source.name)
+        held = list(
+            itertools.islice(read_trace(source.name, fmt, block_size, checks=checks), max_requests)
+        )
         source = _load_trace(held, name=source.name)
+        source.checks = checks
         check_cluster(cluster, policy_name, source.held)
         records, sim = _simulate(cluster, source, options)
     warnings = cluster_warnings(cluster, policy_name, source.shape())
+    trace_warning = source.checks.warning() if source.checks is not None else None
+    warnings += [trace_warning] if trace_warning is not None else []
     wan = sim.cluster.wan
     wan_spec = cluster.spec.links.wan if wan is not None else None
     summary = summarize(

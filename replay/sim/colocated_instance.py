@@ -4,23 +4,21 @@ A calibrated engine's server first takes each request (``FittedTiming.frontend_s
 after another, as a single API server process does), and streams a first token only once
 it is through the requests it holds (``Frontend.busy_until``). Requests then wait in
 arrival order (a preempted one at the head) until the engine has a slot (``max_batch``
-requests admitted) and memory for the prompt; its prefix cache gives them the blocks it
-holds.
+requests admitted) and memory for the prompt; its prefix cache gives them its blocks.
 Each engine step processes at most ``step_tokens`` tokens (vLLM's
 ``max_num_batched_tokens``): one for every decoding request, the rest for the prefills in
-admission order (chunked prefill). In fluid form the decode batch gains a token per step
-and the prefills ``step_tokens - batch`` tokens per step, a step taking one decode step
-plus the chunk's prefill pass (``StepCosts.mixed_step_s``).
-Steps are tracked as the prefill consumes them (``_step_room``: the tokens left of the
-current step's chunk): a request whose prefill ends inside a step gets its first token when
-that step ends (when the chunk is spent or no prefill is left), as every request finishing
-in one vLLM step does, and then joins the decode batch.
-
-Memory for the output is taken as it is generated (``GrowingMemory``) unless the
-output is reserved at admission (``on_demand`` false). When the growing batch fills
-the memory, the request admitted last is preempted: its memory and its progress are
-lost, and it comes back first to recompute its prompt and what it had generated; the
-engine admits nothing else for the step that preempted.
+admission order (chunked prefill). In fluid form the decode batch gains a token per step and
+the prefills ``step_tokens - batch`` tokens per step, a step taking one decode step plus the
+chunk's prefill pass (``StepCosts.mixed_step_s``). Steps are tracked as the prefill consumes
+them (``_step_room``: the tokens left of the current step's chunk): a request whose prefill
+ends inside a step gets its first token when that step ends (when the chunk is spent or no
+prefill is left), as every request finishing in one vLLM step does, and then joins the
+decode batch.
+Memory for the output is taken as it is generated (``GrowingMemory``) unless the output is
+reserved at admission (``on_demand`` false). When the growing batch fills the memory, the
+request admitted last is preempted: its memory and its progress are lost, and it comes
+back first to recompute its prompt and what it had generated; the engine admits nothing
+else for the step that preempted. It is busy (``busy_time``) while it admits requests.
 """
 
 from __future__ import annotations
@@ -30,6 +28,7 @@ from collections.abc import Callable, Sequence
 
 from policies.tiers import Tier
 from policies.types import InstanceLoad
+from replay.sim.busy_time import BusyTime
 from replay.sim.decode_batch import DecodeBatch
 from replay.sim.event_loop import EventLoop
 from replay.sim.events import Priority
@@ -79,6 +78,7 @@ class ColocatedInstance:
         "_waiting",
         "_waiting_tokens",
         "batch",
+        "busy_time",
         "cache",
         "datacenter",
         "id",
@@ -138,6 +138,7 @@ class ColocatedInstance:
         self._held = False  # a preemption holds admissions for a step (or till an end)
         self._requests: dict[int, SimRequest] = {}
         self._frontend = Frontend(loop, step_costs.frontend_s, self._enqueue, step_costs.dispatch_s)
+        self.busy_time = BusyTime()  # while it holds admitted requests (prefill or decode)
 
     # -- what the simulator calls -----------------------------------------------------
 
@@ -389,6 +390,7 @@ class ColocatedInstance:
     def _sync_load(self) -> None:
         load = self.load
         load.running = len(self._admitted)
+        self.busy_time.set(bool(self._admitted), self._loop.now)
         front = self._frontend
         load.queued = len(self._waiting) + front.waiting
         load.queued_prefill_tokens = (

@@ -26,6 +26,7 @@ class PrefillInstance:
     __slots__ = (
         "_frontend",
         "_loop",
+        "busy_time",
         "cache",
         "datacenter",
         "id",
@@ -62,6 +63,7 @@ class PrefillInstance:
             on_change=self._sync_load,
         )
         self._frontend = Frontend(loop, step_costs.frontend_s, self._enqueue, step_costs.dispatch_s)
+        self.busy_time = self.queue.busy_time  # while a prefill batch runs
 
     def submit(self, request: SimRequest) -> None:
         """Queue the request's prefill, after the engine's server has taken it

@@ -6,6 +6,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
+from replay.sim.busy_time import BusyTime
 from replay.sim.event_loop import EventLoop
 from replay.sim.events import Priority
 
@@ -36,6 +37,7 @@ class PrefillQueue(Generic[T]):
         "_on_done",
         "_queue",
         "busy",
+        "busy_time",
         "queued_tokens",
         "running",
     )
@@ -58,6 +60,7 @@ class PrefillQueue(Generic[T]):
         self._on_change = on_change
         self._queue: deque[tuple[T, int]] = deque()
         self.busy = False
+        self.busy_time = BusyTime()  # while a batch runs
         self.running: list[T] = []
         self.queued_tokens = 0
 
@@ -84,6 +87,7 @@ class PrefillQueue(Generic[T]):
         tokens and against the batch limit of the jobs behind it, and there are none."""
         batch = [job]
         self.busy = True
+        self.busy_time.set(True, self._loop.now)
         self.running = batch
         self._loop.after(self._cost(batch), Priority.PREFILL, self._done, batch)
         if self._on_change is not None:
@@ -110,6 +114,7 @@ class PrefillQueue(Generic[T]):
             tokens += size
         if batch:
             self.busy = True
+            self.busy_time.set(True, self._loop.now)
             self.running = batch
             self._loop.after(self._cost(batch), Priority.PREFILL, self._done, batch)
         if self._on_change is not None:
@@ -121,3 +126,4 @@ class PrefillQueue(Generic[T]):
         for job in batch:
             self._on_done(job)
         self._start()
+        self.busy_time.set(self.busy, self._loop.now)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import heapq
 
+from replay.sim.busy_time import BusyTime
 from replay.sim.event_loop import EventLoop
 
 __all__ = ["SharedProgress"]
@@ -32,6 +33,7 @@ class SharedProgress:
         "_sum_target",
         "_t",
         "_version",
+        "busy_time",
         "rate",
         "v",
     )
@@ -47,6 +49,7 @@ class SharedProgress:
         self._version = 0
         self._sum_start = 0.0
         self._sum_target = 0.0
+        self.busy_time = BusyTime()  # while it has members (a batch decoding, a line sending)
 
     # -- what subclasses define -------------------------------------------------------
 
@@ -149,6 +152,7 @@ class SharedProgress:
             self.v += self.rate * (now - self._t)
             self._t = now
         members = self._members
+        self.busy_time.set(bool(members), now)
         rate = self._compute_rate() if members else 0.0
         if rate != self.rate:
             self.rate = rate

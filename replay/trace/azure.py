@@ -13,6 +13,7 @@ import csv
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 
+from replay.trace.checks import TraceChecks
 from replay.trace.fields import Line, describe
 from replay.trace.record import TraceRequest
 
@@ -66,9 +67,13 @@ def _count(line: Line, name: str, value: str) -> int:
 
 
 def parse_azure(
-    lines: Iterable[bytes | str], source: str, block_size: int = AZURE_BLOCK_SIZE
+    lines: Iterable[bytes | str],
+    source: str,
+    block_size: int = AZURE_BLOCK_SIZE,
+    checks: TraceChecks | None = None,
 ) -> Iterator[TraceRequest]:
-    """Yield one request per data row; a malformed row raises a UserError."""
+    """Yield one request per data row; a malformed row raises a UserError. ``checks`` is
+    shown each request with its line number (no block IDs: only its output length)."""
     reader = csv.reader(_text_lines(lines))
     header: list[str] | None = None
     columns: list[int] = []
@@ -93,7 +98,7 @@ def parse_azure(
             stamp = _instant(line, row[columns[0]])
             if first is None:
                 first = stamp
-            yield TraceRequest(
+            request = TraceRequest(
                 request_id=request_id,
                 arrival_s=_since(line, stamp, first),
                 input_length=_count(line, "ContextTokens", row[columns[1]]),
@@ -101,6 +106,9 @@ def parse_azure(
                 hash_ids=(),
                 block_size=block_size,
             )
+            if checks is not None:
+                checks.observe(line.number, request)
+            yield request
             request_id += 1
     except csv.Error as exc:
         raise Line(source, reader.line_num).error(f"malformed CSV ({exc})") from None

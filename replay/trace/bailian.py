@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+from replay.trace.checks import TraceChecks
 from replay.trace.fields import Line
 from replay.trace.record import TraceRequest
 
@@ -34,8 +35,11 @@ def _parent(line: Line, record: Mapping[str, Any]) -> int | None:
     return None if value < 0 else value
 
 
-def parse_bailian(lines: Iterable[bytes | str], source: str) -> Iterator[TraceRequest]:
-    """Yield one request per non-empty line; a malformed line raises a UserError."""
+def parse_bailian(
+    lines: Iterable[bytes | str], source: str, checks: TraceChecks | None = None
+) -> Iterator[TraceRequest]:
+    """Yield one request per non-empty line; a malformed line raises a UserError.
+    ``checks`` is shown each request with its line number."""
     root_of: dict[int, int] = {}
     for number, raw in enumerate(lines, start=1):
         if not raw.strip():
@@ -46,7 +50,7 @@ def parse_bailian(lines: Iterable[bytes | str], source: str) -> Iterator[TraceRe
         parent = _parent(line, record)
         root = chat_id if parent is None else root_of.get(parent, parent)
         root_of[chat_id] = root
-        yield TraceRequest(
+        request = TraceRequest(
             request_id=chat_id,
             arrival_s=line.seconds(record, "timestamp"),
             input_length=line.count(record, "input_length"),
@@ -58,3 +62,6 @@ def parse_bailian(lines: Iterable[bytes | str], source: str) -> Iterator[TraceRe
             turn=line.count(record, "turn"),
             kind=line.text(record, "type"),
         )
+        if checks is not None:
+            checks.observe(number, request)
+        yield request

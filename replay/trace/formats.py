@@ -13,6 +13,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,6 +22,7 @@ from typing import BinaryIO, cast
 from replay.trace.azure import AZURE_BLOCK_SIZE, parse_azure
 from replay.trace.bailian import BAILIAN_BLOCK_SIZE, parse_bailian
 from replay.trace.blocks import check_block_sizes, convert_requests
+from replay.trace.checks import TraceChecks
 from replay.trace.mooncake import MOONCAKE_BLOCK_SIZE, parse_mooncake
 from replay.trace.record import TraceRequest
 from router.errors import UserError
@@ -117,17 +119,30 @@ def detect_format(path: str | Path) -> str:
     )
 
 
-def _parse(fmt: str, path: Path, wrap: StreamWrapper | None, size: int) -> Iterator[TraceRequest]:
+_log = logging.getLogger(__name__)
+
+
+def _parse(
+    fmt: str, path: Path, wrap: StreamWrapper | None, size: int, checks: TraceChecks
+) -> Iterator[TraceRequest]:
     with open_binary(path, wrap) as stream:
         try:
             if fmt == "mooncake":
-                yield from parse_mooncake(stream, str(path))
+                yield from parse_mooncake(stream, str(path), checks)
             elif fmt == "bailian":
-                yield from parse_bailian(stream, str(path))
+                yield from parse_bailian(stream, str(path), checks)
             else:
-                yield from parse_azure(stream, str(path), block_size=size)
+                yield from parse_azure(stream, str(path), block_size=size, checks=checks)
         except (OSError, EOFError) as exc:  # truncated or corrupt gzip, I/O errors
             raise UserError(f"{path}: cannot read ({exc})") from None
+
+
+def _warn_at_end(requests: Iterator[TraceRequest], checks: TraceChecks) -> Iterator[TraceRequest]:
+    """The requests; once all are read, the contradictions found as a logged warning."""
+    yield from requests
+    message = checks.warning()
+    if message is not None:
+        _log.warning("warning: %s", message)
 
 
 def read_trace(
@@ -136,6 +151,8 @@ def read_trace(
     block_size: int | None = None,
     *,
     wrap: StreamWrapper | None = None,
+    strict: bool = False,
+    checks: TraceChecks | None = None,
 ) -> Iterator[TraceRequest]:
     """Stream the requests of a trace file, in file order.
 
@@ -143,17 +160,32 @@ def read_trace(
     that many tokens (one of the two sizes must divide the other). The file's
     existence, its format and the block size are checked at once; malformed lines
     raise a UserError naming file, line and field when the iteration reaches them.
+
+    Lines that contradict themselves or earlier lines (``replay.trace.checks``: block
+    IDs against the input length, an empty output, a partial block reused as a full
+    one) are checked on the file's own blocks: ``strict`` refuses the trace at the first
+    one (a UserError naming the line); otherwise they are collected in ``checks`` for
+    the caller to report, or, without ``checks``, logged as one warning (logger
+    ``replay.trace.formats``) once the whole file is read.
     """
     path = Path(path)
     if not path.exists():
         raise UserError(f"{path}: no such file")
     fmt = resolve_format(format) if format is not None else detect_format(path)
     native = NATIVE_BLOCK_SIZES[fmt]
+    owned = checks is None
+    if checks is None:
+        checks = TraceChecks(str(path), blocks=fmt != "azure")
+    checks.strict = checks.strict or strict
+    checks.blocks = fmt != "azure"
     if fmt == "azure":  # no blocks to convert: just record the asked size
         if block_size is not None and block_size <= 0:
             raise UserError(f"block size must be positive, got {block_size}")
-        return _parse(fmt, path, wrap, block_size or native)
-    requests = _parse(fmt, path, wrap, native)
+        requests = _parse(fmt, path, wrap, block_size or native, checks)
+        return _warn_at_end(requests, checks) if owned else requests
+    requests = _parse(fmt, path, wrap, native, checks)
+    if owned:
+        requests = _warn_at_end(requests, checks)
     if block_size is None or block_size == native:
         return requests
     check_block_sizes(native, block_size)

@@ -15,6 +15,7 @@ from typing import Annotated, Any, TextIO
 
 import msgspec
 
+from replay.trace.checks import TraceChecks
 from replay.trace.fields import Line
 from replay.trace.record import TraceRequest
 
@@ -46,8 +47,11 @@ class _WellFormed(msgspec.Struct):
 _decode_well_formed = msgspec.json.Decoder(_WellFormed).decode
 
 
-def parse_mooncake(lines: Iterable[bytes | str], source: str) -> Iterator[TraceRequest]:
-    """Yield one request per non-empty line; a malformed line raises a UserError."""
+def parse_mooncake(
+    lines: Iterable[bytes | str], source: str, checks: TraceChecks | None = None
+) -> Iterator[TraceRequest]:
+    """Yield one request per non-empty line; a malformed line raises a UserError.
+    ``checks`` is shown each request with its line number."""
     request_id = 0
     for number, raw in enumerate(lines, start=1):
         if not raw.strip():
@@ -55,28 +59,32 @@ def parse_mooncake(lines: Iterable[bytes | str], source: str) -> Iterator[TraceR
         try:
             r = _decode_well_formed(raw)
         except msgspec.DecodeError:  # ValidationError included
-            pass
+            request = _slow_path(Line(source, number), raw, request_id)
         else:
             sid = r.session_id
-            yield TraceRequest(
+            request = TraceRequest(
                 request_id, r.timestamp * 1e-3, r.input_length, r.output_length, r.hash_ids,
                 MOONCAKE_BLOCK_SIZE, None if sid is None else str(sid), None, r.turn,
             )  # fmt: skip
-            request_id += 1
-            continue
-        line = Line(source, number)
-        record = line.decode_json(raw)
-        yield TraceRequest(
-            request_id=request_id,
-            arrival_s=line.seconds(record, "timestamp", scale=1e-3),
-            input_length=line.count(record, "input_length"),
-            output_length=line.count(record, "output_length"),
-            hash_ids=line.block_ids(record, "hash_ids"),
-            block_size=MOONCAKE_BLOCK_SIZE,
-            session_id=line.optional_label(record, "session_id"),
-            turn=line.optional_count(record, "turn"),
-        )
+        if checks is not None:
+            checks.observe(number, request)
+        yield request
         request_id += 1
+
+
+def _slow_path(line: Line, raw: bytes | str, request_id: int) -> TraceRequest:
+    """A line the fast decoder refused: field by field, naming what is wrong."""
+    record = line.decode_json(raw)
+    return TraceRequest(
+        request_id=request_id,
+        arrival_s=line.seconds(record, "timestamp", scale=1e-3),
+        input_length=line.count(record, "input_length"),
+        output_length=line.count(record, "output_length"),
+        hash_ids=line.block_ids(record, "hash_ids"),
+        block_size=MOONCAKE_BLOCK_SIZE,
+        session_id=line.optional_label(record, "session_id"),
+        turn=line.optional_count(record, "turn"),
+    )
 
 
 def mooncake_record(request: TraceRequest) -> dict[str, Any]:

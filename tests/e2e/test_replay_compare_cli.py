@@ -238,7 +238,7 @@ def test_run_writes_a_report_next_to_its_summary(
     timeline = summary["timeline"]
     assert f"{len(timeline['t_s'])} windows of {timeline['window_s']:g} s" in load
     by_tier = ", ".join(f"{k} {v:.0%}" for k, v in summary["utilization"].items())
-    assert f"<dt>utilization (mean)</dt><dd>{by_tier}</dd>" in load
+    assert f"<dt>utilization (busy time)</dt><dd>{by_tier}</dd>" in load
     kv = ", ".join(f"{k} {v:.0%}" for k, v in summary["kv_used"].items())
     assert f"<dt>KV memory used (mean)</dt><dd>{kv}</dd>" in load
     wan = f"mean {summary['wan_gbps_mean']:.2f} Gbps ({summary['wan_utilization']:.0%} of the"

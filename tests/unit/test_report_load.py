@@ -25,7 +25,10 @@ def test_a_cluster_in_one_datacenter_shows_no_line_and_prices_only_its_gpus(
     assert wan is None
     assert backlog is None  # two panels: utilization and KV memory used
     assert set(utilization) == {"p", "md"}
-    assert [name for name, _ in load["means"]] == ["utilization (mean)", "KV memory used (mean)"]
+    assert [name for name, _ in load["means"]] == [
+        "utilization (busy time)",
+        "KV memory used (mean)",
+    ]
     assert "WAN backlog" not in load["figure"]
     rows = load_cost.cost_rows(summary)
     assert [r["part"] for r in rows] == ["p", "md", "cost"]

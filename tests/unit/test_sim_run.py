@@ -174,7 +174,7 @@ def test_summary_shows_the_load_of_each_tier_and_the_line_and_the_cost_split(
     assert s.utilization["p"] > 0.3  # P is the bottleneck of this trace at twice its rate
     write_run(tmp_path, s, result.records)
     rows = (tmp_path / "timeline.csv").read_text().splitlines()
-    assert rows[0].startswith("t_s,wan_gbps,wan_backlog_gb,utilization_p")
+    assert rows[0].startswith("t_s,wan_gbps,wan_backlog_gb,wan_busy,utilization_p")
     assert len(rows) == len(timeline.t_s) + 1
     # one datacenter: no line to pay for or to fill
     idc = run_replay(agentic, "idc-pd-small").summary
