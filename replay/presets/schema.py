@@ -38,7 +38,7 @@ class HardwareSpec(_Spec):
     """One GPU model: peak dense compute, HBM size and bandwidth, rental price."""
 
     peak_flops: float = Field(gt=0, description="Dense BF16 FLOP/s of one GPU")
-    hbm_bytes: float = Field(gt=0, description="Memory of one GPU in bytes, as the driver reports it")
+    hbm_bytes: float = Field(gt=0, description="Memory of one GPU in bytes, as its driver reports")
     hbm_bandwidth_bytes_s: float = Field(gt=0, description="HBM bandwidth of one GPU, bytes/s")
     price_per_hour: float = Field(ge=0, description="USD per GPU-hour")
     perfdb_system: str | None = Field(
