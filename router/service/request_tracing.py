@@ -35,14 +35,16 @@ STREAM = "pdd.stream"
 
 def instrument(app: FastAPI, provider: TracerProvider) -> None:
     """A span per HTTP request, the parent of its stages' spans, when ``provider`` records
-    (its per-message send and receive spans left out: a stream sends one per token)."""
+    (its per-message send and receive spans left out: a stream sends one per token; the
+    probes' and scrapers' requests left out too)."""
     if isinstance(provider, trace.NoOpTracerProvider):
         return
     from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
 
     FastAPIInstrumentor.instrument_app(
-        app, tracer_provider=provider, exclude_spans=["receive", "send"]
-    )
+        app, tracer_provider=provider, exclude_spans=["receive", "send"],
+        excluded_urls="/healthz,/readyz,/metrics",
+    )  # fmt: skip
 
 
 class StreamSpans:

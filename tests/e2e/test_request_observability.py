@@ -172,3 +172,14 @@ def test_a_handoff_shows_rld_s_stream_md_s_copy_and_the_switch() -> None:
     assert found[-2:] == [("pdd.handoff", "md0"), ("pdd.stream", "md0")]
     streamed = [s for s in spans if s.name == "pdd.stream"]
     assert sum((s.attributes or {})["pdd.tokens"] for s in streamed) == 200  # type: ignore[misc]
+
+
+def test_probes_and_scrapes_are_not_traced() -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    settings = Settings(service={"vocab_size": VOCAB})
+    with TestClient(create_app(settings, adapter_factory=Engines(), tracer_provider=provider)) as c:
+        for path in ("/healthz", "/readyz", "/metrics", "/v1/models"):
+            c.get(path)
+    assert [s.name for s in exporter.get_finished_spans()] == ["GET /v1/models"]
