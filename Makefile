@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PACKAGES := policies engines_adapter router replay cli
 
-.PHONY: demo test test-fast test-vllm lint typecheck unit redis chromium vllm aiperf bench compose-test clean
+.PHONY: demo test test-fast test-vllm lint typecheck unit redis chromium prometheus vllm aiperf bench compose-test clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,7 +22,7 @@ demo: $(STAMP)
 test: test-fast test-vllm compose-test
 
 ## test-fast: lint, types and every test that needs no real vLLM
-test-fast: $(STAMP) redis chromium aiperf lint typecheck
+test-fast: $(STAMP) redis chromium aiperf prometheus lint typecheck
 	$(BIN)/pytest -m "not vllm"
 
 ## test-vllm: the tests that run real vLLM engines on the CPU (installed once, cached).
@@ -37,6 +37,10 @@ redis:
 
 chromium:
 	./scripts/ensure-chromium.sh
+
+## prometheus: Debian's Prometheus, for the test that runs the Grafana dashboard's queries
+prometheus:
+	./scripts/ensure-prometheus.sh
 
 vllm:
 	./scripts/ensure-vllm.sh >/dev/null

@@ -169,7 +169,8 @@ async def completions(body: CompletionRequest, request: Request) -> object:
     """OpenAI's completions: each prompt is decided, then executed along its decision."""
     svc = _state(request)
     model = svc.models.resolve(body.model, svc.pool)
-    prompts, tokenizer = await _prompts(svc, body, model)
+    with svc.tracer.start_as_current_span("pdd.tokenize"):
+        prompts, tokenizer = await _prompts(svc, body, model)
     if body.stream and len(prompts) > 1:
         raise ApiError(400, "stream a single prompt per request (several prompts are served "
                        "without streaming)", param="prompt")  # fmt: skip

@@ -47,6 +47,7 @@ from router.service.models import ModelRegistry
 from router.service.openai_api import openai_router
 from router.service.peers import Peers
 from router.service.pool import InstancePool
+from router.service.request_tracing import instrument
 from router.service.route_fast_path import RouteFastPath
 from router.service.schemas import InstanceConfig
 from router.service.state import ServiceState
@@ -259,6 +260,7 @@ def create_app(
     if settings.service.route_fast_path:
         app.add_middleware(RouteFastPath, auth=auth)
     install_error_handlers(app)
+    instrument(app, provider)  # with tracing on: a span per HTTP request, its stages' parent
     keyed = [Depends(auth.require_key)]
     app.include_router(api_router, dependencies=keyed, responses=auth_responses(401, 403))
     app.include_router(openai_router, dependencies=keyed, responses=auth_responses(401, 403))

@@ -30,6 +30,7 @@ from router.service.experiments import Arm
 from router.service.models import ResolvedModel
 from router.service.orchestrator import ExecutionResult, Upstream, execute
 from router.service.outcomes import Timing, record_outcome, unwatch, unwatched_on_error, watch
+from router.service.request_metrics import RequestMetrics
 from router.service.state import ServiceState
 from router.service.tenancy import PREDICTION_FIELDS, shows_predictions
 from router.service.text_stream import TextStream
@@ -94,8 +95,10 @@ class Generation:
         stream: Any,
         first: list[int] | None,
         timing: Timing,
+        metrics: RequestMetrics,
     ) -> None:
         self.svc, self.job, self.view = svc, job, view
+        self.metrics = metrics
         self.decision, self.arm, self.outcome = decision, arm, outcome
         self._stream = stream
         self._first = first
@@ -114,6 +117,7 @@ class Generation:
         view = RequestView(chain.hashes, chain.block_size, chain.num_tokens, job.max_tokens,
                            job.session_id, time.time(), request_id)  # fmt: skip
         timing = Timing(time.perf_counter())
+        metrics = RequestMetrics(svc.metrics.request, job.model, len(job.prompt))
         client = GenerateRequest(
             request_id=request_id, prompt_token_ids=as_list(job.prompt), max_tokens=job.max_tokens,
             temperature=job.temperature, ignore_eos=job.ignore_eos, sampling=job.sampling,
@@ -133,7 +137,9 @@ class Generation:
                     tried = time.perf_counter()
                     try:
                         first = await _unless_client_leaves(request, anext(stream, None))
-                        return cls(svc, job, view, decision, arm, outcome, stream, first, timing)
+                        metrics.decided(decision, arm.spec.name if arm is not None else None)
+                        return cls(svc, job, view, decision, arm, outcome, stream, first, timing,
+                                   metrics)  # fmt: skip
                     except ClientGone:
                         raise ApiError(499, "the client closed the connection") from None
                     except EngineError as exc:
@@ -146,6 +152,9 @@ class Generation:
                         (busy if exc.cause == "busy" else failed).add(exc.instance_id)
                         if attempt == MAX_ATTEMPTS - 1:
                             raise _unserved(exc) from exc
+            except BaseException as exc:
+                metrics.failed(exc)
+                raise
             finally:
                 svc.pool.release(request_id)
         raise AssertionError("unreachable")  # pragma: no cover
@@ -161,6 +170,7 @@ class Generation:
                 raise EngineError(instance, f"sent token id {bad!r}, outside the vocabulary "
                                   f"[0, {self.job.vocab_end})")  # fmt: skip
             self.timing.saw(len(pending))
+            self.metrics.tokens(len(pending))
             yield pending
             pending = await anext(self._stream, None)
 
@@ -185,6 +195,7 @@ class Generation:
             except ClientGone:
                 raise ApiError(499, "the client closed the connection") from None
             except EngineError as exc:
+                self.metrics.failed(exc)
                 if exc.cause == "request":
                     raise refused(exc) from exc
                 log.warning("engine failed mid-request", request=self.request_id,
@@ -198,6 +209,7 @@ class Generation:
         ``stopped``: a stop string ended it."""
         if stopped:
             self.outcome.finish_reason = "stop"
+        self.metrics.finished(self.outcome.finish_reason, self.outcome.cached_tokens)
         if not self.recorded:
             self.recorded = True
             record_outcome(self.svc, self.view, self.decision, self.outcome, self.arm,
@@ -208,6 +220,7 @@ class Generation:
         request stops being watched."""
         with anyio.CancelScope(shield=True):
             await self._stream.aclose()
+        self.metrics.close()
         if not self.recorded:
             unwatch(self.svc, self.request_id)
 
@@ -345,6 +358,7 @@ async def stream_events(
                 if text.stopped:
                     break
         except EngineError as exc:
+            run.metrics.failed(exc)
             message, kind, status = stream_error(exc)
             yield sse_data(error_body(message, kind, None, status))
             yield "data: [DONE]\n\n"

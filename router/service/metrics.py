@@ -1,10 +1,13 @@
-"""Prometheus metrics of the service, on a registry owned by the app (no globals)."""
+"""Prometheus metrics of the service, on a registry owned by the app (no globals); the
+per-request ones are in ``request_metrics``."""
 
 from __future__ import annotations
 
 import contextlib
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from router.service.request_metrics import RequestFamilies
 
 __all__ = ["ServiceMetrics"]
 
@@ -72,10 +75,8 @@ class ServiceMetrics:
             "Instances whose KV events this replica writes to the shared index",
             registry=r,
         )
-        self.ttft = Histogram(
-            "pdd_router_ttft_seconds", "Time to first token as the client saw it", ["arm"],
-            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 60), registry=r,
-        )  # fmt: skip
+        # per request: latencies, tokens, outcomes, in flight (``RequestMetrics`` records)
+        self.request = RequestFamilies(r)
         self.overhead = Histogram(
             "pdd_router_overhead_seconds",
             "The router's own time before a request's first token: its time to first token "

@@ -65,7 +65,8 @@ async def chat_completions(body: ChatRequest, request: Request) -> object:
     svc = _state(request)
     model = svc.models.resolve(body.model, svc.pool)
     tokenizer = svc.models.tokenizer(model, svc.pool)
-    prompt = await chat_prompt(svc, body, tokenizer)
+    with svc.tracer.start_as_current_span("pdd.tokenize"):
+        prompt = await chat_prompt(svc, body, tokenizer)
     given = "max_tokens" if body.max_completion_tokens is None else "max_completion_tokens"
     max_tokens = body.max_completion_tokens or body.max_tokens
     job = job_of(svc, body, model, prompt, max_tokens, given, prompt_field="messages",

@@ -40,6 +40,7 @@ from policies.tiers import Tier
 from policies.types import Decision, HandoffMode, Pipeline
 from router.service.metrics import ServiceMetrics
 from router.service.pool import InstancePool, Watch
+from router.service.request_tracing import HANDOFF, PREFILL, TRANSFER, StreamSpans
 
 __all__ = ["ExecutionResult", "Upstream", "execute"]
 
@@ -98,11 +99,12 @@ class Upstream:
         request: GenerateRequest,
         targets: int = 1,
         uncached_tokens: int | None = None,
+        stage: str = PREFILL,
     ) -> PrefillResult:
         """Prefill on the instance; until it returns, its ``uncached_tokens`` (default: the
-        whole prompt) count in the instance's prefill queue."""
+        whole prompt) count in the instance's prefill queue; ``stage``: its span's name."""
         tokens = len(request.prompt_token_ids) if uncached_tokens is None else uncached_tokens
-        with self.tracer.start_as_current_span("pdd.upstream.prefill") as span:
+        with self.tracer.start_as_current_span(stage) as span:
             span.set_attribute("pdd.instance", instance_id)
             span.set_attribute("pdd.prompt_tokens", len(request.prompt_token_ids))
             adapter = self.adapter(instance_id)
@@ -129,12 +131,15 @@ class Upstream:
             return result
 
     async def generate(
-        self, instance_id: str, request: GenerateRequest, outcome: ExecutionResult | None
+        self,
+        instance_id: str,
+        request: GenerateRequest,
+        outcome: ExecutionResult | None,
+        wait: str = TRANSFER,
     ) -> AsyncGenerator[TokenDelta, None]:
-        """The engine's deltas; with ``outcome``, cached tokens and finish reason recorded."""
-        span = self.tracer.start_span("pdd.upstream.generate")
-        span.set_attribute("pdd.instance", instance_id)
-        span.set_attribute("pdd.prompt_tokens", len(request.prompt_token_ids))
+        """The engine's deltas; with ``outcome``, cached tokens and finish reason recorded;
+        ``wait``: the stage its first token ends (its span's name)."""
+        spans = StreamSpans(self.tracer, instance_id, wait, len(request.prompt_token_ids))
         stream = self.adapter(instance_id).generate(request)
         produced = 0
         asked = time.perf_counter()
@@ -157,6 +162,7 @@ class Upstream:
                     raise EngineError(instance_id, "generate: " + late) from exc
                 if produced == 0 and delta.token_ids:
                     self.pool.succeeded(instance_id)
+                    spans.first_token()
                     if outcome is not None and outcome.tokens == 0:  # the client's first
                         outcome.engine_wait_s += time.perf_counter() - asked
                 produced += len(delta.token_ids)
@@ -168,13 +174,12 @@ class Upstream:
                 yield delta
         except EngineError as exc:
             self._failed(instance_id, exc)
-            span.record_exception(exc)
+            spans.failed(exc)
             raise
         finally:
             self.pool.stream_started(instance_id, -1)
             await stream.aclose()
-            span.set_attribute("pdd.tokens", produced)
-            span.end()
+            spans.end(produced)
 
 
 async def _colocated(
@@ -187,7 +192,7 @@ async def _colocated(
     up.pool.prefill_started(engine, uncached)
     queued = True
     try:
-        async with contextlib.aclosing(up.generate(engine, req, outcome)) as deltas:
+        async with contextlib.aclosing(up.generate(engine, req, outcome, PREFILL)) as deltas:
             async for delta in deltas:
                 if queued and delta.token_ids:
                     up.pool.prefill_started(engine, -uncached)
@@ -298,6 +303,7 @@ async def execute(
                                 request_id=f"{request_id}-md{handed}",
                                 prompt_token_ids=prompt + eager[:handed],
                             ),
+                            stage=HANDOFF,
                         )
                     )
                 continue
@@ -329,7 +335,7 @@ async def execute(
         outcome.finish_reason = "length"
         return
     ext = derived(prompt_token_ids=prompt + eager, max_tokens=rest)
-    async with contextlib.aclosing(up.generate(md_id, ext, outcome)) as deltas:
+    async with contextlib.aclosing(up.generate(md_id, ext, outcome, HANDOFF)) as deltas:
         async for delta in deltas:
             outcome.tokens += len(delta.token_ids)
             yield delta.token_ids
@@ -344,7 +350,13 @@ def _fault_of(task: asyncio.Task[None]) -> EngineError | None:
 
 
 async def _warm(
-    up: Upstream, md_id: str, request: GenerateRequest, kv: dict[str, Any] | None = None
+    up: Upstream,
+    md_id: str,
+    request: GenerateRequest,
+    kv: dict[str, Any] | None = None,
+    stage: str = TRANSFER,
 ) -> None:
-    """Make MD hold the prompt's KV (its copy arriving; on CPU engines, computing it)."""
-    await up.prefill(md_id, request.model_copy(update={"max_tokens": 1, "kv_transfer_params": kv}))
+    """Make MD hold the prompt's KV (its copy arriving; on CPU engines, computing it);
+    ``stage``: the span's name (a catch-up chunk of eager tokens is part of the handoff)."""
+    await up.prefill(md_id, request.model_copy(update={"max_tokens": 1, "kv_transfer_params": kv}),
+                     stage=stage)  # fmt: skip

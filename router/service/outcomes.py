@@ -137,7 +137,6 @@ def record_outcome(
         ttft = timing.first_at - timing.started
         tokens = timing.tokens
         tpot = (timing.last_at - timing.first_at) / (tokens - 1) if tokens > 1 else None
-        svc.metrics.ttft.labels(arm.spec.name if arm is not None else "default").observe(ttft)
         svc.metrics.overhead.observe(max(ttft - outcome.engine_wait_s, 0.0))
         if arm is not None:
             arm_outcome = ArmSample(ttft, tpot, outcome.pipeline.value, None)

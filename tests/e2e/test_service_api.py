@@ -229,8 +229,8 @@ def test_a_span_per_decision_and_per_upstream_call() -> None:
     spans = {(s.name, s.attributes.get("pdd.instance")): s for s in exporter.get_finished_spans()}
     decide = spans[("pdd.decide", None)]
     assert decide.attributes["pdd.pipeline"] == "P-MD"
-    assert spans[("pdd.upstream.prefill", "p0")].attributes["pdd.prompt_tokens"] == len(PROMPT)
-    assert spans[("pdd.upstream.generate", "md0")].attributes["pdd.tokens"] == 8
+    assert spans[("pdd.prefill", "p0")].attributes["pdd.prompt_tokens"] == len(PROMPT)
+    assert spans[("pdd.stream", "md0")].attributes["pdd.tokens"] == 8
 
 
 def test_a_busy_prefill_instance_sends_concurrent_requests_elsewhere() -> None:
