@@ -20,12 +20,9 @@ from __future__ import annotations
 import json
 import shlex
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel, Field
-
-if TYPE_CHECKING:
-    from replay.metrics.summary import Summary
 
 __all__ = ["MEMORY_FULL", "MISS_SHARE", "Binding", "find_binding"]
 
@@ -36,6 +33,50 @@ MEMORY_FULL = 0.9
 
 _PLAN_OPTION = {"prefill": ("p", "--p"), "rld": ("rld", "--rld"), "md": ("md", "--md")}
 """A resource's pool tier and the plan option that searches its instance count."""
+
+
+class _P90(Protocol):
+    @property
+    def p90(self) -> float | None: ...
+
+
+class _TpotLimit(Protocol):
+    @property
+    def tpot_s(self) -> float: ...
+
+
+class RunFigures(Protocol):
+    """The figures of a run's summary that judge what binds (``replay.metrics.summary``'s
+    ``Summary`` has them; a protocol here keeps the summary module the only importer)."""
+
+    @property
+    def trace(self) -> str: ...
+    @property
+    def preset(self) -> str: ...
+    @property
+    def cluster(self) -> dict[str, Any]: ...
+    @property
+    def overrides(self) -> dict[str, Any]: ...
+    @property
+    def requests(self) -> int: ...
+    @property
+    def rejected(self) -> int: ...
+    @property
+    def rejected_by(self) -> dict[str, int]: ...
+    @property
+    def preemptions(self) -> int: ...
+    @property
+    def sla_attainment(self) -> float: ...
+    @property
+    def sla(self) -> _TpotLimit: ...
+    @property
+    def tpot_s(self) -> _P90: ...
+    @property
+    def utilization(self) -> dict[str, float]: ...
+    @property
+    def kv_used(self) -> dict[str, float]: ...
+    @property
+    def wan_utilization(self) -> float: ...
 
 
 class Binding(BaseModel):
@@ -64,7 +105,7 @@ def _wan_gbps(cluster: Mapping[str, Any]) -> float | None:
     return float(wan["bandwidth_gbps"]) if isinstance(wan, Mapping) else None
 
 
-def _plan(summary: Summary, resource: str) -> str:
+def _plan(summary: RunFigures, resource: str) -> str:
     """The plan command around the run's deployment (its preset and ``--set`` overrides)
     for ``resource``; a deployment other than PDD gets plan's own PDD base instead."""
     trace = summary.trace if not summary.trace.startswith("<") else "TRACE"
@@ -85,7 +126,7 @@ def _plan(summary: Summary, resource: str) -> str:
     return shlex.join(words)
 
 
-def _decode(summary: Summary, tier: str) -> tuple[str, float, str]:
+def _decode(summary: RunFigures, tier: str) -> tuple[str, float, str]:
     """A decode pool's short resource: memory when nearly full (or preempting), compute
     otherwise; with its figure and its reason."""
     kv = summary.kv_used.get(tier, 0.0)
@@ -98,7 +139,7 @@ def _decode(summary: Summary, tier: str) -> tuple[str, float, str]:
     return f"{tier}-compute", busy, figures
 
 
-def _from_rejections(summary: Summary) -> tuple[str, str]:
+def _from_rejections(summary: RunFigures) -> tuple[str, str]:
     reason, count = max(summary.rejected_by.items(), key=lambda kv: kv[1])
     share = f"{count} of {summary.requests} requests ({count / summary.requests:.1%}) rejected"
     if reason == "wan":
@@ -110,13 +151,13 @@ def _from_rejections(summary: Summary) -> tuple[str, str]:
     return "prefill", f"{share} for the prefill queue; prefill busy {busy:.0%} of the time"
 
 
-def _line(summary: Summary) -> str:
+def _line(summary: RunFigures) -> str:
     gbps = _wan_gbps(summary.cluster)
     size = f" of {gbps:g} Gbps" if gbps else ""
     return f"carried a mean {summary.wan_utilization:.0%}{size}"
 
 
-def _from_load(summary: Summary) -> tuple[str, str]:
+def _from_load(summary: RunFigures) -> tuple[str, str]:
     tiers = summary.utilization
     candidates: list[tuple[float, str, str]] = []
     if _wan_gbps(summary.cluster):
@@ -137,7 +178,7 @@ def _from_load(summary: Summary) -> tuple[str, str]:
     return resource, reason
 
 
-def find_binding(summary: Summary) -> Binding | None:
+def find_binding(summary: RunFigures) -> Binding | None:
     """The resource that binds in ``summary``'s run, or None when the run meets its SLA
     for all but ``MISS_SHARE`` of its requests and rejects none."""
     if summary.requests == 0:
