@@ -34,6 +34,7 @@ __all__ = [
     "TokenizeChatRequest",
     "TokenizeCompletionRequest",
     "TokenizeResponse",
+    "model_vocabulary",
     "tokenize_router",
 ]
 
@@ -218,6 +219,22 @@ async def detokenize(body: DetokenizeRequest, request: Request) -> DetokenizeRes
         return DetokenizeResponse(prompt=await tokenizer.decode(body.tokens))
     except EngineTokenizeError as exc:
         raise _engine_error(exc) from exc
+
+
+def model_vocabulary(svc: ServiceState, name: str) -> dict[str, int]:
+    """``{"vocab_size": N}`` for a model card when the router knows the model's
+    vocabulary (its tokenizer's, else ``service.vocab_size``), so that a client making up
+    token IDs (``replay live``) keeps them inside it; else nothing."""
+    try:
+        model = svc.models.resolve(name, svc.pool)
+        size = (
+            _vocabulary(svc.models.tokenizer(model, svc.pool))
+            if model.settings is not None
+            else svc.settings.service.vocab_size
+        )
+    except ApiError:  # an engine tokenizes, and none is there yet
+        size = None
+    return {} if size is None else {"vocab_size": size}
 
 
 def _vocabulary(tokenizer: AsyncTokenizerLike) -> int | None:
