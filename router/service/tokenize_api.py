@@ -11,6 +11,7 @@ rendered, its tokens after (``service.max_prompt_tokens``).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -38,7 +39,9 @@ __all__ = [
     "tokenize_router",
 ]
 
-tokenize_router = APIRouter(responses=ERROR_RESPONSES(400, 404, 413, 422, 503), tags=["openai"])
+tokenize_router = APIRouter(
+    responses=ERROR_RESPONSES(400, 404, 413, 422, 502, 503), tags=["openai"]
+)
 
 BAD_IDS_NAMED = 10
 """Out-of-vocabulary token IDs a refusal names (and how many more there are)."""
@@ -107,8 +110,12 @@ def _parsed(raw: bytes) -> TokenizeCompletionRequest | TokenizeChatRequest:
     """The body as a chat request when it has ``messages``, else as a completion one (so
     that an error names a field of the form the client meant)."""
     try:
-        chat = b'"messages"' in raw
-        kind = TokenizeChatRequest if chat else TokenizeCompletionRequest
+        data = json.loads(raw)
+    except ValueError:
+        data = None  # refused below as malformed JSON, in the validation's words
+    chat = isinstance(data, dict) and "messages" in data
+    kind = TokenizeChatRequest if chat else TokenizeCompletionRequest
+    try:
         return kind.model_validate_json(raw)
     except ValidationError as exc:
         errors = [{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)]

@@ -119,6 +119,15 @@ def test_mistakes_are_refused_by_name(client: TestClient) -> None:
     assert error["param"] == "chat_template"
     error = _error(client.post("/detokenize", json={"tokens": [-1]}), 422)
     assert error["param"] == "tokens.0"
+    broken = client.post("/tokenize", content=b'{"prompt": "hi"', headers={
+        "content-type": "application/json"})  # fmt: skip
+    assert "JSON" in _error(broken, 400)["message"]
+
+
+def test_the_model_card_gives_the_vocabulary(client: TestClient) -> None:
+    (card,) = client.get("/v1/models").json()["data"]
+    assert (card["id"], card["vocab_size"]) == (DEMO_MODEL, VOCAB_SIZE)
+    assert client.get(f"/v1/models/{DEMO_MODEL}").json()["vocab_size"] == VOCAB_SIZE
 
 
 def test_the_key_is_needed_as_on_the_other_client_endpoints(client: TestClient) -> None:
