@@ -211,6 +211,7 @@ def _demo_banner(service: ServiceSettings, model: str, tokenizer: Path) -> str:
     """The demo's startup lines: where to point an OpenAI client, and with what; the
     tokenizer folder load tools take."""
     host = f"[{service.host}]" if ":" in service.host else service.host
+    folder = shlex.quote(str(tokenizer))
     key = (
         "API key: the configured one (PDD_ROUTER_SERVICE__API_KEY)"
         if service.api_key
@@ -218,6 +219,6 @@ def _demo_banner(service: ServiceSettings, model: str, tokenizer: Path) -> str:
     )
     return (
         f"pdd-router demo: OpenAI API at http://{host}:{service.port}/v1, model {model}, {key}\n"
-        f"load tools (aiperf, guidellm, vllm bench serve): --model {model} --tokenizer "
-        f"{shlex.quote(str(tokenizer))}"
+        f"load tools: --model {model} --tokenizer {folder} (aiperf, vllm bench serve; "
+        f"guidellm: --processor {folder})"
     )
