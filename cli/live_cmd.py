@@ -41,8 +41,11 @@ def live(
         "--concurrency",
         help="Most requests in flight; a request due beyond waits (its wait counts in its TTFT)",
     ),
-    vocab_size: int = typer.Option(
-        32_000, "--vocab-size", help="Token IDs are drawn below this (the model's vocabulary)"
+    vocab_size: int | None = typer.Option(
+        None,
+        "--vocab-size",
+        help="Token IDs are drawn below this (the model's vocabulary; default: the one "
+        "the endpoint's model card gives, as the router's do, else 32000)",
     ),
     seed: int = typer.Option(0, "--seed", help="Seed of the made-up token IDs"),
     timeout: float = typer.Option(600.0, "--timeout", help="Longest one request may take, s"),
@@ -63,7 +66,7 @@ def live(
     shared tokens, so prefix caches hit where the trace's do), max_tokens its output
     length, ignore_eos, greedy. Writes requests.jsonl and summary.json in the replay's
     schema, so `replay validate` can set them against a replay of the same trace.
-    Ctrl-C stops and writes what was sent.
+    Ctrl-C stops and writes what was sent. Exits 1 when most requests failed.
     """
     from replay.metrics.summary import SlaThresholds
     from replay.metrics.writers import write_run
@@ -85,3 +88,10 @@ def live(
         bar = ReplayBar(bars, f"sending to {url}") if bars is not None else None
         result = run_live(requests, options, trace_name=str(trace), progress=bar)
     print_run(result.summary, write_run(out, result.summary, result.records))
+    if result.mostly_failed:
+        typer.echo(
+            f"error: {result.failed} of {result.sent} requests failed (the warnings above "
+            "say why): the run measured errors, not the endpoint",
+            err=True,
+        )
+        raise typer.Exit(1)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -53,6 +54,12 @@ def serve(
         "datacenter A, MD in B; the built-in tokenizer and chat template): OpenAI clients "
         "work with nothing else installed",
     ),
+    demo_tokenizer: Path | None = typer.Option(
+        None,
+        "--demo-tokenizer",
+        help="Folder --demo writes the model's tokenizer to, for load tools' --tokenizer "
+        "(default: ~/.cache/pdd-router/pdd-demo-tokenizer)",
+    ),
 ) -> None:
     """Serve the REST API (route, completions, kv-events, instances, experiments, metrics).
 
@@ -98,6 +105,8 @@ def serve(
     service = settings.service.model_copy(
         update={k: v for k, v in {"host": host, "port": port}.items() if v is not None}
     )
+    if demo_tokenizer is not None and not demo:
+        raise UserError("--demo-tokenizer is where --demo writes its tokenizer: add --demo")
     if instances is not None and demo:
         raise UserError("--demo runs its own simulated engines: drop --instances")
     if instances is not None:
@@ -140,10 +149,16 @@ def serve(
             err=True,
         )
     if demo:
-        from router.service.demo import DEMO_MODEL, demo_app
+        from router.service.demo import (
+            DEMO_MODEL,
+            demo_app,
+            demo_tokenizer_dir,
+            write_demo_tokenizer,
+        )
 
+        folder = write_demo_tokenizer(demo_tokenizer or demo_tokenizer_dir())
         app = demo_app(settings)  # the simulated engines are attached when it starts
-        typer.echo(_demo_banner(settings.service, DEMO_MODEL))
+        typer.echo(_demo_banner(settings.service, DEMO_MODEL, folder))
     else:
         app = create_app(settings)
     _run(app, settings.service, log_level, known)
@@ -192,12 +207,18 @@ def _check_free(host: str, port: int) -> None:
             ) from None
 
 
-def _demo_banner(service: ServiceSettings, model: str) -> str:
-    """The demo's one startup line: where to point an OpenAI client, and with what."""
+def _demo_banner(service: ServiceSettings, model: str, tokenizer: Path) -> str:
+    """The demo's startup lines: where to point an OpenAI client, and with what; the
+    tokenizer folder load tools take."""
     host = f"[{service.host}]" if ":" in service.host else service.host
+    folder = shlex.quote(str(tokenizer))
     key = (
         "API key: the configured one (PDD_ROUTER_SERVICE__API_KEY)"
         if service.api_key
         else "any API key (none is checked)"
     )
-    return f"pdd-router demo: OpenAI API at http://{host}:{service.port}/v1, model {model}, {key}"
+    return (
+        f"pdd-router demo: OpenAI API at http://{host}:{service.port}/v1, model {model}, {key}\n"
+        f"load tools: --model {model} --tokenizer {folder} (aiperf, vllm bench serve; "
+        f"guidellm: --processor {folder})"
+    )

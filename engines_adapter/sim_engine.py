@@ -33,6 +33,9 @@ from engines_adapter.toy_model import ToyModel
 
 __all__ = ["RequestTimes", "SimEngine", "SimEngineConfig", "SimFaults"]
 
+_REPICK = 0x5851F42D4C957F2D
+"""Mixed into the state to pick the opening token that replaces EOS."""
+
 Sleep = Callable[[float], Awaitable[None]]
 Clock = Callable[[], float]
 
@@ -156,7 +159,11 @@ class SimEngine:
             run.first_at = run.last_at = time.perf_counter()
             return PrefillResult(
                 request_id=request.request_id,
-                first_token_id=self.model.next_token(run.state),
+                first_token_id=(
+                    self.model.next_token(run.state)
+                    if request.ignore_eos
+                    else self._opening(run.state)
+                ),
                 cached_tokens=run.cached_tokens,
                 kv_transfer_params={
                     "remote_instance": self.instance_id,
@@ -188,7 +195,8 @@ class SimEngine:
                 if run.aborted.is_set():
                     yield TokenDelta(token_ids=[], finished=True, finish_reason="abort")
                     return
-                token = self.model.next_token(state)
+                opening = i == 0 and not request.ignore_eos
+                token = self._opening(state) if opening else self.model.next_token(state)
                 state = self.model.step(state, token)
                 self._append(run, token)
                 run.last_at = time.perf_counter()
@@ -269,6 +277,25 @@ class SimEngine:
         self._publish(self.cache.clear())
 
     # -- internals --------------------------------------------------------------------
+
+    def _opening(self, state: int) -> int:
+        """The first token a call produces (unless it ignores EOS): the model's, unless
+        that is EOS, which would end the answer before it began (an empty answer, which
+        a client of a real model seldom sees and load tools count as an error); then
+        another of the tokens the model emits, picked by the state too. An extend-decode
+        (prompt + eager tokens) whose uninterrupted decode would end right at the
+        handoff goes on a little longer than that decode."""
+        token = self.model.next_token(state)
+        eos = self.config.eos_token_id
+        if token != eos:
+            return token
+        pick = ((state ^ _REPICK) * _REPICK % (1 << 64)) >> 24
+        outputs = self.config.output_token_ids
+        if outputs is not None:
+            others = [t for t in outputs if t != eos]
+            return others[pick % len(others)] if others else token
+        other = pick % (self.config.vocab_size - 1)  # every ID but EOS, in order
+        return other + (other >= token)
 
     def _check(self, request: GenerateRequest) -> None:
         if self._closed:

@@ -2,7 +2,8 @@
 
 Each trace request is sent at its timestamp (over ``rate_scale``) as a streaming
 ``POST /v1/completions`` of token IDs made up from its block IDs (``TokenSynth``: shared
-blocks are shared tokens, so the engine's prefix cache hits where the trace's do), with
+blocks are shared tokens, so the engine's prefix cache hits where the trace's do; drawn
+within the model's vocabulary, as ``live_vocabulary`` finds it), with
 ``max_tokens`` its output length and ``ignore_eos``, greedy. What the client sees is
 recorded in the replay's own ``requests.jsonl`` and ``summary.json`` schema: arrival
 (the scheduled send time), first and last token, inter-token gaps. A live run sees
@@ -10,7 +11,8 @@ neither instances' caches nor the WAN, so those fields hold zeros and empty valu
 except the pipeline and instances when the router's ``x-pdd-pipeline`` header and
 ``pdd`` field name them; ``tokens_md`` holds all the output tokens (the endpoint's
 ``usage.completion_tokens``, else the tokens counted in the stream), ``reason`` the
-error of a request that failed.
+error of a request that failed (an error answer's status and the endpoint's message);
+the failures are counted by reason in the summary's warnings.
 
 Requests reach the endpoint in the trace's order, those due at the same moment included:
 each one is sent, and taken by the server (its answer's headers are back), before the
@@ -31,7 +33,7 @@ import contextlib
 import time
 from array import array
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import httpx
@@ -41,9 +43,11 @@ from engines_adapter.http_engine import decode_json, sse_payloads
 from replay.metrics.record import RequestRecord
 from replay.metrics.summary import ClientTiming, SlaThresholds, Summary, client_timing, summarize
 from replay.runner.endpoint import check_answers, tokens_in_chunk
+from replay.runner.live_failures import error_message, failures
+from replay.runner.live_vocabulary import DEFAULT_VOCAB, live_vocabulary
 from replay.sim.simulator import ProgressObserver
 from replay.trace.record import TraceRequest
-from replay.trace.token_synth import TokenSynth
+from replay.trace.token_synth import LOWEST_TOKEN, TokenSynth
 from router import __version__
 from router.errors import UserError
 
@@ -67,17 +71,32 @@ class LiveOptions:
     max_requests: int | None = None
     duration_s: float | None = None  # send only requests due within this many seconds
     concurrency: int = 64
-    vocab_size: int = 32_000
+    vocab_size: int | None = None  # None: the endpoint's (its model card), else 32,000
     seed: int = 0
     timeout_s: float = 600.0  # one request's whole stream
     sla: SlaThresholds = field(default_factory=SlaThresholds)
+
+
+MOST_FAILED = 0.5
+"""A run in which more than this share of the requests sent failed is a failed run."""
 
 
 @dataclass(frozen=True, slots=True)
 class LiveResult:
     summary: Summary
     records: list[RequestRecord]
-    errors: dict[str, int]  # error kind -> requests that ended with it
+    errors: dict[str, int]  # the reason a request failed (numbers masked) -> requests
+    sent: int = 0  # requests sent (finished, failed, refused or cut short)
+    vocab_size: int = DEFAULT_VOCAB  # token IDs were drawn below it
+
+    @property
+    def failed(self) -> int:
+        return sum(self.errors.values())
+
+    @property
+    def mostly_failed(self) -> bool:
+        """More than ``MOST_FAILED`` of the requests sent failed: the run measured errors."""
+        return self.sent > 0 and self.failed > MOST_FAILED * self.sent
 
 
 @dataclass(slots=True)
@@ -120,8 +139,14 @@ def _check(options: LiveOptions) -> None:
         raise UserError(f"--max-requests must be positive, got {options.max_requests}")
     if options.duration_s is not None and options.duration_s <= 0:
         raise UserError(f"--duration must be positive, got {options.duration_s}")
+    if options.vocab_size is not None and options.vocab_size <= LOWEST_TOKEN:
+        raise UserError(f"--vocab-size must be above {LOWEST_TOKEN}, got {options.vocab_size}")
     if not options.url.startswith(("http://", "https://")):
         raise UserError(f"--url {options.url!r} is not an http(s) URL")
+
+
+def _headers(options: LiveOptions) -> dict[str, str]:
+    return {"authorization": f"Bearer {options.api_key}"} if options.api_key else {}
 
 
 def _body(options: LiveOptions, prompt: list[int], output_length: int) -> dict[str, Any]:
@@ -192,7 +217,8 @@ async def _read(response: httpx.Response, seen: _Seen, t0: float) -> None:
         if refused_by is not None or response.status_code == 429:  # control refused it
             seen.rejected = refused_by or "overloaded"
         else:
-            seen.error = f"HTTP {response.status_code}"
+            message = error_message(response.content)
+            seen.error = f"HTTP {response.status_code}" + (f": {message}" if message else "")
         return
     seen.pipeline = response.headers.get("x-pdd-pipeline", "")
     async for data in sse_payloads(response):
@@ -205,7 +231,8 @@ async def _read(response: httpx.Response, seen: _Seen, t0: float) -> None:
         if not isinstance(chunk, dict):
             continue
         if "error" in chunk:
-            seen.error = "stream error"
+            message = error_message(chunk)
+            seen.error = "stream error" + (f": {message}" if message else "")
             return
         usage = chunk.get("usage")
         if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
@@ -256,8 +283,8 @@ async def _drive(
 ) -> None:
     """Send the requests; ``seen`` gets each one's record as it is sent (so a caller
     interrupted midway still has them), ``stalls`` the client's loop stalls."""
-    synth = TokenSynth(options.vocab_size, options.seed)
-    headers = {"authorization": f"Bearer {options.api_key}"} if options.api_key else {}
+    synth = TokenSynth(options.vocab_size or DEFAULT_VOCAB, options.seed)
+    headers = _headers(options)
     # An idle connection is dropped before the server's own keep-alive timeout (uvicorn's,
     # vLLM's: 5 s, httpx's default too), or a request sent on it as the server closes it
     # fails with a ReadError.
@@ -360,16 +387,17 @@ def run_live(
     seen: list[_Seen] = []
     stalls: array[float] = array("d")
     interrupted = False
+    vocab, vocab_warning = asyncio.run(
+        live_vocabulary(options.url, options.model, _headers(options), options.vocab_size)
+    )
     try:
-        asyncio.run(_drive(selected, options, progress, seen, stalls))
+        asyncio.run(_drive(selected, replace(options, vocab_size=vocab), progress, seen, stalls))
     except KeyboardInterrupt:  # Ctrl-C: keep the requests sent so far
         interrupted = True
     records = sorted((_record(s) for s in seen), key=lambda r: (r.arrival_s, r.request_id))
-    errors: dict[str, int] = {}
-    for s in seen:
-        if s.error is not None:
-            errors[s.error] = errors.get(s.error, 0) + 1
-    warnings = [f"{n} requests failed: {kind}" for kind, n in sorted(errors.items())]
+    errors, warnings = failures(s.error for s in seen if s.error is not None)
+    if vocab_warning is not None:
+        warnings.append(vocab_warning)
     if interrupted:
         warnings.append(f"interrupted: {len(seen)} of {len(selected)} requests were sent")
     lags = [s.send_lag_s for s in seen if s.send_lag_s is not None]
@@ -385,7 +413,7 @@ def run_live(
         wall_s=time.perf_counter() - started, index_mode="live", version=__version__,
         warnings=warnings, client=client,
     )  # fmt: skip
-    return LiveResult(summary, records, errors)
+    return LiveResult(summary, records, errors, sent=len(seen), vocab_size=vocab)
 
 
 def _late_client(client: ClientTiming) -> str | None:

@@ -51,6 +51,7 @@ from router.service.request_tracing import instrument
 from router.service.route_fast_path import RouteFastPath
 from router.service.schemas import InstanceConfig
 from router.service.state import ServiceState
+from router.service.tokenize_api import tokenize_router
 from router.settings import Settings
 
 __all__ = ["build_state", "create_app", "open_decision_log"]
@@ -264,6 +265,7 @@ def create_app(
     keyed = [Depends(auth.require_key)]
     app.include_router(api_router, dependencies=keyed, responses=auth_responses(401, 403))
     app.include_router(openai_router, dependencies=keyed, responses=auth_responses(401, 403))
+    app.include_router(tokenize_router, dependencies=keyed, responses=auth_responses(401, 403))
     app.include_router(
         admin_router,
         dependencies=[Depends(auth.require_admin)],

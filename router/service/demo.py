@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import re
+import shutil
 from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -29,7 +32,9 @@ __all__ = [
     "demo_engine_config",
     "demo_instances",
     "demo_settings",
+    "demo_tokenizer_dir",
     "demo_words",
+    "write_demo_tokenizer",
 ]
 
 DEMO_MODEL = "pdd-demo"
@@ -71,6 +76,39 @@ def demo_engine_config() -> SimEngineConfig:
         eos_token_id=EOS_TOKEN_ID,
         output_token_ids=[*demo_words(), *[EOS_TOKEN_ID] * EOS_WEIGHT],
     )
+
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+"""What a Hugging Face tokenizer folder of the demo model holds: the tokenizer and its
+configuration (special tokens, the chat template)."""
+
+
+def demo_tokenizer_dir() -> Path:
+    """Where ``serve --demo`` writes the demo model's tokenizer unless told: the user's
+    cache (``$XDG_CACHE_HOME``, else ``~/.cache``), under ``pdd-router/pdd-demo-tokenizer``."""
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache) / "pdd-router" / f"{DEMO_MODEL}-tokenizer"
+
+
+def write_demo_tokenizer(directory: Path) -> Path:
+    """The demo model's tokenizer as a Hugging Face tokenizer folder in ``directory``
+    (``tokenizer.json`` and ``tokenizer_config.json`` with the chat template), which
+    ``transformers.AutoTokenizer`` and ``tokenizers`` load: what load tools (aiperf,
+    guidellm, ``vllm bench serve``) take as ``--tokenizer`` to count and make prompts as
+    the router tokenizes them. Written again on every start (a few KB); returns the
+    folder's absolute path. A UserError names a folder that cannot be written."""
+    from router.errors import UserError
+
+    target = directory.expanduser().resolve()
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+        for name in TOKENIZER_FILES:
+            shutil.copyfile(builtin_tokenizer_dir() / name, target / name)
+    except OSError as exc:
+        raise UserError(
+            f"cannot write the demo tokenizer to {target}: {exc.strerror or exc}"
+        ) from exc
+    return target
 
 
 def demo_instances() -> list[InstanceConfig]:

@@ -17,6 +17,7 @@ from router.service.generation import Generation, stream_events
 from router.service.schemas import ERROR_RESPONSES, ChatRequest
 from router.service.state import ServiceState
 from router.service.text_stream import TextStream
+from router.service.tokenize_api import model_vocabulary
 
 __all__ = ["openai_router"]
 
@@ -50,7 +51,8 @@ async def retrieve_model(model: str, request: Request) -> dict[str, Any]:
 
 def _card(svc: ServiceState, name: str) -> dict[str, Any]:
     """A model as OpenAI's model endpoints describe it."""
-    return {"id": name, "object": "model", "created": int(svc.started), "owned_by": "pdd-router"}
+    return {"id": name, "object": "model", "created": int(svc.started), "owned_by": "pdd-router",
+            **model_vocabulary(svc, name)}  # fmt: skip
 
 
 @openai_router.post(
