@@ -8,10 +8,17 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
+
+if TYPE_CHECKING:
+    from cli.calibrate_options import CalibrateOptions
+    from replay.presets.cluster_preset import ClusterPreset
+    from replay.runner.calibrate import CalibrationResult
+    from replay.runner.router_time import RouterTime
 
 __all__ = ["calibrate"]
 
@@ -80,96 +87,126 @@ def calibrate(
     it and set the replay against `replay live` on the same engines with `replay
     validate`.
     """
-    import yaml
+    from cli.calibrate_options import CalibrateOptions
 
-    from cli.progress import progress_bars
-    from replay.presets.loader import load_preset
-    from replay.runner.calibrate import (
-        SHORT_PROMPT,
-        CalibrationOptions,
-        calibrate,
-        probe_count,
-    )
+    options = CalibrateOptions(
+        url=url, preset=preset, pool=tuple(pool), out=out, model=model, api_key=api_key,
+        vocab_size=vocab_size, max_prompt=max_prompt, max_batch=max_batch, repeats=repeats,
+        decode_tokens=decode_tokens, clock=clock, router=router,
+    )  # fmt: skip
+    _run(options, as_json=as_json, progress=not no_progress)
+
+
+def _run(options: CalibrateOptions, *, as_json: bool, progress: bool) -> None:
+    """Check the router and the preset, measure, write --out, print what was measured."""
     from replay.runner.router_time import check_router, measure_router_s
+
+    if options.router is not None:
+        check_router(options.router, api_key=options.api_key)
+    target = _target_preset(options)
+    result = _measure(options, progress)
+    measured_router = None
+    if options.router is not None:
+        measured_router = measure_router_s(
+            options.router, model=options.model, api_key=options.api_key,
+            vocab_size=options.vocab_size, max_prompt=options.max_prompt,
+        )  # fmt: skip
+    text = _written(options, result, target, measured_router)
+    options.out.write_text(text, encoding="utf-8")
+    console = Console()
+    if as_json:
+        console.print_json(json.dumps(_json_payload(result, measured_router)))
+    else:
+        console.print(_table(result.to_json()))
+    for line in _summary_lines(options, result, target is not None, measured_router):
+        console.print(line, highlight=False, soft_wrap=True)
+
+
+def _target_preset(options: CalibrateOptions) -> ClusterPreset | None:
+    """--preset loaded, every --pool one of its pools (None without --preset)."""
+    from replay.presets.loader import load_preset
     from router.errors import UserError
 
-    if max_prompt < 512 or max_batch < 1:
-        raise UserError("--max-prompt must be at least 512 and --max-batch at least 1")
-    # the long decode probes' prompts (--max-prompt less --decode-tokens) at least twice the
-    # short ones', so that their contexts differ
-    if decode_tokens > max_prompt - 2 * SHORT_PROMPT:
+    if options.preset is None:
+        return None
+    target = load_preset(options.preset)
+    unknown = [p for p in options.pool if p not in target.spec.pools]
+    if unknown:
         raise UserError(
-            f"--decode-tokens {decode_tokens} leaves too little room for a long decode probe's "
-            f"prompt within --max-prompt {max_prompt}: at most {max_prompt - 2 * SHORT_PROMPT}"
+            f"--pool {unknown[0]!r} is not a pool of {options.preset}; its pools: "
+            f"{', '.join(target.spec.pools)}"
         )
-    if clock not in ("auto", "engine", "client"):
-        raise UserError(f"--clock {clock!r}: expected auto, engine or client")
-    news = tuple(n for n in (64, 256, 512, 1024, 2048, 4096, 8192) if n <= max_prompt // 2)
-    options = CalibrationOptions(
-        url=url.rstrip("/"), model=model, api_key=api_key, vocab_size=vocab_size,
-        new_tokens=news, cached_tokens=(0, max_prompt // 2),
-        batches=tuple(b for b in (1, 2, 4, 8, 16, 32, 64) if b <= max_batch),
-        long_prompt=max_prompt - decode_tokens, repeats=repeats, decode_tokens=decode_tokens,
-        clock=clock,  # type: ignore[arg-type]  # checked above
-    )  # fmt: skip
-    if router is not None and preset is None:
-        raise UserError("--router needs --preset: timing.router_s is a setting of a preset")
-    if router is not None:
-        check_router(router, api_key=api_key)
-    target = load_preset(preset) if preset is not None else None
-    if target is not None:
-        unknown = [p for p in pool if p not in target.spec.pools]
-        if unknown:
-            raise UserError(
-                f"--pool {unknown[0]!r} is not a pool of {preset}; its pools: "
-                f"{', '.join(target.spec.pools)}"
-            )
-    with progress_bars(not no_progress) as bars:
-        task = bars.add_task(f"calibrating {url}", total=probe_count(options)) if bars else None
+    return target
+
+
+def _measure(options: CalibrateOptions, progress: bool) -> CalibrationResult:
+    """The calibration, a progress bar advancing with each probe."""
+    from cli.progress import progress_bars
+    from replay.runner.calibrate import calibrate, probe_count
+
+    probes = options.probes()
+    with progress_bars(progress) as bars:
+        task = (
+            bars.add_task(f"calibrating {options.url}", total=probe_count(probes)) if bars else None
+        )
 
         def step() -> None:
             if bars is not None and task is not None:
                 bars.advance(task)
 
-        result = calibrate(options, step)
-    measured_router = None
-    if router is not None:
-        measured_router = measure_router_s(
-            router, model=model, api_key=api_key, vocab_size=vocab_size, max_prompt=max_prompt
-        )
+        return calibrate(probes, step)
+
+
+def _written(
+    options: CalibrateOptions,
+    result: CalibrationResult,
+    target: ClusterPreset | None,
+    measured_router: RouterTime | None,
+) -> str:
+    """The YAML --out holds: the preset with the fitted timing in --pool's pools (every
+    pool by default), or the fitted timing alone without --preset."""
+    import yaml
+
     fitted = result.fitted.model_dump(mode="json")
     # the engine's KV memory as it reports it: its block size and, when known, its capacity
     layout = {"kv_block_tokens": result.kv_block_tokens,
               "kv_capacity_tokens": result.kv_capacity_tokens}  # fmt: skip
     layout = {k: v for k, v in layout.items() if v is not None}
-    if target is not None:
-        tree = target.resolved()
-        for name in pool or list(tree["pools"]):
-            tree["pools"][name].update(layout)
-            tree["pools"][name]["fitted"] = fitted
-        # measured engines behind the router: the first token is the decode side's
-        tree["timing"]["first_token_on_decode"] = True
-        if measured_router is not None:
-            tree["timing"]["router_s"] = round(measured_router.router_s, 6)
-        text = f"# {preset} calibrated on {url} by pdd-router calibrate\n" + yaml.safe_dump(
-            tree, sort_keys=False, width=88
-        )
-    else:
-        text = yaml.safe_dump({**layout, "fitted": fitted}, sort_keys=False, width=88)
-    out.write_text(text, encoding="utf-8")
-    console = Console()
-    if as_json:
-        payload = result.to_json()
-        if measured_router is not None:
-            payload["router_s"] = round(measured_router.router_s, 6)
-            payload["router_own_s"] = round(measured_router.own_s, 6)
-            payload["router_path_s"] = round(measured_router.path_s, 6)
-        console.print_json(json.dumps(payload))
-    else:
-        console.print(_table(result.to_json()))
-    for warning in result.warnings:
-        console.print(f"[yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)
-    timed = (
+    if target is None:
+        return yaml.safe_dump({**layout, "fitted": fitted}, sort_keys=False, width=88)
+    tree = target.resolved()
+    for name in options.pool or list(tree["pools"]):
+        tree["pools"][name].update(layout)
+        tree["pools"][name]["fitted"] = fitted
+    # measured engines behind the router: the first token is the decode side's
+    tree["timing"]["first_token_on_decode"] = True
+    if measured_router is not None:
+        tree["timing"]["router_s"] = round(measured_router.router_s, 6)
+    return f"# {options.preset} calibrated on {options.url} by pdd-router calibrate\n" + (
+        yaml.safe_dump(tree, sort_keys=False, width=88)
+    )
+
+
+def _json_payload(result: CalibrationResult, measured_router: RouterTime | None) -> dict[str, Any]:
+    """--json's measurements, the router's time among them when it was measured."""
+    payload = result.to_json()
+    if measured_router is not None:
+        payload["router_s"] = round(measured_router.router_s, 6)
+        payload["router_own_s"] = round(measured_router.own_s, 6)
+        payload["router_path_s"] = round(measured_router.path_s, 6)
+    return payload
+
+
+def _summary_lines(
+    options: CalibrateOptions,
+    result: CalibrationResult,
+    wrote_preset: bool,
+    measured_router: RouterTime | None,
+) -> list[str]:
+    """The lines printed after the probes: warnings, whose clock timed them, the engine's
+    KV blocks, the router's time, the fit's error and the file written."""
+    lines = [f"[yellow]warning:[/] {warning}" for warning in result.warnings]
+    lines.append(
         "timed by the engine's clock (its /metrics); a request's time in the engine's server "
         f"outside its prefill: {result.outside_engine_s * 1e3:.1f} ms (median; "
         f"fitted.frontend_s), less the {(result.round_trip_s or 0.0) * 1e3:.1f} ms round "
@@ -177,31 +214,28 @@ def calibrate(
         if result.outside_engine_s is not None
         else "timed by the client's clock (round trips)"
     )
-    console.print(timed, highlight=False, soft_wrap=True)
     if result.kv_block_tokens is not None:
         capacity = result.kv_capacity_tokens
-        console.print(
+        lines.append(
             f"the engine's KV blocks: {result.kv_block_tokens} tokens (kv_block_tokens)"
             + (f", {capacity:,} tokens in all (kv_capacity_tokens)" if capacity else "")
             + (", written in the pools' settings, in place of those the preset had"
-               if target is not None else ""),
-            highlight=False, soft_wrap=True,
+               if wrote_preset else "")
         )  # fmt: skip
     if measured_router is not None:
-        console.print(
+        lines.append(
             f"the router's time before a first token: {measured_router.router_s * 1e3:.2f} ms "
             f"a request, written as timing.router_s: its own "
             f"{measured_router.own_s * 1e3:.2f} ms (pdd_router_overhead_seconds) and "
             f"{measured_router.path_s * 1e3:.2f} ms on the way to and from it (the client's "
             f"time to first token less the router's), means over {measured_router.requests} "
-            "requests sent one at a time",
-            highlight=False, soft_wrap=True,
-        )  # fmt: skip
-    console.print(
+            "requests sent one at a time"
+        )
+    lines.append(
         f"fit error (mean |fitted - measured| / measured): prefill {result.prefill_error:.1%}, "
-        f"decode {result.decode_error:.1%}; {result.wall_s:.0f} s; wrote {out}",
-        highlight=False, soft_wrap=True,
-    )  # fmt: skip
+        f"decode {result.decode_error:.1%}; {result.wall_s:.0f} s; wrote {options.out}"
+    )
+    return lines
 
 
 def _table(data: dict[str, object]) -> Table:

@@ -18,10 +18,13 @@ import typer
 from rich.console import Console
 
 if TYPE_CHECKING:
+    from rich.progress import Progress
     from rich.table import Table
 
-    from router.predictor.cross_eval import CrossRow
+    from cli.predictor_suite import TraceKind
+    from router.predictor.cross_eval import CrossEvalReport, CrossRow
     from router.predictor.dataset import Dataset
+    from router.predictor.train import TrainParams
 
 __all__ = ["predictor_app"]
 
@@ -218,81 +221,94 @@ def cross_eval(
     out: Path = typer.Option(Path("cross-eval-out"), "--out", help="Folder of the results"),
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress display"),
 ) -> None:
+    from cli.cross_eval_options import DefaultSuiteOptions, log_paths
+    from cli.predictor_suite import load_suite
+    from cli.progress import progress_bars
+    from router.errors import UserError
+
+    params = _training_params(param)
+    paths = log_paths(log)
+    default = DefaultSuiteOptions(
+        conversation=conversation, requests=requests,
+        conversation_requests=conversation_requests, index_mode=index_mode,
+        kv_event_delay=kv_event_delay,
+    )  # fmt: skip
+    default.refuse_without_default_suite(suite)
+    if suite is None and not paths:
+        raise UserError("give decision logs (--log NAME=PATH) or a suite to replay (--suite)")
+    test = set(test_only)
+    with progress_bars(not no_progress) as bars:
+        if suite is not None:
+            kinds = default.kinds() if suite == "default" else load_suite(Path(suite))
+            test |= _replay_suite(kinds, paths, work or out / "logs", bars)
+        report = _hold_each_kind_out(paths, params, sorted(test), bars)
+    _write_cross_eval(out, paths, report)
+
+
+def _training_params(param: list[str]) -> TrainParams:
+    """--param KEY=VALUE options as training parameters, refused by name when wrong."""
     from pydantic import ValidationError
 
-    from cli.predictor_suite import default_suite, load_suite, replay_kinds
-    from cli.progress import ReplayBar, progress_bars
     from replay.presets.loader import parse_overrides
     from router.errors import UserError
-    from router.predictor.cross_eval import leave_one_kind_out, write_csv
-    from router.predictor.dataset import read_logs
     from router.predictor.train import TrainParams, training_problems
 
     try:
-        params = TrainParams.model_validate(parse_overrides(param))
+        return TrainParams.model_validate(parse_overrides(param))
     except ValidationError as exc:
         raise UserError(f"bad training parameter: {training_problems(exc)}") from None
-    paths: dict[str, list[Path]] = {}
-    for item in log:
-        name, sep, path = item.partition("=")
-        if not sep or not name.strip() or not path.strip():
-            raise UserError(f"--log {item!r} is not NAME=PATH")
-        paths.setdefault(name.strip(), []).append(Path(path.strip()))
-    test = set(test_only)
-    if suite != "default":
-        given = [name for name, value, default in (
-            ("--conversation", conversation, None), ("--requests", requests, 2000),
-            ("--conversation-requests", conversation_requests, None),
-            ("--index-mode", index_mode, "approximate"), ("--kv-event-delay", kv_event_delay, 0.05),
-        ) if value != default]  # fmt: skip
-        if given:
-            raise UserError(f"{', '.join(given)} go(es) with --suite default")
-    if suite is None and not paths:
-        raise UserError("give decision logs (--log NAME=PATH) or a suite to replay (--suite)")
-    with progress_bars(not no_progress) as bars:
-        if suite is not None:
-            if suite == "default":
-                if conversation is not None and not conversation.is_file():
-                    raise UserError(f"{conversation}: no such trace")
-                if index_mode not in ("approximate", "events"):
-                    raise UserError(f"--index-mode must be approximate or events, got {index_mode}")
-                if kv_event_delay < 0:
-                    raise UserError(f"--kv-event-delay must be 0 or more, got {kv_event_delay}")
-                kinds = default_suite(
-                    requests,
-                    conversation,
-                    conversation_requests,
-                    index_mode="events" if index_mode == "events" else "approximate",
-                    kv_event_delay_s=kv_event_delay,
-                )
-            else:
-                kinds = load_suite(Path(suite))
-            clash = sorted(set(paths) & {k.name for k in kinds})
-            if clash:
-                raise UserError(f"kind {', '.join(clash)} given both by --log and by the suite")
-            replayed = replay_kinds(
-                kinds,
-                work or out / "logs",
-                (lambda name: ReplayBar(bars, f"replaying {name}")) if bars is not None else None,
-            )
-            for name, replayed_log in replayed.items():
-                paths[name] = [replayed_log]
-            test |= {k.name for k in kinds if not k.train}
-        data = {}
-        reading = bars.add_task("reading logs", total=len(paths)) if bars is not None else None
-        for name, logs in paths.items():
-            data[name] = read_logs(logs)
-            if bars is not None and reading is not None:
-                bars.advance(reading)
-        fitting = bars.add_task("fitting", total=len(data)) if bars is not None else None
 
-        def advance(name: str) -> None:
-            if bars is not None and fitting is not None:
-                bars.update(fitting, description=f"fitting, {name} held out")
-                done = list(data).index(name)
-                bars.update(fitting, completed=done)
 
-        report = leave_one_kind_out(data, params, test_only=sorted(test), advance=advance)
+def _replay_suite(
+    kinds: list[TraceKind], paths: dict[str, list[Path]], work: Path, bars: Progress | None
+) -> set[str]:
+    """Replay the suite's kinds into decision logs in ``work`` (or reuse them) and add
+    them to ``paths``; the names of the kinds held out only."""
+    from cli.predictor_suite import replay_kinds
+    from cli.progress import ReplayBar
+    from router.errors import UserError
+
+    clash = sorted(set(paths) & {k.name for k in kinds})
+    if clash:
+        raise UserError(f"kind {', '.join(clash)} given both by --log and by the suite")
+    replayed = replay_kinds(
+        kinds,
+        work,
+        (lambda name: ReplayBar(bars, f"replaying {name}")) if bars is not None else None,
+    )
+    for name, replayed_log in replayed.items():
+        paths[name] = [replayed_log]
+    return {k.name for k in kinds if not k.train}
+
+
+def _hold_each_kind_out(
+    paths: dict[str, list[Path]], params: TrainParams, test_only: list[str], bars: Progress | None
+) -> CrossEvalReport:
+    """Read each kind's logs, then fit on the others and score on it, kind after kind."""
+    from router.predictor.cross_eval import leave_one_kind_out
+    from router.predictor.dataset import read_logs
+
+    data: dict[str, Dataset] = {}
+    reading = bars.add_task("reading logs", total=len(paths)) if bars is not None else None
+    for name, logs in paths.items():
+        data[name] = read_logs(logs)
+        if bars is not None and reading is not None:
+            bars.advance(reading)
+    fitting = bars.add_task("fitting", total=len(data)) if bars is not None else None
+
+    def advance(name: str) -> None:
+        if bars is not None and fitting is not None:
+            bars.update(fitting, description=f"fitting, {name} held out")
+            done = list(data).index(name)
+            bars.update(fitting, completed=done)
+
+    return leave_one_kind_out(data, params, test_only=test_only, advance=advance)
+
+
+def _write_cross_eval(out: Path, paths: dict[str, list[Path]], report: CrossEvalReport) -> None:
+    """OUT/cross_eval.json and OUT/cross_eval.csv written, the table printed."""
+    from router.predictor.cross_eval import write_csv
+
     out.mkdir(parents=True, exist_ok=True)
     body = {"logs": {k: [str(p) for p in v] for k, v in paths.items()},
             **report.model_dump(mode="json")}  # fmt: skip

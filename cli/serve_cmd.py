@@ -13,7 +13,7 @@ from policies.registry import policy_names
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
-    from router.settings import ServiceSettings
+    from router.settings import ServiceSettings, Settings
 
 __all__ = ["DEFAULT_POLICY", "serve"]
 
@@ -77,13 +77,41 @@ def serve(
 
     --demo needs nothing else: `pdd-router serve --demo`, then point any OpenAI client at
     http://127.0.0.1:8000/v1 with model pdd-demo (any API key, unless one is configured)."""
+    from router.errors import UserError
+
+    if demo_tokenizer is not None and not demo:
+        raise UserError("--demo-tokenizer is where --demo writes its tokenizer: add --demo")
+    settings = _settings_from_options(config, policy)
+    settings, known = _with_options(settings, host, port, instances, redis_url, demo)
+    _fail_fast(settings)
+    _warn(settings, demo)
+    if demo:
+        from router.service.demo import (
+            DEMO_MODEL,
+            demo_app,
+            demo_tokenizer_dir,
+            write_demo_tokenizer,
+        )
+
+        folder = write_demo_tokenizer(demo_tokenizer or demo_tokenizer_dir())
+        app = demo_app(settings)  # the simulated engines are attached when it starts
+        typer.echo(_demo_banner(settings.service, DEMO_MODEL, folder))
+    else:
+        from router.service.app import create_app
+
+        app = create_app(settings)
+    _run(app, settings.service, log_level, known)
+
+
+def _settings_from_options(config: Path | None, policy: str | None) -> Settings:
+    """The settings from PDD_ROUTER_* variables and --config, with --policy's name (the
+    settings' policy parameters are checked against it); a UserError naming what is wrong."""
     import os
 
     from pydantic import ValidationError
 
     from policies.registry import UnknownPolicyError, parse_policy
     from router.errors import UserError
-    from router.service.app import create_app
     from router.settings import CONFIG_FILE_ENV, Settings, settings_errors
 
     if config is not None:
@@ -91,29 +119,41 @@ def serve(
             raise UserError(f"settings file {config} does not exist")
         os.environ[CONFIG_FILE_ENV] = str(config)
     chosen: dict[str, object] = {}
-    if policy is not None:  # the settings' policy parameters are checked against this one
+    if policy is not None:
         try:
             parse_policy(policy, {})
         except UnknownPolicyError as exc:
             raise UserError(str(exc)) from exc
         chosen["policy"] = {"name": policy}
     try:
-        settings = Settings(**chosen)  # type: ignore[arg-type]
+        return Settings(**chosen)  # type: ignore[arg-type]
     except ValidationError as exc:
         raise UserError(f"invalid settings: {settings_errors(exc)}") from None
+
+
+def _with_options(
+    settings: Settings,
+    host: str | None,
+    port: int | None,
+    instances: Path | None,
+    redis_url: str | None,
+    demo: bool,
+) -> tuple[Settings, int]:
+    """``settings`` with --host, --port, --instances, --redis-url and --demo applied, and
+    the engine instances known at start-up (for the file-descriptor budget)."""
+    from router.errors import UserError
+
     updates: dict[str, object] = {}
     service = settings.service.model_copy(
         update={k: v for k, v in {"host": host, "port": port}.items() if v is not None}
     )
-    if demo_tokenizer is not None and not demo:
-        raise UserError("--demo-tokenizer is where --demo writes its tokenizer: add --demo")
     if instances is not None and demo:
         raise UserError("--demo runs its own simulated engines: drop --instances")
     if instances is not None:
         if not instances.is_file():
             raise UserError(f"instances file {instances} does not exist")
         service = service.model_copy(update={"instances_file": str(instances)})
-    known = 0  # engine instances known at start-up, for the file-descriptor budget
+    known = 0
     if service.instances_file is not None:
         from router.service.lifecycle import load_instances_file
 
@@ -127,18 +167,28 @@ def serve(
         from router.service.demo import demo_settings
 
         settings = demo_settings(settings)
+    return settings, known
+
+
+def _fail_fast(settings: Settings) -> None:
+    """One line, before anything starts, when the Redis index is unreachable, the decision
+    log cannot be opened or the port is taken."""
     if settings.index.backend == "redis":
         from router.index.factory import build_index
 
-        build_index(settings.index, settings.redis)  # fail fast, one line, if unreachable
+        build_index(settings.index, settings.redis)
     if settings.service.decision_log is not None:
         from router.service.app import open_decision_log
 
-        open_decision_log(settings.service.decision_log).close()  # fail fast, one line
+        open_decision_log(settings.service.decision_log).close()
+    _check_free(settings.service.host, settings.service.port)
+
+
+def _warn(settings: Settings, demo: bool) -> None:
+    """On stderr: an exposed or shared key's warning, and how to give engines when none is."""
     from router.service.auth import exposure_warning
     from router.service.roles import shared_key_warning
 
-    _check_free(settings.service.host, settings.service.port)
     for warning in (exposure_warning(settings.service), shared_key_warning(settings.service)):
         if warning is not None:
             typer.echo(warning, err=True)
@@ -148,20 +198,6 @@ def serve(
             "/v1/instances; /readyz answers 503 until P and MD each have one",
             err=True,
         )
-    if demo:
-        from router.service.demo import (
-            DEMO_MODEL,
-            demo_app,
-            demo_tokenizer_dir,
-            write_demo_tokenizer,
-        )
-
-        folder = write_demo_tokenizer(demo_tokenizer or demo_tokenizer_dir())
-        app = demo_app(settings)  # the simulated engines are attached when it starts
-        typer.echo(_demo_banner(settings.service, DEMO_MODEL, folder))
-    else:
-        app = create_app(settings)
-    _run(app, settings.service, log_level, known)
 
 
 def _run(app: FastAPI, service: ServiceSettings, log_level: str, instances: int) -> None:

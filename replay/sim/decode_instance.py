@@ -1,9 +1,9 @@
 """A decode instance (RLD or MD): KV memory, admission queues, a fluid decode batch.
 
-A copy of a request's KV first reserves memory here (its chain's blocks pinned, the
-blocks already cached reused, its prompt's tail), waiting in FIFO order when the
-memory is full; then its bytes travel; once landed the request joins the batch, or
-waits for a slot when ``max_batch`` requests are running. Joining emits one token
+A copy of a request's KV first reserves memory here (``DecodeAdmission``: its chain's
+blocks pinned, the blocks already cached reused, its prompt's tail), waiting in FIFO
+order when the memory is full; then its bytes travel; once landed the request joins the
+batch, or waits for a slot when ``max_batch`` requests are running. Joining emits one token
 at once (the token the prefill, or the handoff's extend step, produced); the rest
 come from the fluid batch.
 
@@ -12,8 +12,9 @@ allocate blocks): the running requests' generated tokens grow at the batch size 
 the step rate, so the moment the memory fills is known in advance and has one event.
 Then unpinned cached blocks are evicted; when none is left, the request that started
 last is preempted (vLLM's order): its memory is freed (its blocks stay cached) and it
-waits at the head of the queue; re-admitted, it recomputes its prompt and what it had
-generated (a prefill pass over what is no longer cached) and emits its next token.
+waits at the head of ``DecodeAdmission``'s queue; re-admitted, it recomputes its prompt
+and what it had generated (a prefill pass over what is no longer cached) and emits its
+next token.
 Without ``on_demand`` the whole output is reserved at admission (the legs' extra
 tokens include it) and nothing is ever preempted.
 """
@@ -26,6 +27,7 @@ from collections.abc import Callable
 from policies.tiers import Tier
 from policies.types import InstanceLoad
 from replay.presets.schema import DecodeRecomputes
+from replay.sim.decode_admission import DecodeAdmission
 from replay.sim.decode_batch import DecodeBatch
 from replay.sim.event_loop import EventLoop
 from replay.sim.events import Priority
@@ -42,17 +44,12 @@ class DecodeInstance:
     """One RLD or MD instance."""
 
     __slots__ = (
+        "_admission",
         "_frontend",
         "_growth",
-        "_held",
-        "_incoming",
         "_loop",
         "_on_finish",
-        "_on_reserved",
-        "_prealloc",
-        "_preempted",
         "_ready",
-        "_recomputing",
         "_running",
         "batch",
         "cache",
@@ -89,9 +86,6 @@ class DecodeInstance:
         self.recomputes = recomputes  # TimingSpec.decode_recomputes
         self.on_demand = on_demand
         self.preemptions = 0
-        self._preempted: deque[Leg] = deque()  # freed by a preemption, next to re-admit
-        self._recomputing = 0
-        self._held = False  # a preemption holds admissions until memory is freed
         self.first_token_on_decode = first_token_on_decode
         self.id = instance_id
         self.tier = tier
@@ -107,51 +101,24 @@ class DecodeInstance:
             if on_demand
             else None
         )
-        self._on_reserved = on_reserved
+        self._admission = DecodeAdmission(
+            loop, cache, step_costs, on_reserved=on_reserved, rejoin=self.join,
+            refresh=self._refresh_grown, sync_load=self._sync_load,
+        )  # fmt: skip
         self._on_finish = on_finish
-        self._prealloc: deque[Leg] = deque()
         self._ready: deque[tuple[Leg, int]] = deque()
         self._running: dict[int, SimRequest] = {}
-        self._incoming = 0
         self._frontend = Frontend(loop, step_costs.frontend_s, self._taken_in)
 
     # -- memory -----------------------------------------------------------------------
 
     def reserve(self, leg: Leg) -> None:
         """Reserve memory for a copy of the KV; ``on_reserved(leg)`` once it is granted."""
-        if self._preempted or self._prealloc or not self._try_reserve(leg):
-            self._prealloc.append(leg)
-            self._sync_load()
-
-    def _try_reserve(self, leg: Leg) -> bool:
-        request = leg.request
-        self._refresh_grown()
-        hits = self.cache.acquire(request.chain, leg.extra_tokens)
-        if hits is None:
-            return False
-        leg.hit_tokens = self.cache.cached_tokens(hits, request.input_length)
-        leg.state = LegState.SENDING
-        self._incoming += 1
-        self._sync_load()
-        self._on_reserved(leg)
-        return True
-
-    def _drain_prealloc(self) -> None:
-        if self._held:  # after a preemption, nothing starts until a request frees memory
-            self._sync_load()
-            return
-        preempted = self._preempted
-        while preempted and self._try_readmit(preempted[0]):
-            preempted.popleft()
-        prealloc = self._prealloc
-        while not preempted and prealloc and self._try_reserve(prealloc[0]):
-            prealloc.popleft()
-        self._sync_load()
+        self._admission.reserve(leg)
 
     def landed(self, leg: Leg) -> None:
         """The KV of ``leg`` has arrived."""
-        leg.state = LegState.LANDED
-        self._incoming -= 1
+        self._admission.landed(leg)
         self._sync_load()
 
     def close(self, leg: Leg) -> None:
@@ -160,30 +127,12 @@ class DecodeInstance:
             return
         if leg.running:
             raise RuntimeError(f"request {leg.request.key} is still decoding on {self.id}")
-        if leg.state == LegState.RESERVING:
-            self._prealloc.remove(leg)
-            leg.state = LegState.CLOSED
-            self._drain_prealloc()  # it may have been the head the others waited behind
+        if self._admission.withdraw(leg):  # it held no memory
             return
-        if leg.preempted:  # its memory was freed when it was preempted
-            self._preempted.remove(leg)
-            leg.preempted = False
-            leg.state = LegState.CLOSED
-            self._drain_prealloc()
-            return
-        if leg.recomputing:
-            leg.recomputing = False
-            self._recomputing -= 1
-        if leg.state == LegState.SENDING:
-            self._incoming -= 1
         if leg.queued:
             self._ready = deque(item for item in self._ready if item[0] is not leg)
             leg.queued = False
-        leg.state = LegState.CLOSED
-        self.cache.release(leg.request.chain, leg.extra_tokens + leg.resume_tokens)
-        leg.resume_tokens = 0
-        self._held = False
-        self._drain_prealloc()
+        self._admission.release(leg)
 
     # -- decoding ---------------------------------------------------------------------
 
@@ -337,15 +286,12 @@ class DecodeInstance:
     def _sync_load(self) -> None:
         load, cache = self.load, self.cache
         load.running = len(self._running)
-        load.queued = (
-            len(self._prealloc) + self._incoming + len(self._ready)
-            + len(self._preempted) + self._recomputing + self._frontend.waiting
-        )  # fmt: skip
+        load.queued = self._admission.waiting + len(self._ready) + self._frontend.waiting
         if self._growth is not None:
             self._growth.arm()
         load.kv_used_tokens = int(cache.pinned_tokens)
 
-    # -- on-demand memory: eviction and preemption as the batch grows -----------------
+    # -- on-demand memory: preemption as the batch grows --------------------------------
 
     def _refresh_grown(self) -> None:
         if self._growth is not None:
@@ -374,39 +320,4 @@ class DecodeInstance:
         self.leave(leg)
         self.preemptions += 1
         request.preemptions += 1
-        leg.preempted = True
-        self.cache.release(request.chain, leg.extra_tokens)
-        self._preempted.appendleft(leg)
-        self._held = True  # as vLLM admits nothing in a step that preempted
-        self._drain_prealloc()
-
-    def _try_readmit(self, leg: Leg) -> bool:
-        """Memory again for a preempted request, its generated tokens included; then a
-        prefill pass recomputes what is no longer cached."""
-        request = leg.request
-        generated = request.emitted
-        cache = self.cache
-        # its generated tokens, and with engine blocks the rest of the block they end in
-        # (the copy's reservation pads the prompt alone)
-        prompt = len(request.chain) * cache.block_size + request.private_tokens
-        resume = generated + cache.padding(prompt + generated) - cache.padding(prompt)
-        self._refresh_grown()
-        hits = cache.acquire(request.chain, leg.extra_tokens + resume)
-        if hits is None:
-            return False
-        leg.preempted = False
-        leg.recomputing = True
-        leg.resume_tokens = resume
-        self._recomputing += 1
-        cached = self.cache.cached_tokens(hits, request.input_length)
-        work = [(request.input_length - cached + generated, cached)]
-        self._loop.after(self.step_costs.prefill_s(work), Priority.DECODE, self._recomputed, leg)
-        return True
-
-    def _recomputed(self, leg: Leg) -> None:
-        if not leg.recomputing:
-            return  # closed meanwhile (handed off or finished elsewhere)
-        leg.recomputing = False
-        self._recomputing -= 1
-        request = leg.request
-        self.join(leg, max(request.output_length - request.emitted, 1))
+        self._admission.preempted(leg)
