@@ -154,8 +154,10 @@ def sweep(
     follow it, so the same probes take about 1/log2(W+1) of the rounds. Several --policy
     are swept one after the other, each into its own folder of --out.
     """
+    from replay.experiments.policy_spec import parse_policy_specs
     from router.errors import UserError
 
+    parse_policy_specs(config.policies)  # a bad or repeated policy: before any replay
     several = len(config.policies) > 1
     missed = []
     with open_executor(executor_kind, workers, ray_address) as executor:

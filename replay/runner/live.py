@@ -381,8 +381,7 @@ def run_live(
     warnings.append(NOT_MEASURED)
     setup = RunSetup(
         policy="live", preset=f"live:{options.url}", trace=trace_name, sla=options.sla,
-        seed=options.seed, rate_scale=options.rate_scale, index_mode="live",
-        version=__version__,
+        seed=options.seed, rate_scale=options.rate_scale, index_mode="live", version=__version__,
     )  # fmt: skip
     observed = Observed(wall_s=time.perf_counter() - started, warnings=warnings, client=client)
     summary = summarize(records, setup, None, observed)

@@ -65,14 +65,8 @@ def _run(
     index = MemoryPrefixIndex(clock=loop.clock)
     decider = decider or OnEngine()
     decider.index = index
-    sim = Simulator(
-        preset,
-        decider,
-        index,
-        block_size=BLOCK,
-        settings=SimSettings(kv_event_delay_s=0.0),
-        loop=loop,
-    )
+    now = SimSettings(kv_event_delay_s=0.0)
+    sim = Simulator(preset, decider, index, block_size=BLOCK, settings=now, loop=loop)
     records = [record_of(r) for r in sim.run(trace)]
     return records, sim
 
@@ -290,14 +284,8 @@ def _run_small_blocks(
 ) -> tuple[list[RequestRecord], Simulator]:
     loop = _BoundedLoop(budget)
     index = MemoryPrefixIndex(clock=loop.clock)
-    sim = Simulator(
-        preset,
-        OnEngine(),
-        index,
-        block_size=16,
-        settings=SimSettings(kv_event_delay_s=0.0),
-        loop=loop,
-    )
+    now = SimSettings(kv_event_delay_s=0.0)
+    sim = Simulator(preset, OnEngine(), index, block_size=16, settings=now, loop=loop)
     return [record_of(r) for r in sim.run(trace)], sim
 
 
