@@ -14,13 +14,15 @@ again from its summary.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from replay.metrics.summary_inputs import SlaThresholds
 from replay.sim.kv_events import KV_EVENT_DELAY_S
 from router.sla import SLA_TPOT_S, SLA_TTFT_S
+
+if TYPE_CHECKING:  # the metrics package loads numpy: not for the CLI's --help
+    from replay.metrics.summary_inputs import SlaThresholds
 
 __all__ = ["IndexCapacity", "IndexMode", "ReplayConfig", "ReplaySettings"]
 
@@ -123,6 +125,8 @@ class ReplaySettings(BaseModel):
     @property
     def sla(self) -> SlaThresholds:
         """The thresholds in the summary's units (seconds)."""
+        from replay.metrics.summary_inputs import SlaThresholds
+
         return SlaThresholds(ttft_s=self.sla_ttft_s, tpot_s=round(self.sla_tpot_ms / 1e3, 12))
 
     def replay(
