@@ -8,11 +8,12 @@ runs, the options' values are validated into one ``Model`` instance (a bad value
 UserError naming its option) and passed as ``name``.
 
 A field's ``json_schema_extra`` may give its ``flags`` (default ``--field-name``), a
-``metavar`` and ``older``: a second spelling in another unit (the value
-times ``factor`` is the field's, e.g. ``--sla-tpot`` seconds for ``sla_tpot_ms``; a dict
-of ``flag``, ``factor`` and ``help``). A
-``dict`` field is a repeatable ``KEY=VALUE`` option; a ``Literal`` field is a string option
-whose values the help lists.
+``metavar``, ``argument`` (a positional argument, not an option), ``repeat`` (a list given
+by repeating the option), ``hidden``, and ``older``: a second spelling in another unit,
+a dict of ``flag``, ``factor`` and ``help`` (the value times ``factor`` is the field's,
+e.g. ``--sla-tpot`` in seconds for ``sla_tpot_ms``). A ``dict`` field is a repeatable
+``KEY=VALUE`` option, a ``list[float]`` one ``X,Y,...``, a ``Literal`` one a string whose
+values the help lists; an embedded model's fields are options in its place.
 
 Typer builds a command's options from its function's signature, so this sets the
 signature of a wrapper (``__signature__``); pydantic-settings' CLI and cyclopts do the
@@ -221,9 +222,12 @@ def config_from_values(model: type[M], values: Mapping[str, Any], **fixed: Any) 
             continue
         info = leaves[name]
         older = values.get(_older_name(name))
-        flat[name] = _value(
-            name, info, value if older is None else older * _extra(info)["older"]["factor"]
-        )
+        if older is not None:
+            spelling = _extra(info)["older"]
+            if value != info.get_default(call_default_factory=True):
+                raise UserError(f"give {flags_of(name, info)[0]} or {spelling['flag']}, not both")
+            value = older * spelling["factor"]
+        flat[name] = _value(name, info, value)
     try:
         return model.model_validate({**_nest(model, flat), **fixed})
     except ValidationError as exc:

@@ -86,6 +86,7 @@ def test_defaults_are_the_models_own() -> None:
         (["--depth", "0"], "--depth must be at least 1, got 0"),
         (["--wait-ms", "0"], "--wait-ms must be positive, got 0.0"),
         (["--scales", "1,x"], "--scales must be numbers separated by commas, got '1,x'"),
+        (["--wait", "0.2", "--wait-ms", "300"], "give --wait-ms or --wait, not both"),
     ],
 )
 def test_a_bad_value_is_refused_naming_its_option(args: list[str], message: str) -> None:
