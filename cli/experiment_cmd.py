@@ -16,14 +16,16 @@ from typing import TYPE_CHECKING, Any
 import typer
 from rich.console import Console
 
+from cli.config_options import OutputOptions, with_options
 from cli.executor_options import EXECUTOR, RAY_ADDRESS, WORKERS, open_executor
 from cli.progress import ReplayBar, ReplayCount, progress_bars
-from replay.sim.kv_events import KV_EVENT_DELAY_S
-from router.sla import SLA_TPOT_S, SLA_TTFT_S
+from replay.experiments.experiment_config import CompareConfig, SweepConfig
 
 if TYPE_CHECKING:
     from rich.table import Table
 
+    from replay.experiments.compare import CompareResult
+    from replay.experiments.executor import Executor
     from replay.experiments.sweep import SweepResult
     from replay.report import ClusterFacts
     from replay.sim.simulator import ProgressObserver
@@ -56,53 +58,16 @@ def _shared_facts(presets: list[str], overrides: dict[str, Any]) -> ClusterFacts
     return facts.pop() if len(facts) == 1 else None
 
 
-_TRACE = typer.Argument(..., help="Trace file (format detected: mooncake, bailian, ...)")
-_PRESET = typer.Option(
-    None,
-    "--preset",
-    help="Cluster preset (a name from `replay presets`, or a preset file) of every policy "
-    "not written NAME@PRESET",
-)
-_SET = typer.Option(
-    [],
-    "--set",
-    help="Cluster override KEY=VALUE (repeatable; applies to every policy's preset)",
-    metavar="KEY=VALUE",
-)
-_SEED = typer.Option(0, "--seed", help="Seed of the replays and of the bootstrap")
-_DELAY = typer.Option(
-    KV_EVENT_DELAY_S, "--kv-event-delay", help="Seconds before KV events reach the index"
-)
-_TTFT = typer.Option(SLA_TTFT_S, "--sla-ttft", help="SLA threshold on TTFT, seconds")
-_TPOT = typer.Option(SLA_TPOT_S, "--sla-tpot", help="SLA threshold on TPOT, seconds")
-_QUIET = typer.Option(False, "--no-progress", help="No progress bar")
-
-
+@with_options(OutputOptions, into="output", defaults={"out": Path("compare-out")})
+@with_options(CompareConfig, into="config")
 def compare(
-    trace: Path = _TRACE,
-    preset: str | None = _PRESET,
-    policy: list[str] = typer.Option(
-        ...,
-        "--policy",
-        help="NAME [:KEY=VALUE,...] [@PRESET], e.g. pdd:wan_budget_s=0.5 or idc-pd@idc-pd (a "
-        "policy on its own cluster: compare deployments); repeat, the first is the baseline",
-    ),
-    seed: int = _SEED,
-    rate_scale: float = typer.Option(1.0, "--rate-scale", help="2 = arrivals twice as fast"),
-    overrides: list[str] = _SET,
-    out: Path = typer.Option(Path("compare-out"), "--out", help="Directory to write"),
-    resamples: int = typer.Option(1000, "--resamples", help="Bootstrap resamples"),
-    window: float | None = typer.Option(
-        None, "--window", help="Rate window, seconds (default 60, shortened to give 30 windows)"
-    ),
     all_metrics: bool = typer.Option(False, "--all", help="Print every metric, not the key ones"),
-    no_progress: bool = _QUIET,
-    kv_event_delay: float = _DELAY,
-    sla_ttft: float = _TTFT,
-    sla_tpot: float = _TPOT,
     executor_kind: str = EXECUTOR,
     workers: int | None = WORKERS,
     ray_address: str | None = RAY_ADDRESS,
+    *,
+    config: CompareConfig,
+    output: OutputOptions,
 ) -> None:
     """Replay TRACE under each --policy (same seed) and compare them with 95% intervals.
 
@@ -113,32 +78,40 @@ def compare(
     With --executor process or ray the policies replay at once.
     """
     from replay.experiments.compare import run_compare
-    from replay.experiments.compare_csv import write_compare_csv
-    from replay.metrics.summary import SlaThresholds
-    from replay.metrics.writers import write_requests, write_summary
-    from replay.presets.loader import parse_overrides
-    from replay.report import Report, ReportRun, write_report
     from replay.report.compare_table import compare_table
-    from router.errors import UserError
 
-    if sla_ttft <= 0 or sla_tpot <= 0:
-        raise UserError("--sla-ttft and --sla-tpot must be positive")
-    cluster_overrides = parse_overrides(overrides)
     with (
         open_executor(executor_kind, workers, ray_address) as executor,
-        progress_bars(not no_progress) as bars,
+        progress_bars(not output.no_progress) as bars,
     ):
 
         def observer(label: str) -> ProgressObserver | None:
             return ReplayBar(bars, f"replaying {label}") if bars is not None else None
 
         count = ReplayCount(bars) if bars is not None and executor_kind != "serial" else None
-        result = run_compare(
-            trace, preset, policy, seed=seed, rate_scale=rate_scale,
-            overrides=cluster_overrides, kv_event_delay_s=kv_event_delay,
-            sla=SlaThresholds(ttft_s=sla_ttft, tpot_s=sla_tpot), resamples=resamples,
-            window_s=window, progress=observer, executor=executor, on_replays=count,
-        )  # fmt: skip
+        result = run_compare(config, progress=observer, executor=executor, on_replays=count)
+    out = output.out
+    _write_compare(result, config, out)
+    console = Console()
+    console.print(compare_table(result, all_metrics=all_metrics, width=console.width))
+    for spec, run in zip(result.specs, result.results, strict=True):
+        for warning in run.summary.warnings:
+            console.print(f"[yellow]warning[/] ({spec.label}): {warning}", highlight=False,
+                          soft_wrap=True)  # fmt: skip
+    console.print(
+        f"wrote {out / 'compare.json'}, {out / 'compare.csv'}, {out / 'report.html'} and one "
+        "folder per policy",
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
+def _write_compare(result: CompareResult, config: CompareConfig, out: Path) -> None:
+    """compare.json, compare.csv, report.html and each policy's folder."""
+    from replay.experiments.compare_csv import write_compare_csv
+    from replay.metrics.writers import write_requests, write_summary
+    from replay.report import Report, ReportRun, write_report
+
     result.write_json(out / "compare.json")
     write_compare_csv(out / "compare.csv", result)
     slugs = [_slug(spec.label) for spec in result.specs]
@@ -157,70 +130,62 @@ def compare(
         runs,
         command=command_line(),
         hit_rates=result.hit_rates,
-        cluster=_shared_facts(result.presets, cluster_overrides),
+        cluster=_shared_facts(result.presets, config.replay.overrides),
         compare=result,
     )
     write_report(out / "report.html", report)
-    console = Console()
-    console.print(compare_table(result, all_metrics=all_metrics, width=console.width))
-    for spec, run in zip(result.specs, result.results, strict=True):
-        for warning in run.summary.warnings:
-            console.print(f"[yellow]warning[/] ({spec.label}): {warning}", highlight=False,
-                          soft_wrap=True)  # fmt: skip
-    console.print(
-        f"wrote {out / 'compare.json'}, {out / 'compare.csv'}, {out / 'report.html'} and one "
-        "folder per policy",
-        highlight=False,
-        soft_wrap=True,
-    )
 
 
+@with_options(OutputOptions, into="output", defaults={"out": Path("sweep-out")})
+@with_options(SweepConfig, into="config")
 def sweep(
-    trace: Path = _TRACE,
-    preset: str | None = _PRESET,
-    policy: str = typer.Option(
-        ..., "--policy", help="NAME [:KEY=VALUE,...] [@PRESET] (@PRESET: its own cluster)"
-    ),
-    seed: int = _SEED,
-    target: float = typer.Option(0.9, "--target", help="SLA attainment to sustain"),
-    tolerance: float = typer.Option(
-        0.02, "--tolerance", help="Stop when the bracket is this close (relative)"
-    ),
-    max_probes: int = typer.Option(16, "--max-probes", help="Most replays to run"),
-    start_scale: float = typer.Option(1.0, "--start-scale", help="First --rate-scale to try"),
-    overrides: list[str] = _SET,
-    out: Path = typer.Option(Path("sweep-out"), "--out", help="Directory to write"),
-    no_progress: bool = _QUIET,
-    kv_event_delay: float = _DELAY,
-    sla_ttft: float = _TTFT,
-    sla_tpot: float = _TPOT,
     executor_kind: str = EXECUTOR,
     workers: int | None = WORKERS,
     ray_address: str | None = RAY_ADDRESS,
+    *,
+    config: SweepConfig,
+    output: OutputOptions,
 ) -> None:
     """Find the highest arrival rate meeting the SLA (SLA goodput) and its BCR.
 
     Bisects --rate-scale for the highest rate at which --target of requests meet the SLA;
     writes sweep.json, probes.csv (one row per probe) and report.html. With --executor
     process or ray and W workers, each round replays the next probe and the ones that may
-    follow it, so the same probes take about 1/log2(W+1) of the rounds.
+    follow it, so the same probes take about 1/log2(W+1) of the rounds. Several --policy
+    are swept one after the other, each into its own folder of --out.
     """
-    from replay.experiments.sweep import run_sweep
-    from replay.metrics.summary import SlaThresholds
-    from replay.metrics.writers import write_requests, write_summary
-    from replay.presets.loader import parse_overrides
-    from replay.report import ClusterFacts, Report, ReportRun, write_report
+    from replay.experiments.policy_spec import parse_policy_specs
     from router.errors import UserError
 
-    if sla_ttft <= 0 or sla_tpot <= 0:
-        raise UserError("--sla-ttft and --sla-tpot must be positive")
-    cluster_overrides = parse_overrides(overrides)
-    with (
-        open_executor(executor_kind, workers, ray_address) as executor,
-        progress_bars(not no_progress) as bars,
-    ):
-        serial = executor_kind == "serial"
-        overall = bars.add_task("probes", total=max_probes) if bars and serial else None
+    parse_policy_specs(config.policies)  # a bad or repeated policy: before any replay
+    several = len(config.policies) > 1
+    missed = []
+    with open_executor(executor_kind, workers, ray_address) as executor:
+        for policy in config.policies:
+            out = output.out / _slug(policy) if several else output.out
+            result = _sweep_one(config, policy, executor, executor_kind, output.no_progress)
+            if not _print_sweep(result, config, out):
+                missed.append(policy)
+    if missed:
+        lowest = "; ".join(missed)
+        raise UserError(
+            f"no probe met {config.search.target:.0%} SLA attainment for {lowest}; wrote "
+            "sweep.json and probes.csv"
+        )
+
+
+def _sweep_one(
+    config: SweepConfig, policy: str, executor: Executor, kind: str, no_progress: bool
+) -> SweepResult:
+    """One policy's sweep, with its progress bars."""
+    from replay.experiments.sweep import run_sweep
+
+    max_probes = config.search.max_probes
+    with progress_bars(not no_progress) as bars:
+        serial = kind == "serial"
+        overall = (
+            bars.add_task(f"probes of {policy}", total=max_probes) if bars and serial else None
+        )
         count = ReplayCount(bars) if bars is not None and not serial else None
 
         def observer(number: int, scale: float) -> ProgressObserver | None:
@@ -229,27 +194,53 @@ def sweep(
             bars.update(overall, completed=number - 1)
             return ReplayBar(bars, f"probe {number}: rate scale {scale:.4g}")
 
-        result = run_sweep(
-            trace, preset, policy, seed=seed, target=target, tolerance=tolerance,
-            max_probes=max_probes, start_scale=start_scale, overrides=cluster_overrides,
-            kv_event_delay_s=kv_event_delay,
-            sla=SlaThresholds(ttft_s=sla_ttft, tpot_s=sla_tpot), progress=observer,
-            executor=executor, on_replays=count,
-        )  # fmt: skip
+        return run_sweep(
+            config, policy=policy, progress=observer, executor=executor, on_replays=count
+        )
+
+
+def _print_sweep(result: SweepResult, config: SweepConfig, out: Path) -> bool:
+    """Write and print one policy's sweep; False when no probe met the target."""
     result.write_json(out / "sweep.json")
     result.write_probes_csv(out / "probes.csv")
     console = Console()
     console.print(_sweep_table(result))
     best = result.best_result
-    rate, bcr = result.sla_goodput_rps, result.bcr_per_1000_usd_h
+    rate, bcr, target = result.sla_goodput_rps, result.bcr_per_1000_usd_h, result.target
     if best is None or result.best is None or rate is None or bcr is None:
-        raise UserError(
-            f"no probe met {target:.0%} SLA attainment (lowest rate scale tried: "
-            f"{min(p.rate_scale for p in result.probes):.4g}); wrote {out / 'sweep.json'} "
-            f"and {out / 'probes.csv'}"
-        )
+        console.print(
+            f"[red]no probe of {result.spec.label} met {target:.0%} SLA attainment[/] (lowest "
+            f"rate scale tried: {min(p.rate_scale for p in result.probes):.4g}); wrote "
+            f"{out / 'sweep.json'} and {out / 'probes.csv'}",
+            highlight=False, soft_wrap=True,
+        )  # fmt: skip
+        return False
     for warning in best.summary.warnings:
         console.print(f"[yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)
+    _write_best(result, config, out)
+    bound = "" if result.bracketed else " (no probe missed the target: a lower bound)"
+    there = result.best
+    lines = (
+        f"SLA goodput of {result.spec.label}: {rate:.3f} req/s{bound}, the highest arrival "
+        f"rate at which {target:.0%} of requests met the SLA (probe {result.best_number}, "
+        f"rate scale {there.rate_scale:.4g}: {there.sla_attainment:.1%} met it, a goodput "
+        f"of {there.goodput_rps:.3f} req/s)",
+        f"BCR: {bcr:.3f} req/s per 1000 USD/h (the SLA goodput over "
+        f"{result.cost_per_hour:.2f} USD/h)",
+        f"wrote {out / 'sweep.json'}, {out / 'probes.csv'} and {out / 'report.html'}",
+    )
+    for line in lines:
+        console.print(line, highlight=False, soft_wrap=True)
+    return True
+
+
+def _write_best(result: SweepResult, config: SweepConfig, out: Path) -> None:
+    """The best probe's run (best/) and the sweep's report.html."""
+    from replay.metrics.writers import write_requests, write_summary
+    from replay.report import ClusterFacts, Report, ReportRun, write_report
+
+    best = result.best_result
+    assert best is not None
     (out / "best").mkdir(parents=True, exist_ok=True)
     write_summary(out / "best" / "summary.json", best.summary)
     write_requests(out / "best" / "requests.jsonl", best.records)
@@ -259,31 +250,10 @@ def sweep(
             "sweep",
             [ReportRun(result.spec.label, best.summary, best.records)],
             command=command_line(),
-            hit_rates=_hit_rates(trace),
-            cluster=ClusterFacts.of_preset(best.summary.preset, cluster_overrides),
+            hit_rates=_hit_rates(Path(config.trace)),
+            cluster=ClusterFacts.of_preset(best.summary.preset, config.replay.overrides),
             sweep=result,
         ),
-    )
-    bound = "" if result.bracketed else " (no probe missed the target: a lower bound)"
-    there = result.best
-    console.print(
-        f"SLA goodput of {result.spec.label}: {rate:.3f} req/s{bound}, the highest arrival "
-        f"rate at which {target:.0%} of requests met the SLA (probe {result.best_number}, "
-        f"rate scale {there.rate_scale:.4g}: {there.sla_attainment:.1%} met it, a goodput "
-        f"of {there.goodput_rps:.3f} req/s)",
-        highlight=False,
-        soft_wrap=True,
-    )
-    console.print(
-        f"BCR: {bcr:.3f} req/s per 1000 USD/h (the SLA goodput over "
-        f"{result.cost_per_hour:.2f} USD/h)",
-        highlight=False,
-        soft_wrap=True,
-    )
-    console.print(
-        f"wrote {out / 'sweep.json'}, {out / 'probes.csv'} and {out / 'report.html'}",
-        highlight=False,
-        soft_wrap=True,
     )
 
 

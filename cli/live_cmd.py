@@ -10,13 +10,22 @@ from pathlib import Path
 
 import typer
 
+from cli.config_options import OutputOptions, with_options
 from cli.progress import ReplayBar, progress_bars
 from cli.run_output import print_run
-from router.sla import SLA_TPOT_S, SLA_TTFT_S
+from replay.runner.config import ReplaySettings
 
 __all__ = ["live"]
 
+_LIVE = (
+    "rate_scale", "max_requests", "seed", "trace_format", "block_size", "sla_ttft_s",
+    "sla_tpot_ms",
+)  # fmt: skip
+"""The replay options that apply to a live run (the rest are the simulator's)."""
 
+
+@with_options(OutputOptions, into="output", defaults={"out": Path("live-out")})
+@with_options(ReplaySettings, into="settings", only=_LIVE)
 def live(
     trace: Path = typer.Argument(..., help="Trace file (format detected: mooncake, bailian, ...)"),
     url: str = typer.Option(
@@ -28,10 +37,6 @@ def live(
     model: str | None = typer.Option(None, "--model", help="The model field of each request"),
     api_key: str | None = typer.Option(
         None, "--api-key", envvar="PDD_ROUTER_LIVE_API_KEY", help="Bearer key for the endpoint"
-    ),
-    rate_scale: float = typer.Option(1.0, "--rate-scale", help="2 = arrivals twice as fast"),
-    max_requests: int | None = typer.Option(
-        None, "--max-requests", help="Send only the first N requests"
     ),
     duration: float | None = typer.Option(
         None, "--duration", help="Send only the requests due within this many seconds"
@@ -47,18 +52,10 @@ def live(
         help="Token IDs are drawn below this (the model's vocabulary; default: the one "
         "the endpoint's model card gives, as the router's do, else 32000)",
     ),
-    seed: int = typer.Option(0, "--seed", help="Seed of the made-up token IDs"),
     timeout: float = typer.Option(600.0, "--timeout", help="Longest one request may take, s"),
-    trace_format: str | None = typer.Option(
-        None, "--format", "-f", help="Trace format: mooncake, bailian or azure (default: detected)"
-    ),
-    block_size: int | None = typer.Option(
-        None, "--block-size", min=1, help="Convert the trace's block IDs to this many tokens"
-    ),
-    sla_ttft: float = typer.Option(SLA_TTFT_S, "--sla-ttft", help="SLA threshold on TTFT, seconds"),
-    sla_tpot: float = typer.Option(SLA_TPOT_S, "--sla-tpot", help="SLA threshold on TPOT, seconds"),
-    out: Path = typer.Option(Path("live-out"), "--out", help="Run directory to write"),
-    no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar"),
+    *,
+    settings: ReplaySettings,
+    output: OutputOptions,
 ) -> None:
     """Send TRACE's requests to a live endpoint at their timestamps; record what came back.
 
@@ -68,26 +65,22 @@ def live(
     schema, so `replay validate` can set them against a replay of the same trace.
     Ctrl-C stops and writes what was sent. Exits 1 when most requests failed.
     """
-    from replay.metrics.summary import SlaThresholds
     from replay.metrics.writers import write_run
     from replay.runner.live import LiveOptions, run_live
     from replay.trace.formats import read_trace, resolve_format
-    from router.errors import UserError
 
-    if sla_ttft <= 0 or sla_tpot <= 0:
-        raise UserError("--sla-ttft and --sla-tpot must be positive")
-    fmt = resolve_format(trace_format) if trace_format is not None else None
-    requests = list(read_trace(trace, fmt, block_size))
+    s = settings
+    fmt = resolve_format(s.trace_format) if s.trace_format is not None else None
+    requests = list(read_trace(trace, fmt, s.block_size))
     options = LiveOptions(
-        url=url.rstrip("/"), model=model, api_key=api_key, rate_scale=rate_scale,
-        max_requests=max_requests, duration_s=duration, concurrency=concurrency,
-        vocab_size=vocab_size, seed=seed, timeout_s=timeout,
-        sla=SlaThresholds(ttft_s=sla_ttft, tpot_s=sla_tpot),
+        url=url.rstrip("/"), model=model, api_key=api_key, rate_scale=s.rate_scale,
+        max_requests=s.max_requests, duration_s=duration, concurrency=concurrency,
+        vocab_size=vocab_size, seed=s.seed, timeout_s=timeout, sla=s.sla,
     )  # fmt: skip
-    with progress_bars(not no_progress) as bars:
+    with progress_bars(not output.no_progress) as bars:
         bar = ReplayBar(bars, f"sending to {url}") if bars is not None else None
         result = run_live(requests, options, trace_name=str(trace), progress=bar)
-    print_run(result.summary, write_run(out, result.summary, result.records))
+    print_run(result.summary, write_run(output.out, result.summary, result.records))
     if result.mostly_failed:
         typer.echo(
             f"error: {result.failed} of {result.sent} requests failed (the warnings above "

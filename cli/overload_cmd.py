@@ -7,51 +7,31 @@ The command parses options, shows progress and prints the table; the runs are
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import typer
 from rich.console import Console
 from rich.table import Table
 
+from cli.config_options import OutputOptions, with_options
 from cli.executor_options import EXECUTOR, RAY_ADDRESS, WORKERS, open_executor
 from cli.progress import ReplayCount, progress_bars
-from replay.sim.kv_events import KV_EVENT_DELAY_S
-from router.sla import SLA_TPOT_S, SLA_TTFT_S
+from replay.experiments.experiment_config import OverloadConfig
+
+if TYPE_CHECKING:
+    from replay.experiments.overload import OverloadResult
 
 __all__ = ["overload"]
 
 
+@with_options(OutputOptions, into="output", defaults={"out": Path("overload-out")})
+@with_options(OverloadConfig, into="config")
 def overload(
-    trace: Path = typer.Argument(..., help="Trace file (format detected: mooncake, bailian, ...)"),
-    preset: str | None = typer.Option(
-        None, "--preset", help="Cluster preset: a name from `replay presets`, or a preset file"
-    ),
-    policy: str = typer.Option(
-        "pdd-adaptive",
-        "--policy",
-        help="NAME [:KEY=VALUE,...] [@PRESET] (@PRESET: its own cluster)",
-    ),
-    multiples: str = typer.Option(
-        "0.5,1,1.2,1.5,2",
-        "--multiples",
-        help="Arrival rates to replay, as multiples of the capacity rate (comma-separated)",
-    ),
-    seed: int = typer.Option(0, "--seed", help="Seed of every replay"),
-    target: float = typer.Option(
-        0.9, "--target", help="SLA attainment that defines the capacity (as in `replay sweep`)"
-    ),
-    overrides: list[str] = typer.Option(
-        [], "--set", help="Cluster override KEY=VALUE (repeatable)", metavar="KEY=VALUE"
-    ),
-    out: Path = typer.Option(Path("overload-out"), "--out", help="Directory to write"),
-    no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar"),
-    kv_event_delay: float = typer.Option(
-        KV_EVENT_DELAY_S, "--kv-event-delay", help="Seconds before KV events reach the index"
-    ),
-    sla_ttft: float = typer.Option(SLA_TTFT_S, "--sla-ttft", help="SLA threshold on TTFT, seconds"),
-    sla_tpot: float = typer.Option(SLA_TPOT_S, "--sla-tpot", help="SLA threshold on TPOT, seconds"),
     executor_kind: str = EXECUTOR,
     workers: int | None = WORKERS,
     ray_address: str | None = RAY_ADDRESS,
+    *,
+    config: OverloadConfig,
+    output: OutputOptions,
 ) -> None:
     """How the policy holds up past its capacity: SLA goodput at multiples of its capacity.
 
@@ -62,21 +42,11 @@ def overload(
     overload.json and overload.csv.
     """
     from replay.experiments.overload import run_overload
-    from replay.metrics.summary import SlaThresholds
-    from replay.presets.loader import parse_overrides
-    from router.errors import UserError
 
-    if sla_ttft <= 0 or sla_tpot <= 0:
-        raise UserError("--sla-ttft and --sla-tpot must be positive")
-    try:
-        factors = [float(m) for m in multiples.split(",") if m.strip()]
-    except ValueError:
-        raise UserError(
-            f"--multiples must be numbers separated by commas, got {multiples!r}"
-        ) from None
+    extra = len(config.multiples)
     with (
         open_executor(executor_kind, workers, ray_address) as executor,
-        progress_bars(not no_progress) as bars,
+        progress_bars(not output.no_progress) as bars,
     ):
         count = ReplayCount(bars) if bars is not None else None
         done = [0, 0]
@@ -84,19 +54,19 @@ def overload(
         def sweep_progress(finished: int, started: int) -> None:
             done[0], done[1] = finished, started
             if count is not None:
-                count(finished, started + len(factors))
+                count(finished, started + extra)
 
         def multiple_done(finished: int) -> None:
             if count is not None:
-                count(done[0] + finished, done[1] + len(factors))
+                count(done[0] + finished, done[1] + extra)
 
         result = run_overload(
-            trace, preset, policy, multiples=factors, seed=seed, target=target,
-            overrides=parse_overrides(overrides), kv_event_delay_s=kv_event_delay,
-            sla=SlaThresholds(ttft_s=sla_ttft, tpot_s=sla_tpot), executor=executor,
-            on_replays=sweep_progress, on_done=multiple_done,
-        )  # fmt: skip
-    written = result.write(out)
+            config, executor=executor, on_replays=sweep_progress, on_done=multiple_done
+        )
+    _print(result, result.write(output.out))
+
+
+def _print(result: OverloadResult, written: list[Path]) -> None:
     best = result.sweep.best
     assert best is not None  # run_overload refuses a policy without capacity
     console = Console()

@@ -11,33 +11,69 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import typer
+from pydantic import BaseModel, ConfigDict, Field
 from rich.console import Console
 
+from cli.config_options import OutputOptions, with_options
 from cli.executor_options import EXECUTOR, RAY_ADDRESS, WORKERS, open_executor
 from cli.progress import progress_bars
-from router.sla import SLA_TPOT_S, SLA_TTFT_S
+from replay.runner.config import ReplaySettings
 
 if TYPE_CHECKING:
-    from replay.experiments.plan import PlanResult
+    from replay.experiments.plan import PlanResult, PlanSettings
     from replay.experiments.plan_space import PlanSpace
     from replay.presets.cluster_preset import ClusterPreset
 
-__all__ = ["plan"]
+__all__ = ["PlanOptions", "plan"]
+
+_NOT_PLANNED = ("rate_scale", "max_requests", "trace_format", "block_size")
+"""Replay options plan does not take: it sets each replay's rate and reads the trace whole."""
 
 
-def _space(
-    base: ClusterPreset,
-    price: float,
-    p: str | None,
-    rld: str | None,
-    md: str | None,
-    gpu_p: str | None,
-    gpu_rld: str | None,
-    gpu_md: str | None,
-    wan_gbps: str | None,
-    params: list[str],
-) -> PlanSpace:
+class PlanOptions(BaseModel):
+    """What `replay plan` searches, and how each candidate is swept."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    trace: Path = Field(
+        description="Trace file (format detected: mooncake, bailian, ...)",
+        json_schema_extra={"argument": True},
+    )
+    preset: str = Field(
+        "pdd-small",
+        description="Base PDD preset (name or file with p, rld and md pools): the default "
+        "ranges are around its pools, and everything not searched is its own",
+    )
+    policy: str | None = Field(
+        None, description="Policy of every candidate (default: the preset's)"
+    )
+    p: str | None = Field(None, description="Prefill instances, e.g. 2..6 or 2,4")
+    rld: str | None = Field(None, description="RLD instances, e.g. 1..2")
+    md: str | None = Field(None, description="MD instances, e.g. 1..4")
+    gpu_p: str | None = Field(None, description="Prefill GPUs, e.g. h100,h200")
+    gpu_rld: str | None = Field(None, description="RLD GPUs, e.g. h100")
+    gpu_md: str | None = Field(None, description="MD GPUs, e.g. h100,h200")
+    wan_gbps: str | None = Field(None, description="Line bandwidths, Gbps (default 10,20,40)")
+    wan_price: float | None = Field(
+        None,
+        ge=0,
+        description="Line price, USD per Gbps-month (730 h; default: the preset's, else 72.4)",
+    )
+    params: list[str] = Field(
+        default_factory=list,
+        description="Policy thresholds to search (repeatable)",
+        json_schema_extra={"flags": ["--param"], "metavar": "KEY=V1,V2"},
+    )
+    min_rate_scale: float = Field(
+        1.0, gt=0, description="Serve at least the trace's rate times this (target rate)"
+    )
+    target: float = Field(0.9, gt=0, le=1, description="SLA attainment to sustain")
+    tolerance: float = Field(0.05, gt=0, description="Sweep bracket, relative")
+    max_probes: int = Field(8, ge=2, description="Most replays per candidate")
+    no_baseline: bool = Field(False, description="Skip the intra-DC baseline")
+
+
+def _space(base: ClusterPreset, price: float, o: PlanOptions) -> PlanSpace:
     """The default space around ``base`` with the options' ranges put in."""
     from replay.experiments.plan_space import (
         Layout,
@@ -51,19 +87,18 @@ def _space(
     space = default_space(base, Layout.of(base), price)
     valid = sorted(base.hardware)
     changes: dict[str, object] = {}
-    if p is not None:
-        changes["p"] = parse_counts(p, "--p")
-    if rld is not None:
-        changes["rld"] = parse_counts(rld, "--rld")
-    if md is not None:
-        changes["md"] = parse_counts(md, "--md")
-    for key, text in (("gpu_p", gpu_p), ("gpu_rld", gpu_rld), ("gpu_md", gpu_md)):
+    for key in ("p", "rld", "md"):
+        text = getattr(o, key)
+        if text is not None:
+            changes[key] = parse_counts(text, "--" + key)
+    for key in ("gpu_p", "gpu_rld", "gpu_md"):
+        text = getattr(o, key)
         if text is not None:
             changes[key] = parse_gpus(text, "--" + key.replace("_", "-"), valid)
-    if wan_gbps is not None:
-        changes["wan_gbps"] = parse_gbps(wan_gbps)
-    if params:
-        changes["params"] = parse_param_grid(params)
+    if o.wan_gbps is not None:
+        changes["wan_gbps"] = parse_gbps(o.wan_gbps)
+    if o.params:
+        changes["params"] = parse_param_grid(o.params)
     return space.model_copy(update=changes)
 
 
@@ -107,102 +142,30 @@ def _print(console: Console, plan: PlanResult, written: list[Path]) -> None:
     console.print("wrote " + ", ".join(str(p) for p in written), highlight=False, soft_wrap=True)
 
 
+@with_options(OutputOptions, into="output", defaults={"out": Path("plan-out")})
+@with_options(ReplaySettings, into="settings", skip=_NOT_PLANNED)
+@with_options(PlanOptions, into="options")
 def plan(
-    trace: Path = typer.Argument(..., help="Trace file (format detected: mooncake, bailian, ...)"),
-    preset: str = typer.Option(
-        "pdd-small",
-        "--preset",
-        help="Base PDD preset (name or file with p, rld and md pools): the default ranges "
-        "are around its pools, and everything not searched is its own",
-    ),
-    policy: str | None = typer.Option(
-        None, "--policy", help="Policy of every candidate (default: the preset's)"
-    ),
-    p: str | None = typer.Option(None, "--p", help="Prefill instances, e.g. 2..6 or 2,4"),
-    rld: str | None = typer.Option(None, "--rld", help="RLD instances, e.g. 1..2"),
-    md: str | None = typer.Option(None, "--md", help="MD instances, e.g. 1..4"),
-    gpu_p: str | None = typer.Option(None, "--gpu-p", help="Prefill GPUs, e.g. h100,h200"),
-    gpu_rld: str | None = typer.Option(None, "--gpu-rld", help="RLD GPUs, e.g. h100"),
-    gpu_md: str | None = typer.Option(None, "--gpu-md", help="MD GPUs, e.g. h100,h200"),
-    wan_gbps: str | None = typer.Option(
-        None, "--wan-gbps", help="Line bandwidths, Gbps (default 10,20,40)"
-    ),
-    wan_price: float | None = typer.Option(
-        None,
-        "--wan-price",
-        help="Line price, USD per Gbps-month (730 h; default: the preset's, else 72.4)",
-    ),
-    params: list[str] = typer.Option(
-        [], "--param", metavar="KEY=V1,V2", help="Policy thresholds to search (repeatable)"
-    ),
-    min_rate_scale: float = typer.Option(
-        1.0, "--min-rate-scale", help="Serve at least the trace's rate times this (target rate)"
-    ),
-    target: float = typer.Option(0.9, "--target", help="SLA attainment to sustain"),
-    tolerance: float = typer.Option(0.05, "--tolerance", help="Sweep bracket, relative"),
-    max_probes: int = typer.Option(8, "--max-probes", help="Most replays per candidate"),
-    no_baseline: bool = typer.Option(False, "--no-baseline", help="Skip the intra-DC baseline"),
-    overrides: list[str] = typer.Option(
-        [], "--set", metavar="KEY=VALUE", help="Override on the base preset (repeatable)"
-    ),
-    seed: int = typer.Option(0, "--seed", help="Seed of every replay"),
-    sla_ttft: float = typer.Option(SLA_TTFT_S, "--sla-ttft", help="SLA threshold on TTFT, seconds"),
-    sla_tpot: float = typer.Option(SLA_TPOT_S, "--sla-tpot", help="SLA threshold on TPOT, seconds"),
     executor: str = EXECUTOR,
     workers: int | None = WORKERS,
     ray_address: str | None = RAY_ADDRESS,
-    out: Path = typer.Option(Path("plan-out"), "--out", help="Directory to write"),
-    no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar"),
+    *,
+    options: PlanOptions,
+    settings: ReplaySettings,
+    output: OutputOptions,
 ) -> None:
     """Search pool sizes, GPUs, line bandwidth (and thresholds) for the best SLA goodput
     per cost on TRACE; print the Pareto front and write plan.json, plan.csv and the best
-    deployment as a preset file."""
-    import math
-
-    from policies.registry import UnknownPolicyError, parse_policy
-    from replay.experiments.plan import PlanSettings, run_plan
+    deployment as a preset file. Every replay has the replay options given."""
+    from replay.experiments.plan import run_plan
     from replay.experiments.plan_bounds import load_trace_load
     from replay.experiments.plan_output import write_plan
-    from replay.experiments.plan_space import line_price_of
-    from replay.experiments.policy_spec import parse_policy_spec
-    from replay.metrics.summary import SlaThresholds
-    from replay.presets.loader import load_preset, parse_overrides
-    from router.errors import UserError
 
-    if sla_ttft <= 0 or sla_tpot <= 0:
-        raise UserError("--sla-ttft and --sla-tpot must be positive")
-    if not (math.isfinite(min_rate_scale) and min_rate_scale > 0):
-        raise UserError(f"--min-rate-scale must be positive, got {min_rate_scale}")
-    if wan_price is not None and not (math.isfinite(wan_price) and wan_price >= 0):
-        raise UserError(f"--wan-price must be 0 or more USD per Gbps-month, got {wan_price}")
-    if not 0.0 < target <= 1.0:
-        raise UserError(f"--target must be within (0, 1], got {target}")
-    if tolerance <= 0 or max_probes < 2:
-        raise UserError("--tolerance must be positive and --max-probes at least 2")
-    if not trace.is_file():
-        raise UserError(f"{trace}: no such trace file")
-    cluster = parse_overrides(overrides)
-    base = load_preset(preset, cluster)
-    name = policy or base.spec.default_policy
-    if parse_policy_spec(name).params or "@" in name:
-        raise UserError(f"--policy {name!r}: give a policy name; search thresholds with --param")
-    price = wan_price if wan_price is not None else line_price_of(base)
-    space = _space(base, price, p, rld, md, gpu_p, gpu_rld, gpu_md, wan_gbps, params)
-    for values in space.params:  # a bad threshold is refused before any replay
-        try:
-            parse_policy(name, values)
-        except UnknownPolicyError as exc:
-            raise UserError(f"--param: {exc}") from None
-    settings = PlanSettings(
-        trace=str(trace), preset=preset, policy=name, overrides=cluster, seed=seed,
-        target=target, tolerance=tolerance, max_probes=max_probes,
-        min_rate_scale=min_rate_scale, sla=SlaThresholds(ttft_s=sla_ttft, tpot_s=sla_tpot),
-    )  # fmt: skip
-    load = load_trace_load(trace)
-    console = Console()
+    settings_of_plan, space = _plan_of(options, settings)
+    load = load_trace_load(options.trace)
     with (
         open_executor(executor, workers, ray_address) as pool,
-        progress_bars(not no_progress) as bars,
+        progress_bars(not output.no_progress) as bars,
     ):
         advance: Callable[[int, int], None] | None = None
         if bars is not None:
@@ -211,6 +174,39 @@ def plan(
             def advance(done: int, total: int) -> None:
                 bars.update(task, completed=done, total=total)
 
-        result = run_plan(settings, space, load, pool, baseline=not no_baseline, advance=advance)
-    written = write_plan(result, out)
-    _print(console, result, written)
+        result = run_plan(
+            settings_of_plan, space, load, pool, baseline=not options.no_baseline,
+            advance=advance,
+        )  # fmt: skip
+    written = write_plan(result, output.out)
+    _print(Console(), result, written)
+
+
+def _plan_of(o: PlanOptions, settings: ReplaySettings) -> tuple[PlanSettings, PlanSpace]:
+    """The plan's settings and search space; a bad policy or threshold is refused before
+    any replay."""
+    from policies.registry import UnknownPolicyError, parse_policy
+    from replay.experiments.plan import PlanSettings
+    from replay.experiments.plan_space import line_price_of
+    from replay.experiments.policy_spec import parse_policy_spec
+    from replay.presets.loader import load_preset
+    from router.errors import UserError
+
+    if not o.trace.is_file():
+        raise UserError(f"{o.trace}: no such trace file")
+    base = load_preset(o.preset, settings.overrides)
+    name = o.policy or base.spec.default_policy
+    if parse_policy_spec(name).params or "@" in name:
+        raise UserError(f"--policy {name!r}: give a policy name; search thresholds with --param")
+    price = o.wan_price if o.wan_price is not None else line_price_of(base)
+    space = _space(base, price, o)
+    for values in space.params:
+        try:
+            parse_policy(name, values)
+        except UnknownPolicyError as exc:
+            raise UserError(f"--param: {exc}") from None
+    plan_settings = PlanSettings(
+        trace=str(o.trace), preset=o.preset, policy=name, replay=settings, target=o.target,
+        tolerance=o.tolerance, max_probes=o.max_probes, min_rate_scale=o.min_rate_scale,
+    )  # fmt: skip
+    return plan_settings, space

@@ -140,23 +140,20 @@ def _trace(kind: TraceKind) -> Any:
 
 
 def _replay(kind: TraceKind, log: Path, progress: ProgressObserver | None) -> None:
+    from replay.runner.config import ReplayConfig
     from replay.runner.run import run_replay
 
     trace = _trace(kind)
     partial = log.with_suffix(".partial")
     with partial.open("w", encoding="utf-8") as fh:
-        run_replay(
-            trace,
-            kind.preset,
-            kind.policy,
-            overrides=kind.overrides,
-            rate_scale=kind.rate_scale,
-            kv_event_delay_s=kind.kv_event_delay_s,
-            decision_log=fh,
-            index_mode=kind.index_mode,
-            index_capacity=kind.index_capacity,
-            progress=progress,
-        )
+        config = ReplayConfig(
+            trace=str(kind.trace) if isinstance(trace, Path) else kind.name,
+            preset=kind.preset, policy=kind.policy, overrides=kind.overrides,
+            rate_scale=kind.rate_scale, kv_event_delay_s=kind.kv_event_delay_s,
+            index_mode=kind.index_mode, index_capacity=kind.index_capacity,
+        )  # fmt: skip
+        held = None if isinstance(trace, Path) else trace
+        run_replay(config, requests=held, decision_log=fh, progress=progress)
     partial.replace(log)
 
 

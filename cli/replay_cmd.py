@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import typer
 from rich.console import Console
 
+from cli.config_options import OutputOptions, with_options
 from cli.experiment_cmd import command_line, compare, sweep
 from cli.live_cmd import live
 from cli.overload_cmd import overload
@@ -21,8 +22,7 @@ from cli.run_output import print_run
 from cli.tune_cmd import tune
 from cli.validate_cmd import validate
 from cli.validate_costs_cmd import validate_costs
-from replay.sim.kv_events import KV_EVENT_DELAY_S
-from router.sla import SLA_TPOT_S, SLA_TTFT_S
+from replay.runner.config import ReplayConfig
 
 if TYPE_CHECKING:
     from replay.presets.cluster_preset import ClusterPreset
@@ -37,118 +37,32 @@ replay_app = typer.Typer(
 
 
 @replay_app.command("run")
+@with_options(OutputOptions, into="output", defaults={"out": Path("replay-out")})
+@with_options(ReplayConfig, into="config")
 def run(
-    trace: Path = typer.Argument(..., help="Trace file (format detected: mooncake, bailian, ...)"),
-    preset: str = typer.Option(
-        ...,
-        "--preset",
-        help="Cluster preset: a name from `replay presets`, or a preset file "
-        "(`replay presets --show NAME` prints one to start from)",
-    ),
-    policy: str | None = typer.Option(
-        None, "--policy", help="Routing policy (default: the preset's default policy)"
-    ),
-    trace_format: str | None = typer.Option(
-        None, "--format", "-f", help="Trace format: mooncake, bailian or azure (default: detected)"
-    ),
-    block_size: int | None = typer.Option(
-        None,
-        "--block-size",
-        min=1,
-        help="Convert the trace's block IDs to blocks of this many tokens first "
-        "(sizes that divide each other)",
-    ),
-    param: list[str] = typer.Option(
-        [], "--param", help="Policy parameter KEY=VALUE (repeatable)", metavar="KEY=VALUE"
-    ),
-    overrides: list[str] = typer.Option(
-        [],
-        "--set",
-        help="Cluster override KEY=VALUE, e.g. pools.md.instances=8 (repeatable)",
-        metavar="KEY=VALUE",
-    ),
-    rate_scale: float = typer.Option(1.0, "--rate-scale", help="2 = arrivals twice as fast"),
-    max_requests: int | None = typer.Option(
-        None,
-        "--max-requests",
-        min=1,
-        help="Replay only the trace's first N requests (of a file in time order, the ones "
-        "`replay live --max-requests N` sends: the same slice for `replay validate`)",
-    ),
-    seed: int = typer.Option(0, "--seed", help="Seed of everything random in the run"),
-    out: Path = typer.Option(Path("replay-out"), "--out", help="Run directory to write"),
-    no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar"),
-    kv_event_delay: float = typer.Option(
-        KV_EVENT_DELAY_S, "--kv-event-delay", help="Seconds before KV events reach the index"
-    ),
-    kv_event_wan_delay: float = typer.Option(
-        0.0,
-        "--kv-event-wan-delay",
-        help="Seconds more before the KV events of instances in the other datacenter than "
-        "the prefill pool reach the index: the line's one-way delay when each datacenter's "
-        "router keeps its own index (0: one index, everything local)",
-    ),
-    sla_ttft: float = typer.Option(SLA_TTFT_S, "--sla-ttft", help="SLA threshold on TTFT, seconds"),
-    sla_tpot: float = typer.Option(SLA_TPOT_S, "--sla-tpot", help="SLA threshold on TPOT, seconds"),
     decision_log: Path | None = typer.Option(
         None, "--decision-log", help="Write every decision as a JSON line to this file"
     ),
-    index_mode: str = typer.Option(
-        "events",
-        "--index-mode",
-        help="events: KV events feed the index; approximate: no events, the router records "
-        "where it routed each request",
-    ),
-    predictor: Path | None = typer.Option(
-        None, "--predictor", help="Hit-rate model (`predictor train`) used instead of raw matches"
-    ),
-    index_capacity: str = typer.Option(
-        "exact",
-        "--index-capacity",
-        help="exact: the index bounds each instance at its KV capacity; unbounded: not told",
-    ),
+    *,
+    config: ReplayConfig,
+    output: OutputOptions,
 ) -> None:
     """Replay TRACE on a simulated cluster; write summary.json, requests.jsonl, report.html."""
-    from replay.metrics.summary import SlaThresholds
-    from replay.presets.loader import parse_overrides
     from replay.report.run_report import write_run_with_report
     from replay.runner.run import run_replay
-    from router.errors import UserError
 
-    if sla_ttft <= 0 or sla_tpot <= 0:
-        raise UserError("--sla-ttft and --sla-tpot must be positive")
-    params = parse_overrides(param)
-    cluster_overrides = parse_overrides(overrides)
     log = decision_log.open("w", encoding="utf-8") if decision_log is not None else None
     try:
-        with progress_bars(not no_progress) as bars:
+        with progress_bars(not output.no_progress) as bars:
             bar = ReplayBar(bars, "replaying") if bars is not None else None
-            result = run_replay(
-                trace,
-                preset,
-                policy,
-                policy_params=params,
-                rate_scale=rate_scale,
-                seed=seed,
-                overrides=cluster_overrides,
-                kv_event_delay_s=kv_event_delay,
-                kv_event_wan_delay_s=kv_event_wan_delay,
-                sla=SlaThresholds(ttft_s=sla_ttft, tpot_s=sla_tpot),
-                progress=bar,
-                decision_log=log,
-                index_mode=index_mode,  # type: ignore[arg-type]  # checked by run_replay
-                predictor=predictor,
-                index_capacity=index_capacity,  # type: ignore[arg-type]  # checked by run_replay
-                trace_format=trace_format,
-                block_size=block_size,
-                max_requests=max_requests,
-            )
+            result = run_replay(config, progress=bar, decision_log=log)
     finally:
         if log is not None:
             log.close()
     files = write_run_with_report(
-        out, result.summary, result.records, overrides=cluster_overrides, command=command_line()
-    )
+        output.out, result.summary, result.records, overrides=config.overrides,
+        command=command_line(),
+    )  # fmt: skip
     print_run(result.summary, files)
 
 

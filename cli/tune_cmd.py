@@ -10,22 +10,25 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
-import typer
+from pydantic import BaseModel, ConfigDict, Field
 from rich.console import Console
 
+from cli.config_options import OutputOptions, with_options
 from cli.executor_options import EXECUTOR, RAY_ADDRESS, WORKERS, open_executor
 from cli.progress import ReplayCount, progress_bars
-from router.sla import SLA_TPOT_S, SLA_TTFT_S
+from replay.runner.config import ReplaySettings
 
 if TYPE_CHECKING:
     from rich.table import Table
 
-    from replay.tuning.trial import Figures, Trial
+    from replay.tuning.trial import Figures, Trial, TuneSetup
     from replay.tuning.tune import CheckResult, TuneResult
 
-__all__ = ["trials_csv", "tune"]
+__all__ = ["TuneOptions", "trials_csv", "tune"]
+
+Objective = Literal["goodput", "bcr"]
 
 
 def _params(params: dict[str, Any]) -> str:
@@ -179,162 +182,149 @@ def _scenario(text: str) -> tuple[Path, str, list[float]]:
     return Path(trace), name, scales
 
 
-def tune(
-    traces: list[Path] = typer.Argument(
-        None, help="Traces to tune on, each at every --rate-scale on --preset"
-    ),
-    scenarios: list[str] = typer.Option(
-        [],
-        "--scenario",
-        metavar="TRACE:PRESET:R1,R2",
-        help="A trace on its own preset at "
-        "its own loads, beside or instead of TRACES (repeatable): tune on several kinds of "
-        "traffic at once",
-    ),
-    preset: str | None = typer.Option(
-        None, "--preset", help="Cluster preset of TRACES (see `replay presets`)"
-    ),
-    objective: str = typer.Option("goodput", "--objective", help="goodput or bcr (SLA-based)"),
-    policy: str | None = typer.Option(
-        None, "--policy", help="Policy to tune (default: the preset's default policy)"
-    ),
-    search: str = typer.Option(
-        "coordinate", "--search", help="coordinate (one threshold at a time) or random"
-    ),
-    trials: int = typer.Option(32, "--trials", help="Most configurations (the defaults first)"),
-    min_gain: float = typer.Option(
+class TuneOptions(BaseModel):
+    """What `replay tune` tunes on and how it searches."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    traces: list[Path] | None = Field(
+        None,
+        description="Traces to tune on, each at every --rate-scale on --preset",
+        json_schema_extra={"argument": True},
+    )
+    scenarios: list[str] = Field(
+        default_factory=list,
+        description="A trace on its own preset at its own loads, beside or instead of TRACES "
+        "(repeatable): tune on several kinds of traffic at once",
+        json_schema_extra={"flags": ["--scenario"], "metavar": "TRACE:PRESET:R1,R2"},
+    )
+    preset: str | None = Field(None, description="Cluster preset of TRACES (see `replay presets`)")
+    policy: str | None = Field(
+        None, description="Policy to tune (default: the preset's default policy)"
+    )
+    rate_scale: list[float] = Field(
+        [1.0],
+        description="Load(s) to tune at (repeatable: every trace at each)",
+        json_schema_extra={"repeat": True},
+    )
+    objective: Objective = Field("goodput", description="goodput or bcr (SLA-based)")
+    search: Literal["coordinate", "random"] = Field(
+        "coordinate", description="coordinate (one threshold at a time) or random"
+    )
+    trials: int = Field(32, ge=1, description="Most configurations (the defaults first)")
+    min_gain: float = Field(
         0.001,
-        "--min-gain",
-        help="Coordinate search: a trial must beat the incumbent by this relative gain "
+        description="Coordinate search: a trial must beat the incumbent by this relative gain "
         "(0.001 = 0.1%) to replace it",
-    ),
-    search_seed: int = typer.Option(0, "--search-seed", help="Seed of the random search"),
+    )
+    search_seed: int = Field(0, description="Seed of the random search")
+    jobs: int | None = Field(
+        None,
+        description="Older spelling of --executor process --workers N",
+        json_schema_extra={"hidden": True},
+    )
+    check: Path | None = Field(
+        None, description="Also replay the defaults and the best on this other trace"
+    )
+    check_preset: str | None = Field(
+        None, description="Preset of the check (default: --preset, else the first scenario's)"
+    )
+    check_rate_scale: list[float] = Field(
+        [1.0], description="Load(s) of the check (repeatable)", json_schema_extra={"repeat": True}
+    )
+    top: int = Field(8, description="Trials shown")
+    out: Path | None = Field(
+        None,
+        description="Write every trial as JSON here, and the trial table as CSV beside it "
+        "(tune.json: tune.trials.csv, one row per trial and scenario)",
+    )
+
+
+@with_options(OutputOptions, into="output", only=("no_progress",))
+@with_options(ReplaySettings, into="settings", skip=("rate_scale",))
+@with_options(TuneOptions, into="options")
+def tune(
     executor_kind: str = EXECUTOR,
     workers: int | None = WORKERS,
     ray_address: str | None = RAY_ADDRESS,
-    jobs: int | None = typer.Option(
-        None, "--jobs", hidden=True, help="Older spelling of --executor process --workers N"
-    ),
-    overrides: list[str] = typer.Option(
-        [], "--set", metavar="KEY=VALUE", help="Cluster override (repeatable)"
-    ),
-    rate_scale: list[float] = typer.Option(
-        [1.0], "--rate-scale", help="Load(s) to tune at (repeatable: every trace at each)"
-    ),
-    seed: int = typer.Option(0, "--seed", help="Seed of each replay"),
-    sla_ttft: float = typer.Option(SLA_TTFT_S, "--sla-ttft", help="SLA threshold on TTFT, seconds"),
-    sla_tpot: float = typer.Option(SLA_TPOT_S, "--sla-tpot", help="SLA threshold on TPOT, seconds"),
-    index_mode: str = typer.Option("events", "--index-mode", help="events or approximate"),
-    predictor: Path | None = typer.Option(None, "--predictor", help="Hit-rate model file"),
-    check: Path | None = typer.Option(
-        None, "--check", help="Also replay the defaults and the best on this other trace"
-    ),
-    check_preset: str | None = typer.Option(
-        None,
-        "--check-preset",
-        help="Preset of the check (default: --preset, else the first scenario's)",
-    ),
-    check_rate_scale: list[float] = typer.Option(
-        [1.0], "--check-rate-scale", help="Load(s) of the check (repeatable)"
-    ),
-    top: int = typer.Option(8, "--top", help="Trials shown"),
-    out: Path | None = typer.Option(
-        None,
-        "--out",
-        help="Write every trial as JSON here, and the trial table as CSV beside it "
-        "(tune.json: tune.trials.csv, one row per trial and scenario)",
-    ),
-    no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar"),
+    *,
+    options: TuneOptions,
+    settings: ReplaySettings,
+    output: OutputOptions,
 ) -> None:
     """Search the policy's thresholds on TRACES for the best SLA goodput (or BCR).
 
     The configurations of a round (and each one's scenarios) are independent replays: with
     --executor process or ray they run --workers at a time, and the search is the same.
+    Every replay has the replay options given.
     """
-    from replay.metrics.summary import SlaThresholds
-    from replay.presets.loader import load_preset, parse_overrides
-    from replay.tuning.trial import TuneSetup
     from replay.tuning.tune import run_tune
     from router.errors import UserError
 
-    if objective not in ("goodput", "bcr"):
-        raise UserError(f"--objective must be goodput or bcr, got {objective!r}")
-    if search not in ("coordinate", "random"):
-        raise UserError(f"--search must be coordinate or random, got {search!r}")
-    if sla_ttft <= 0 or sla_tpot <= 0:
-        raise UserError("--sla-ttft and --sla-tpot must be positive")
-    for value in [*rate_scale, *check_rate_scale]:
-        if not (math.isfinite(value) and value > 0):
-            raise UserError(f"--rate-scale and --check-rate-scale must be positive, got {value}")
-    traces = traces or []
-    if traces and preset is None:
-        raise UserError("--preset is required with TRACES")
-    if not traces and preset is not None:
-        raise UserError("--preset names the preset of TRACES; give TRACES (or drop it)")
-    if not traces and rate_scale != [1.0]:
-        raise UserError("--rate-scale sets the loads of TRACES; a --scenario has its own")
-    parsed = [_scenario(text) for text in scenarios]
-    if not traces and not parsed:
-        raise UserError("give at least one trace to tune on (TRACES or --scenario)")
-    for path in [*traces, *(t for t, _, _ in parsed), *([check] if check is not None else [])]:
-        if not path.is_file():
-            raise UserError(f"{path}: no such trace file")
-    first = preset if preset is not None else parsed[0][1]
-    cluster = parse_overrides(overrides)
-    names = {first, *(name for _, name, _ in parsed), *([check_preset] if check_preset else [])}
-    for name in sorted(names):  # an unknown preset is refused before any replay
-        load_preset(name, cluster)
-    common: dict[str, Any] = {
-        "policy": policy or load_preset(first, cluster).spec.default_policy,
-        "seed": seed,
-        "overrides": cluster,
-        "sla": SlaThresholds(ttft_s=sla_ttft, tpot_s=sla_tpot),
-        "index_mode": index_mode,
-        "predictor": None if predictor is None else str(predictor),
-    }
-    setups = [
-        TuneSetup(trace=str(t), preset=first, rate_scale=r, **common)
-        for t in traces
-        for r in rate_scale
-    ]
-    setups += [
-        TuneSetup(trace=str(t), preset=name, rate_scale=r, **common)
-        for t, name, loads in parsed
-        for r in loads
-    ]
-    check_setups = []
-    if check is not None:
-        check_setups = [
-            TuneSetup(trace=str(check), preset=check_preset or first, rate_scale=r, **common)
-            for r in check_rate_scale
-        ]
-    if jobs is not None:  # the older spelling: N configurations at once in processes
+    o = options
+    setups, check_setups = _setups(o, settings)
+    if o.jobs is not None:  # the older spelling: N configurations at once in processes
         if executor_kind != "serial" or workers is not None:
             raise UserError("--jobs is the older spelling of --executor process --workers N")
-        executor_kind, workers = ("process", jobs) if jobs > 1 else ("serial", None)
+        executor_kind, workers = ("process", o.jobs) if o.jobs > 1 else ("serial", None)
     with (
         open_executor(executor_kind, workers, ray_address) as executor,
-        progress_bars(not no_progress) as bars,
+        progress_bars(not output.no_progress) as bars,
     ):
-        most = trials * len(setups) + 2 * len(check_setups)
+        most = o.trials * len(setups) + 2 * len(check_setups)
         advance = ReplayCount(bars, total=most) if bars is not None else None
         result = run_tune(
-            setups,
-            objective=objective,  # type: ignore[arg-type]  # checked above
-            search=search,  # type: ignore[arg-type]  # checked above
-            trials=trials,
-            min_gain=min_gain,
-            search_seed=search_seed,
-            executor=executor,
-            check=check_setups,
-            advance=advance,
-        )
-    _print(result, top)
-    if out is not None:
-        out.write_text(json.dumps(result.model_dump(mode="json"), indent=2) + "\n", "utf-8")
-        table = trials_csv(out)
+            setups, objective=o.objective, search=o.search, trials=o.trials,
+            min_gain=o.min_gain, search_seed=o.search_seed, executor=executor,
+            check=check_setups, advance=advance,
+        )  # fmt: skip
+    _print(result, o.top)
+    if o.out is not None:
+        o.out.write_text(json.dumps(result.model_dump(mode="json"), indent=2) + "\n", "utf-8")
+        table = trials_csv(o.out)
         result.write_trials_csv(table)
-        Console().print(f"wrote {out} and {table}", highlight=False, soft_wrap=True)
+        Console().print(f"wrote {o.out} and {table}", highlight=False, soft_wrap=True)
+
+
+def _setups(o: TuneOptions, settings: ReplaySettings) -> tuple[list[TuneSetup], list[TuneSetup]]:
+    """The tuning scenarios and the check's, each a replay with ``settings``; the traces
+    and presets checked before any replay."""
+    from replay.presets.loader import load_preset
+    from replay.tuning.trial import TuneSetup
+    from router.errors import UserError
+
+    for value in [*o.rate_scale, *o.check_rate_scale]:
+        if not (math.isfinite(value) and value > 0):
+            raise UserError(f"--rate-scale and --check-rate-scale must be positive, got {value}")
+    traces = o.traces or []
+    if traces and o.preset is None:
+        raise UserError("--preset is required with TRACES")
+    if not traces and o.preset is not None:
+        raise UserError("--preset names the preset of TRACES; give TRACES (or drop it)")
+    if not traces and o.rate_scale != [1.0]:
+        raise UserError("--rate-scale sets the loads of TRACES; a --scenario has its own")
+    parsed = [_scenario(text) for text in o.scenarios]
+    if not traces and not parsed:
+        raise UserError("give at least one trace to tune on (TRACES or --scenario)")
+    checked = [o.check] if o.check is not None else []
+    for path in [*traces, *(t for t, _, _ in parsed), *checked]:
+        if not path.is_file():
+            raise UserError(f"{path}: no such trace file")
+    first = o.preset if o.preset is not None else parsed[0][1]
+    names = {first, *(name for _, name, _ in parsed), o.check_preset or first}
+    for name in sorted(names):  # an unknown preset is refused before any replay
+        load_preset(name, settings.overrides)
+    policy = o.policy or load_preset(first, settings.overrides).spec.default_policy
+    common = settings.model_dump()
+
+    def setup(trace: Path, preset: str, scale: float) -> TuneSetup:
+        return TuneSetup(**{**common, "rate_scale": scale}, trace=str(trace), preset=preset,
+                         policy=policy)  # fmt: skip
+
+    setups = [setup(t, first, r) for t in traces for r in o.rate_scale]
+    setups += [setup(t, name, r) for t, name, loads in parsed for r in loads]
+    check = [setup(c, o.check_preset or first, r) for c in checked for r in o.check_rate_scale]
+    return setups, check
 
 
 def trials_csv(out: Path) -> Path:

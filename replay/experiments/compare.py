@@ -68,16 +68,15 @@ from replay.experiments.compare_stats import (
     window_of,
 )
 from replay.experiments.executor import Executor
+from replay.experiments.experiment_config import CompareConfig
 from replay.experiments.policy_spec import PolicySpec, parse_policy_specs
-from replay.experiments.replay_job import ReplayJob, run_jobs
+from replay.experiments.replay_job import run_jobs
 from replay.metrics.hit_buckets import load_hit_rates, rates_of
-from replay.metrics.summary import SlaThresholds
 from replay.runner.run import ReplayResult
-from replay.sim.kv_events import KV_EVENT_DELAY_S
 from replay.sim.simulator import ProgressObserver
-from router.errors import UserError
 
 __all__ = [
+    "CompareConfig",
     "CompareResult",
     "Difference",
     "MetricRow",
@@ -296,42 +295,25 @@ def _row(
 
 
 def run_compare(
-    trace: str | Path,
-    preset: str | None,
-    policies: Sequence[str],
+    config: CompareConfig,
     *,
-    seed: int = 0,
-    rate_scale: float = 1.0,
-    overrides: Mapping[str, Any] | None = None,
-    kv_event_delay_s: float = KV_EVENT_DELAY_S,
-    sla: SlaThresholds | None = None,
-    resamples: int = 1000,
-    window_s: float | None = None,
     progress: Callable[[str], ProgressObserver | None] | None = None,
     executor: Executor | None = None,
     on_replays: Callable[[int, int], None] | None = None,
 ) -> CompareResult:
-    """Replay ``trace`` under each policy (texts as on the command line) and compare them.
-    A policy written ``NAME@PRESET`` runs on its own cluster, the others on ``preset``:
-    deployments compare as policies do, request by request.
+    """Replay the trace under each policy (texts as on the command line) and compare them.
+    A policy written ``NAME@PRESET`` runs on its own cluster, the others on the config's
+    preset: deployments compare as policies do, request by request. Every arm has the
+    config's ``replay`` settings.
 
     Serial (``executor`` None or serial): the arms one after the other, ``progress(label)``
     giving each its observer; else the arms at once on the executor's workers,
     ``on_replays(finished, arms)`` as each finishes. The result is the same either way."""
-    specs = parse_policy_specs(policies, minimum=2)
-    presets = [spec.preset_or(preset) for spec in specs]
-    if resamples < 100:
-        raise UserError(f"--resamples must be at least 100, got {resamples}")
-    if window_s is not None and window_s <= 0:
-        raise UserError(f"--window must be positive, got {window_s}")
+    specs = parse_policy_specs(config.policies, minimum=2)
     jobs = [
-        ReplayJob.of(
-            trace, arm_preset, spec.name, rate_scale=rate_scale, seed=seed,
-            policy_params=spec.params, overrides=overrides, kv_event_delay_s=kv_event_delay_s,
-            sla=sla,
-        )
-        for spec, arm_preset in zip(specs, presets, strict=True)
-    ]  # fmt: skip
+        config.replay.replay(config.trace, spec.preset_or(config.preset), spec.name, spec.params)
+        for spec in specs
+    ]
 
     def observer(i: int) -> ProgressObserver | None:
         return progress(specs[i].label) if progress is not None else None
@@ -344,8 +326,8 @@ def run_compare(
     return compare_results(
         specs,
         results,
-        resamples=resamples,
-        seed=seed,
-        window_s=window_s,
-        hit_rates=load_hit_rates(trace),
+        resamples=config.resamples,
+        seed=config.replay.seed,
+        window_s=config.window_s,
+        hit_rates=load_hit_rates(config.trace),
     )

@@ -9,6 +9,7 @@ from pathlib import Path
 from rich.table import Table
 
 from replay.metrics.summary import Summary
+from replay.runner.config import ReplayConfig
 from replay.runner.run import ReplayResult, run_replay
 from replay.sim.simulator import ProgressObserver
 from replay.trace.synth import make_profile, write_synthetic_trace
@@ -76,8 +77,11 @@ def run_demo(
     results = []
     for setup in DEMO_SETUPS[scale]:
         observer = progress(f"{setup.label} ({setup.preset})") if progress else None
-        result = run_replay(trace_path, setup.preset, setup.policy, rate_scale=rate_scale,
-                            seed=seed, progress=observer, max_requests=limit)  # fmt: skip
+        config = ReplayConfig(
+            trace=str(trace_path), preset=setup.preset, policy=setup.policy,
+            rate_scale=rate_scale, seed=seed, max_requests=limit,
+        )  # fmt: skip
+        result = run_replay(config, progress=observer)
         if on_result is not None:
             on_result(setup, result)
         results.append((setup, result.summary))

@@ -23,17 +23,17 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from replay.experiments.executor import Executor, OnDone
+from replay.experiments.experiment_config import OverloadConfig, SweepConfig, SweepSearch
 from replay.experiments.policy_spec import PolicySpec, parse_policy_spec
-from replay.experiments.replay_job import ReplayJob, run_jobs
+from replay.experiments.replay_job import run_jobs
 from replay.experiments.sweep import SweepResult, run_sweep
-from replay.metrics.summary import SlaThresholds, Summary
-from replay.sim.kv_events import KV_EVENT_DELAY_S
+from replay.metrics.summary import Summary
 from router.errors import UserError
 
 __all__ = ["MULTIPLES", "OverloadPoint", "OverloadResult", "run_overload"]
@@ -127,47 +127,36 @@ class OverloadResult:
 
 
 def run_overload(
-    trace: str | Path,
-    preset: str | None,
-    policy: str,
+    config: OverloadConfig,
     *,
-    multiples: Sequence[float] = MULTIPLES,
-    seed: int = 0,
-    target: float = 0.9,
-    overrides: Mapping[str, Any] | None = None,
-    kv_event_delay_s: float = KV_EVENT_DELAY_S,
-    sla: SlaThresholds | None = None,
     executor: Executor | None = None,
     on_replays: Callable[[int, int], None] | None = None,
     on_done: OnDone | None = None,
 ) -> OverloadResult:
-    """The policy's capacity (a sweep), then a replay at each multiple of its rate."""
-    if not multiples or any(m <= 0 for m in multiples):
+    """The policy's capacity (a sweep), then a replay at each multiple of its rate, every
+    replay with the config's ``replay`` settings."""
+    multiples, target = config.multiples, config.target
+    if any(m <= 0 for m in multiples):
         raise UserError(f"--multiples must be positive numbers, got {list(multiples)}")
-    spec = parse_policy_spec(policy)
-    preset = spec.preset_or(preset)
+    spec = parse_policy_spec(config.policy)
+    preset = spec.preset_or(config.preset)
     sweep = run_sweep(
-        trace, preset, policy, seed=seed, target=target, overrides=overrides,
-        kv_event_delay_s=kv_event_delay_s, sla=sla, executor=executor, on_replays=on_replays,
-    )  # fmt: skip
+        SweepConfig(
+            trace=config.trace, preset=preset, policies=[config.policy], replay=config.replay,
+            search=SweepSearch(target=target),
+        ),
+        executor=executor,
+        on_replays=on_replays,
+    )
     best = sweep.best
     if best is None:
         raise UserError(
             f"{spec.label} meets the SLA for {target:.0%} of the requests at no rate the sweep "
             "tried: it has no capacity on this cluster to overload"
         )
-    resolved_params = dict(spec.params)
     jobs = [
-        ReplayJob.of(
-            trace,
-            preset,
-            spec.name,
-            rate_scale=best.rate_scale * m,
-            seed=seed,
-            policy_params=resolved_params,
-            overrides=overrides,
-            kv_event_delay_s=kv_event_delay_s,
-            sla=sla,
+        config.replay.replay(
+            config.trace, preset, spec.name, spec.params, rate_scale=best.rate_scale * m
         )
         for m in multiples
     ]

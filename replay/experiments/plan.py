@@ -14,12 +14,13 @@ datacenter) are the answer; ``plan_output`` writes and prints it.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from replay.experiments.executor import Executor
+from replay.experiments.experiment_config import SweepConfig, SweepSearch
 from replay.experiments.plan_bounds import Bounds, TraceLoad, bounds_of
 from replay.experiments.plan_space import (
     Candidate,
@@ -32,6 +33,7 @@ from replay.experiments.policy_spec import parse_policy_spec
 from replay.experiments.sweep import run_sweep
 from replay.metrics.summary import SlaThresholds
 from replay.presets.loader import load_preset
+from replay.runner.config import ReplaySettings
 from replay.runner.run import run_replay
 
 __all__ = [
@@ -57,13 +59,23 @@ class PlanSettings(BaseModel):
     trace: str
     preset: str
     policy: str
-    overrides: dict[str, Any] = {}
-    seed: int = 0
+    replay: ReplaySettings = ReplaySettings()
     target: float = 0.9
     tolerance: float = 0.05
     max_probes: int = 8
     min_rate_scale: float = 1.0
-    sla: SlaThresholds = SlaThresholds()
+
+    @property
+    def overrides(self) -> dict[str, Any]:
+        return self.replay.overrides
+
+    @property
+    def seed(self) -> int:
+        return self.replay.seed
+
+    @property
+    def sla(self) -> SlaThresholds:
+        return self.replay.sla
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,12 +86,11 @@ class SweepJob:
     preset: str
     policy: str
     overrides: dict[str, Any]
-    seed: int
+    replay: ReplaySettings
     target: float
     tolerance: float
     max_probes: int
     start_scale: float
-    sla: SlaThresholds = field(default_factory=SlaThresholds)
     stop_below: bool = True  # a first replay at start_scale that misses ends the job
 
 
@@ -106,8 +117,8 @@ def run_job(job: SweepJob) -> SweepOutcome:
     if job.stop_below:
         spec = parse_policy_spec(job.policy)
         first = run_replay(
-            job.trace, job.preset, spec.name, job.start_scale, job.seed,
-            policy_params=spec.params, overrides=job.overrides, sla=job.sla,
+            job.replay.replay(job.trace, job.preset, spec.name, spec.params,
+                              rate_scale=job.start_scale, overrides=job.overrides)
         ).summary  # fmt: skip
         if first.sla_attainment < job.target:
             return SweepOutcome(
@@ -117,11 +128,11 @@ def run_job(job: SweepJob) -> SweepOutcome:
                 wan_gbps_mean=first.wan_gbps_mean, rld_token_share=first.rld_token_share,
                 below_target=True,
             )  # fmt: skip
-    result = run_sweep(
-        job.trace, job.preset, job.policy, seed=job.seed, target=job.target,
-        tolerance=job.tolerance, max_probes=job.max_probes, start_scale=job.start_scale,
-        overrides=job.overrides, sla=job.sla,
-    )  # fmt: skip
+    search = SweepSearch(target=job.target, tolerance=job.tolerance,
+                         max_probes=job.max_probes, start_scale=job.start_scale)
+    replay = job.replay.model_copy(update={"overrides": job.overrides})
+    result = run_sweep(SweepConfig(trace=job.trace, preset=job.preset, policies=[job.policy],
+                                   replay=replay, search=search))  # fmt: skip
     best = result.best_result.summary if result.best_result is not None else None
     return SweepOutcome(
         sla_goodput_rps=result.sla_goodput_rps or 0.0,
@@ -212,8 +223,8 @@ def _job(
 ) -> SweepJob:
     return SweepJob(
         trace=settings.trace, preset=preset, policy=policy, overrides=dict(overrides),
-        seed=settings.seed, target=settings.target, tolerance=settings.tolerance,
-        max_probes=settings.max_probes, start_scale=settings.min_rate_scale, sla=settings.sla,
+        replay=settings.replay, target=settings.target, tolerance=settings.tolerance,
+        max_probes=settings.max_probes, start_scale=settings.min_rate_scale,
         stop_below=stop_below,
     )  # fmt: skip
 

@@ -31,6 +31,7 @@ from replay.presets.cluster_preset import ClusterPreset
 from replay.presets.loader import load_preset
 from replay.sim.event_loop import EventLoop
 from replay.sim.request_state import SimRequest
+from replay.sim.sim_settings import SimHooks
 from replay.sim.simulator import Simulator
 from replay.sim.step_costs import StepCosts
 from replay.trace.record import TraceRequest
@@ -181,7 +182,8 @@ def closed_loop(preset: ClusterPreset, run: PublishedRun, rounds: int = 4) -> Cl
                 drain_from = loop.now
 
     sim = Simulator(
-        preset, scheduler, schedulers.index, block_size=BLOCK, loop=loop, sink=next_request
+        preset, scheduler, schedulers.index, block_size=BLOCK, hooks=SimHooks(sink=next_request),
+        loop=loop,
     )
     gap = _request_s(sim.cluster.prefill["engines-0"].step_costs, run) / concurrency
     first = [dataclasses.replace(next(fresh), arrival_s=i * gap) for i in range(concurrency)]

@@ -44,10 +44,11 @@ def measure_replay(trace: str, preset: str, policy: str | None) -> dict[str, flo
     (run in the child process)."""
     import resource
 
+    from replay.runner.config import ReplayConfig
     from replay.runner.run import run_replay
 
     started = time.perf_counter()
-    summary = run_replay(trace, preset, policy).summary
+    summary = run_replay(ReplayConfig(trace=str(trace), preset=preset, policy=policy)).summary
     wall = time.perf_counter() - started
     rss_kb = _peak_rss_kb() or resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return {

@@ -49,22 +49,22 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from replay.experiments.executor import Executor, SerialExecutor
+from replay.experiments.experiment_config import SweepConfig, SweepSearch
 from replay.experiments.policy_spec import PolicySpec, parse_policy_spec
-from replay.experiments.replay_job import ReplayJob, run_jobs
+from replay.experiments.replay_job import run_jobs
 from replay.experiments.sweep_search import Bisection, SearchState, speculate
-from replay.metrics.summary import SlaThresholds, Summary
+from replay.metrics.summary import Summary
+from replay.runner.config import ReplayConfig
 from replay.runner.run import ReplayResult
-from replay.sim.kv_events import KV_EVENT_DELAY_S
 from replay.sim.simulator import ProgressObserver
-from router.errors import UserError
 
-__all__ = ["Probe", "SweepResult", "run_sweep"]
+__all__ = ["Probe", "SweepConfig", "SweepResult", "SweepSearch", "run_sweep"]
 
 SCHEMA = "pdd-router/sweep/1"
 
@@ -211,40 +211,28 @@ def _observers(
 
 
 def run_sweep(
-    trace: str | Path,
-    preset: str | None,
-    policy: str,
+    config: SweepConfig,
     *,
-    seed: int = 0,
-    target: float = 0.9,
-    tolerance: float = 0.02,
-    max_probes: int = 16,
-    start_scale: float = 1.0,
-    overrides: Mapping[str, Any] | None = None,
-    kv_event_delay_s: float = KV_EVENT_DELAY_S,
-    sla: SlaThresholds | None = None,
+    policy: str | None = None,
     progress: Callable[[int, float], ProgressObserver | None] | None = None,
     executor: Executor | None = None,
     on_replays: Callable[[int, int], None] | None = None,
 ) -> SweepResult:
-    """Bisect ``--rate-scale`` for the highest rate meeting ``target`` SLA attainment.
+    """Bisect ``--rate-scale`` for the highest rate meeting ``target`` SLA attainment of
+    ``policy`` (default: the config's one policy); every probe has the config's ``replay``
+    settings at its own rate scale.
 
     Serial (``executor`` None or serial): one probe at a time, ``progress(number, scale)``
     giving each its observer. On W workers: the probes the serial search would run, found
     ``speculate``-ing W at a time; ``on_replays(finished, started)`` counts the replays."""
-    if not 0.0 < target <= 1.0:
-        raise UserError(f"--target must be within (0, 1], got {target}")
-    if tolerance <= 0.0:
-        raise UserError(f"--tolerance must be positive, got {tolerance}")
-    if max_probes < 2:
-        raise UserError(f"--max-probes must be at least 2, got {max_probes}")
-    if start_scale <= 0.0:
-        raise UserError(f"--start-scale must be positive, got {start_scale}")
-    spec = parse_policy_spec(policy)
-    arm_preset = spec.preset_or(preset)  # NAME@PRESET: the deployment's own cluster
+    search, target = config.search, config.search.target
+    if policy is None and len(config.policies) != 1:
+        raise ValueError("run_sweep: name the policy to sweep of several")
+    spec = parse_policy_spec(policy if policy is not None else config.policies[0])
+    arm_preset = spec.preset_or(config.preset)  # NAME@PRESET: the deployment's own cluster
     executor = executor if executor is not None else SerialExecutor()
     width = executor.workers
-    rules = Bisection(start_scale, tolerance, max_probes)
+    rules = Bisection(search.start_scale, search.tolerance, search.max_probes)
     state = SearchState()
     probes: list[Probe] = []
     first: ReplayResult | None = None
@@ -252,12 +240,10 @@ def run_sweep(
     ahead: dict[float, ReplayResult] = {}  # this round's replays not yet walked
     counts = [0, 0]  # replays finished, started
 
-    def job(scale: float) -> ReplayJob:
-        return ReplayJob.of(
-            trace, arm_preset, spec.name, rate_scale=scale, seed=seed,
-            policy_params=spec.params, overrides=overrides,
-            kv_event_delay_s=kv_event_delay_s, sla=sla,
-        )  # fmt: skip
+    def job(scale: float) -> ReplayConfig:
+        return config.replay.replay(
+            config.trace, arm_preset, spec.name, spec.params, rate_scale=scale
+        )
 
     def finished(n: int) -> None:
         if on_replays is not None:
@@ -285,7 +271,7 @@ def run_sweep(
     assert first is not None  # the first probe always runs
     summary = first.summary
     return SweepResult(
-        spec=spec, target=target, tolerance=tolerance, probes=probes,
+        spec=spec, target=target, tolerance=search.tolerance, probes=probes,
         best=best[0] if best is not None else None,
         best_result=best[1] if best is not None else None,
         cost_per_hour=summary.cost_per_hour, bracketed=state.high is not None, first=summary,

@@ -2,24 +2,33 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from replay.metrics.binding import Binding, find_binding
 from replay.metrics.columns import float_values, is_none, sequential_sum, string_counts
 from replay.metrics.record import RequestRecord
+from replay.metrics.summary_inputs import (
+    ClientTiming,
+    ClusterFacts,
+    Observed,
+    Percentiles,
+    RunSetup,
+    SlaThresholds,
+)
 from replay.metrics.timeline import MAX_WINDOWS, TimelineSummary, busy_shares, timeline_summary
-from replay.sim.timeline import TimelineSamples
-from router.sla import SLA_TPOT_S, SLA_TTFT_S
 
 __all__ = [
     "MAX_WINDOWS",
     "ClientTiming",
+    "ClusterFacts",
+    "Observed",
     "Percentiles",
+    "RunSetup",
     "SlaThresholds",
     "Summary",
     "TimelineSummary",
@@ -31,44 +40,6 @@ __all__ = [
 ]
 
 FloatArray = npt.NDArray[np.float64]
-
-
-class SlaThresholds(BaseModel):
-    """A request meets the SLA when its TTFT and its TPOT are both within these."""
-
-    model_config = ConfigDict(frozen=True)
-
-    ttft_s: float = Field(SLA_TTFT_S, gt=0, description="SLA on time to first token, seconds")
-    tpot_s: float = Field(SLA_TPOT_S, gt=0, description="SLA on time per output token, seconds")
-
-
-class Percentiles(BaseModel):
-    p50: float | None
-    p90: float | None
-    p99: float | None
-    mean: float | None
-
-
-class ClientTiming(BaseModel):
-    """How promptly the client of a live run did its part: a busy client's own delays are
-    in every latency it measured, and no engine model has them."""
-
-    requests_sent: int = Field(description="Requests the client started sending")
-    send_lag_s: Percentiles = Field(
-        description="How long after its due time the client started sending each request "
-        "(s; a wait for a `--concurrency` slot left out; None when none was sent)"
-    )
-    loop_samples: int = Field(
-        description="Times the client's event loop was timed (a 10 ms sleep, over and over)"
-    )
-    loop_stalled_s: float = Field(
-        description="How late the loop woke, summed over the run (s): tokens that arrived "
-        "then were read late"
-    )
-    loop_stalled_share: float | None = Field(
-        description="loop_stalled_s over the time the loop was timed (fraction)"
-    )
-    loop_stall_s_max: float | None = Field(description="The most it woke late at once (s)")
 
 
 class TransferStats(BaseModel):
@@ -184,6 +155,10 @@ class Summary(BaseModel):
         None, description="A live run's client: how late it sent requests and read tokens "
         "(None in a replay)",
     )  # fmt: skip
+    config: dict[str, Any] | None = Field(
+        None, description="The run's whole configuration (a replay's `ReplayConfig`): "
+        "`ReplayConfig.model_validate(summary['config'])` rebuilds it",
+    )  # fmt: skip
 
 
 def _pct(values: FloatArray, qs: tuple[int, ...]) -> list[float | None]:
@@ -235,30 +210,79 @@ def wan_gbps(times: Sequence[float], rates: Sequence[float], start: float, end: 
 
 def summarize(
     records: Sequence[RequestRecord],
-    *,
-    policy: str,
-    preset: str,
-    trace: str,
-    seed: int,
-    rate_scale: float,
-    kv_event_delay_s: float,
-    sla: SlaThresholds,
-    cost_per_hour: float,
-    wan_throughput: tuple[Sequence[float], Sequence[float]] | None,
-    wall_s: float,
-    index_mode: str = "events",
-    cluster: Mapping[str, Any] | None = None,
-    overrides: Mapping[str, Any] | None = None,
-    version: str = "",
-    warnings: Sequence[str] = (),
-    kv_event_wan_delay_s: float = 0.0,
-    timeline: TimelineSamples | None = None,
-    wan_bandwidth_gbps: float | None = None,
-    cost_split: Mapping[str, float] | None = None,
-    client: ClientTiming | None = None,
+    setup: RunSetup,
+    cluster: ClusterFacts | None = None,
+    observed: Observed | None = None,
 ) -> Summary:
     """Aggregate per-request records into the run's summary."""
-    # one column at a time, each dropped once used: a million records are 8 MB a column
+    cluster = cluster or ClusterFacts()
+    observed = observed or Observed()
+    latency = _latency(records, setup.sla)
+    n, served = len(records), is_none(records, "rejected")
+    duration, simulated = latency.pop("duration"), latency.pop("simulated")
+    start, end = latency.pop("start"), latency.pop("end")
+    met, completed = latency.pop("met"), latency.pop("completed")
+    p50, p99, mean = _pct(float_values(records, "transfer_s"), (50, 99))
+    # Python's sum, in record order: the same float as adding the records one by one
+    wan_bytes = sequential_sum(float_values(records, "wan_bytes"))
+    tokens_rld = sequential_sum(float_values(records, "tokens_rld"))
+    tokens_all = tokens_rld + sequential_sum(float_values(records, "tokens_md"))
+    rld_busy = sequential_sum(np.nan_to_num(float_values(records, "rld_busy_s"), nan=0.0))
+    goodput = met / duration
+    wan_mean = wan_bytes * 8 / simulated / 1e9 if simulated > 0 else 0.0
+    timeline, wan_throughput = observed.timeline, observed.wan_throughput
+    backlog = timeline.wan_backlog_gb if timeline is not None else []
+    rejected_by = string_counts(records, "rejected")
+    preempted = float_values(records, "preemptions")
+    cost, bandwidth = cluster.cost_per_hour, cluster.wan_bandwidth_gbps
+    shares = busy_shares(timeline, simulated)
+    summary = Summary(
+        policy=setup.policy, preset=setup.preset, trace=setup.trace, requests=n,
+        completed=completed, seed=setup.seed, rate_scale=setup.rate_scale,
+        kv_event_delay_s=setup.kv_event_delay_s, sla=setup.sla, **latency,
+        sla_attainment=round(met / n, 6) if n else 0.0,
+        goodput_rps=round(goodput, 6),
+        throughput_rps=round(completed / duration, 6),
+        wan_bytes=wan_bytes,
+        wan_gbps_mean=round(wan_mean, 6),
+        wan_gbps_peak=wan_gbps(*wan_throughput, start, end) if wan_throughput else 0.0,
+        transfer_s=TransferStats(p50=p50, p99=p99, mean=mean),
+        rld_token_share=round(tokens_rld / tokens_all, 6) if tokens_all else 0.0,
+        rld_busy_mean=round(rld_busy / simulated, 6) if simulated > 0 else 0.0,
+        index_mode=setup.index_mode,
+        rejected=sum(rejected_by.values()),
+        rejected_by=rejected_by,
+        preemptions=int(preempted.sum()),
+        preempted_requests=int((preempted > 0).sum()),
+        pipelines=string_counts(records, "pipeline", where=served),
+        handoffs=string_counts(records, "handoff"),
+        reactive_p_rld=int(float_values(records, "reactive").sum()),
+        hit_rate=_hit_rates(records, served),
+        cost_per_hour=round(cost, 6),
+        bcr=round(goodput / cost, 9) if cost > 0 else 0.0,
+        trace_duration_s=round(duration, 6),
+        simulated_s=round(simulated, 6),
+        wall_s=round(observed.wall_s, 3),
+        cluster=dict(cluster.resolved or {}),
+        overrides=dict(setup.overrides or {}),
+        version=setup.version,
+        warnings=list(observed.warnings),
+        kv_event_wan_delay_s=setup.kv_event_wan_delay_s,
+        wan_utilization=round(wan_mean / bandwidth, 6) if bandwidth else 0.0,
+        wan_backlog_gb_peak=round(max(backlog), 6) if backlog else 0.0,
+        utilization=shares.tiers, instance_utilization=shares.instances, wan_busy=shares.wan,
+        kv_used={t: _mean(v) for t, v in timeline.kv_used.items()} if timeline else {},
+        cost_split={k: round(v, 6) for k, v in (cluster.cost_split or {}).items()},
+        timeline=timeline_summary(timeline) if timeline is not None else None,
+        client=observed.client,
+        config=dict(setup.config) if setup.config is not None else None,
+    )  # fmt: skip
+    return summary.model_copy(update={"binding": find_binding(summary)})
+
+
+def _latency(records: Sequence[RequestRecord], sla: SlaThresholds) -> dict[str, Any]:
+    """The latency percentiles, the requests done and meeting the SLA, and the run's span
+    (one column at a time, each dropped once used: a million records are 8 MB a column)."""
     n = len(records)
     arrival = float_values(records, "arrival_s")
     e2e = float_values(records, "e2e_s")
@@ -281,75 +305,12 @@ def summarize(
     meets &= ~np.isfinite(tpot) | (tpot <= sla.tpot_s)
     tpot_s = _percentiles(tpot)
     del tpot, done
-    met = int(meets.sum())
-    del meets
-    max_gap_s = _percentiles(float_values(records, "max_gap_s"))
-    p50, p99, mean = _pct(float_values(records, "transfer_s"), (50, 99))
-    # Python's sum, in record order: the same float as adding the records one by one
-    wan_bytes = sequential_sum(float_values(records, "wan_bytes"))
-    tokens_rld = sequential_sum(float_values(records, "tokens_rld"))
-    tokens_all = tokens_rld + sequential_sum(float_values(records, "tokens_md"))
-    rld_busy = sequential_sum(np.nan_to_num(float_values(records, "rld_busy_s"), nan=0.0))
-    goodput = met / duration
-    wan_mean = wan_bytes * 8 / simulated / 1e9 if simulated > 0 else 0.0
-    backlog = timeline.wan_backlog_gb if timeline is not None else []
-    shares = busy_shares(timeline, simulated)
-    served = is_none(records, "rejected")
-    rejected_by = string_counts(records, "rejected")
-    preempted = float_values(records, "preemptions")
-    summary = Summary(
-        policy=policy,
-        preset=preset,
-        trace=trace,
-        requests=n,
-        completed=completed,
-        seed=seed,
-        rate_scale=rate_scale,
-        kv_event_delay_s=kv_event_delay_s,
-        sla=sla,
-        ttft_s=ttft_s,
-        tpot_s=tpot_s,
-        e2e_s=e2e_s,
-        max_gap_s=max_gap_s,
-        sla_attainment=round(met / n, 6) if n else 0.0,
-        goodput_rps=round(goodput, 6),
-        throughput_rps=round(completed / duration, 6),
-        wan_bytes=wan_bytes,
-        wan_gbps_mean=round(wan_mean, 6),
-        wan_gbps_peak=wan_gbps(*wan_throughput, start, end) if wan_throughput else 0.0,
-        transfer_s=TransferStats(p50=p50, p99=p99, mean=mean),
-        rld_token_share=round(tokens_rld / tokens_all, 6) if tokens_all else 0.0,
-        rld_busy_mean=round(rld_busy / simulated, 6) if simulated > 0 else 0.0,
-        index_mode=index_mode,
-        rejected=sum(rejected_by.values()),
-        rejected_by=rejected_by,
-        preemptions=int(preempted.sum()),
-        preempted_requests=int((preempted > 0).sum()),
-        pipelines=string_counts(records, "pipeline", where=served),
-        handoffs=string_counts(records, "handoff"),
-        reactive_p_rld=int(float_values(records, "reactive").sum()),
-        hit_rate=_hit_rates(records, served),
-        cost_per_hour=round(cost_per_hour, 6),
-        bcr=round(goodput / cost_per_hour, 9) if cost_per_hour > 0 else 0.0,
-        trace_duration_s=round(duration, 6),
-        simulated_s=round(simulated, 6),
-        wall_s=round(wall_s, 3),
-        cluster=dict(cluster or {}),
-        overrides=dict(overrides or {}),
-        version=version,
-        warnings=list(warnings),
-        kv_event_wan_delay_s=kv_event_wan_delay_s,
-        wan_utilization=round(wan_mean / wan_bandwidth_gbps, 6) if wan_bandwidth_gbps else 0.0,
-        wan_backlog_gb_peak=round(max(backlog), 6) if backlog else 0.0,
-        utilization=shares.tiers,
-        instance_utilization=shares.instances,
-        wan_busy=shares.wan,
-        kv_used={t: _mean(v) for t, v in timeline.kv_used.items()} if timeline else {},
-        cost_split={k: round(v, 6) for k, v in (cost_split or {}).items()},
-        timeline=timeline_summary(timeline) if timeline is not None else None,
-        client=client,
-    )
-    return summary.model_copy(update={"binding": find_binding(summary)})
+    return {
+        "ttft_s": ttft_s, "tpot_s": tpot_s, "e2e_s": e2e_s,
+        "max_gap_s": _percentiles(float_values(records, "max_gap_s")),
+        "met": int(meets.sum()), "completed": completed, "start": start, "end": end,
+        "duration": duration, "simulated": simulated,
+    }  # fmt: skip
 
 
 def _mean(values: Sequence[float]) -> float:

@@ -42,6 +42,7 @@ import msgspec
 from engines_adapter.http_engine import decode_json, sse_payloads
 from replay.metrics.record import RequestRecord
 from replay.metrics.summary import ClientTiming, SlaThresholds, Summary, client_timing, summarize
+from replay.metrics.summary_inputs import Observed, RunSetup
 from replay.runner.endpoint import check_answers, tokens_in_chunk
 from replay.runner.live_failures import error_message, failures
 from replay.runner.live_vocabulary import DEFAULT_VOCAB, live_vocabulary
@@ -406,13 +407,12 @@ def run_live(
     if late:
         warnings.append(late)
     warnings.append(NOT_MEASURED)
-    summary = summarize(
-        records, policy="live", preset=f"live:{options.url}", trace=trace_name,
-        seed=options.seed, rate_scale=options.rate_scale, kv_event_delay_s=0.0,
-        sla=options.sla, cost_per_hour=0.0, wan_throughput=None,
-        wall_s=time.perf_counter() - started, index_mode="live", version=__version__,
-        warnings=warnings, client=client,
+    setup = RunSetup(
+        policy="live", preset=f"live:{options.url}", trace=trace_name, sla=options.sla,
+        seed=options.seed, rate_scale=options.rate_scale, index_mode="live", version=__version__,
     )  # fmt: skip
+    observed = Observed(wall_s=time.perf_counter() - started, warnings=warnings, client=client)
+    summary = summarize(records, setup, None, observed)
     return LiveResult(summary, records, errors, sent=len(seen), vocab_size=vocab)
 
 

@@ -12,19 +12,20 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, TextIO
+from typing import TextIO
 
 from policies.registry import UnknownPolicyError, build_policy, parse_policy
 from replay.metrics.columns import RecordColumns
 from replay.metrics.record import RequestRecord, record_fields
-from replay.metrics.summary import SlaThresholds, Summary, summarize
+from replay.metrics.summary import ClusterFacts, Observed, RunSetup, Summary, summarize
 from replay.metrics.writers import write_run
 from replay.presets.cluster_preset import ClusterPreset
 from replay.presets.loader import load_preset
 from replay.runner.checks import backlog_warning, check_cluster, cluster_warnings
+from replay.runner.config import IndexCapacity, IndexMode, ReplayConfig
 from replay.runner.outcomes import outcome_of
 from replay.runner.trace_source import (
     CheckedTrace,
@@ -33,9 +34,9 @@ from replay.runner.trace_source import (
     count_requests,
 )
 from replay.sim.event_loop import EventLoop
-from replay.sim.kv_events import KV_EVENT_DELAY_S
 from replay.sim.request_state import SimRequest
-from replay.sim.simulator import ProgressObserver, Simulator
+from replay.sim.sim_settings import ProgressObserver, SimHooks, SimSettings
+from replay.sim.simulator import Simulator
 from replay.trace.checks import TraceChecks
 from replay.trace.formats import read_trace, resolve_format
 from replay.trace.record import TraceRequest
@@ -45,12 +46,8 @@ from router.index.memory_index import MemoryPrefixIndex
 from router.scheduler import HitPredictor
 from router.scheduler_factory import SchedulerFactory
 
-__all__ = ["IndexCapacity", "IndexMode", "ReplayResult", "run_replay"]
+__all__ = ["IndexCapacity", "IndexMode", "ReplayConfig", "ReplayResult", "run_replay"]
 
-IndexMode = Literal["events", "approximate"]
-"""events: engines' KV events feed the index; approximate: the router records its routes."""
-IndexCapacity = Literal["exact", "unbounded"]
-"""exact: the index bounds each instance at its KV capacity; unbounded: it is not told."""
 TIMELINE_PERIOD_S = 1.0
 """How often (simulated seconds) the run samples the tiers' and the line's load."""
 
@@ -126,33 +123,29 @@ def _load_trace(
 
 
 @dataclass(frozen=True, slots=True)
-class _RunOptions:
+class _Run:
+    """One run's configuration with what it holds at run time: the policy resolved, the
+    progress bar, the decision log and the predictor loaded."""
+
+    config: ReplayConfig
     policy: str
-    policy_params: Mapping[str, Any] | None
-    rate_scale: float
-    seed: int
-    kv_event_delay_s: float
-    kv_event_wan_delay_s: float
     progress: ProgressObserver | None
     decision_log: TextIO | None
-    index_mode: IndexMode
     predictor: HitPredictor | None
-    index_capacity: IndexCapacity
 
 
-def _simulate(
-    cluster: ClusterPreset, source: _Trace, o: _RunOptions
-) -> tuple[RecordColumns, Simulator]:
+def _simulate(cluster: ClusterPreset, source: _Trace, run: _Run) -> tuple[RecordColumns, Simulator]:
     """One run of the simulator over ``source``: each request's record as it ends."""
+    c = run.config
     loop = EventLoop()
     schedulers = SchedulerFactory.create(
         MemoryPrefixIndex(clock=loop.clock),
-        predictor=o.predictor,
-        record_routes=o.index_mode == "approximate",
-        decision_log=o.decision_log,
+        predictor=run.predictor,
+        record_routes=c.index_mode == "approximate",
+        decision_log=run.decision_log,
         clock=loop.clock,
     )
-    scheduler = schedulers.build(build_policy(parse_policy(o.policy, o.policy_params)))
+    scheduler = schedulers.build(build_policy(parse_policy(run.policy, c.policy_params)))
     records = RecordColumns()
 
     def finished(request: SimRequest) -> None:
@@ -161,156 +154,131 @@ def _simulate(
     def keep(request: SimRequest) -> None:
         records.put_fields(request.key, record_fields(request))
 
-    sim = Simulator(
-        cluster,
-        scheduler,
-        schedulers.index,
-        block_size=source.first.block_size,
-        seed=o.seed,
-        kv_event_delay_s=o.kv_event_delay_s,
-        kv_event_wan_delay_s=o.kv_event_wan_delay_s,
-        progress=o.progress,
-        loop=loop,
-        kv_events=o.index_mode == "events",
-        on_finished=finished if o.decision_log is not None else None,
-        index_knows_capacity=o.index_capacity == "exact",
+    settings = SimSettings(
+        seed=c.seed, kv_event_delay_s=c.kv_event_delay_s,
+        kv_event_wan_delay_s=c.kv_event_wan_delay_s, kv_events=c.index_mode == "events",
+        index_knows_capacity=c.index_capacity == "exact", timeline_period_s=TIMELINE_PERIOD_S,
+    )  # fmt: skip
+    hooks = SimHooks(
+        progress=run.progress,
+        on_finished=finished if run.decision_log is not None else None,
         sink=keep,
-        timeline_period_s=TIMELINE_PERIOD_S,
     )
-    if o.progress is not None and source.total is not None:
-        o.progress.start(source.total)
-    sim.run(source.requests(cluster), o.rate_scale)
+    sim = Simulator(
+        cluster, scheduler, schedulers.index, block_size=source.first.block_size,
+        settings=settings, hooks=hooks, loop=loop,
+    )  # fmt: skip
+    if run.progress is not None and source.total is not None:
+        run.progress.start(source.total)
+    sim.run(source.requests(cluster), c.rate_scale)
     return records, sim
 
 
-def _load_predictor(predictor: str | Path | HitPredictor | None) -> HitPredictor | None:
-    if predictor is None or not isinstance(predictor, str | Path):
-        return predictor
+def _load_predictor(path: str | None) -> HitPredictor | None:
+    if path is None:
+        return None
     from router.predictor.persist import load_predictor
 
-    return load_predictor(Path(predictor))
+    return load_predictor(Path(path))
 
 
 def run_replay(
-    trace: str | Path | Sequence[TraceRequest],
-    preset: str,
-    policy: str | None = None,
-    rate_scale: float = 1.0,
-    seed: int = 0,
+    config: ReplayConfig,
     *,
-    policy_params: Mapping[str, Any] | None = None,
-    overrides: Mapping[str, Any] | None = None,
-    kv_event_delay_s: float = KV_EVENT_DELAY_S,
-    kv_event_wan_delay_s: float = 0.0,
-    sla: SlaThresholds | None = None,
+    requests: Sequence[TraceRequest] | None = None,
     progress: ProgressObserver | None = None,
     decision_log: TextIO | None = None,
-    index_mode: IndexMode = "events",
-    predictor: str | Path | HitPredictor | None = None,
-    index_capacity: IndexCapacity = "exact",
-    trace_format: str | None = None,
-    block_size: int | None = None,
-    max_requests: int | None = None,
 ) -> ReplayResult:
-    """Replay ``trace`` (a file, or requests) on the named preset with the named policy.
-
-    ``policy`` defaults to the preset's; ``rate_scale`` 2 makes arrivals twice as fast;
-    ``seed`` drives everything random (the WAN's bandwidth fluctuation); ``overrides``
-    are dotted preset keys (``{"pools.md.instances": 8}``). Raises UserError for a bad
-    name or an impossible cluster before anything runs.
-
-    ``index_mode`` "approximate" sends no KV events: the scheduler records where it routed
-    each request. ``predictor`` (a model file or a loaded model) turns index matches into
-    predicted hits. With a ``decision_log`` each request's outcome is logged when it ends.
-    ``index_capacity`` "unbounded" registers instances without their KV capacity: in
-    approximate mode the index then remembers every route (it is told of no eviction).
-    ``trace_format`` (default: detected) and ``block_size`` (convert the trace's block IDs
-    to blocks of this many tokens) apply to a trace file. ``kv_event_wan_delay_s`` delays
-    the KV events of instances outside the prefill pool's datacenter further (a router
-    whose index hears the other datacenter's engines across the line).
-    ``max_requests`` replays only the trace's first requests (in file order).
-    """
-    if rate_scale <= 0:
-        raise UserError(f"--rate-scale must be positive, got {rate_scale}")
-    if max_requests is not None and max_requests < 1:
-        raise UserError(f"the number of requests must be positive, got {max_requests}")
-    if kv_event_delay_s < 0:
-        raise UserError(f"--kv-event-delay must be 0 or more, got {kv_event_delay_s}")
-    if kv_event_wan_delay_s < 0:
-        raise UserError(f"--kv-event-wan-delay must be 0 or more, got {kv_event_wan_delay_s}")
-    if index_mode not in ("events", "approximate"):
-        raise UserError(f"--index-mode must be events or approximate, got {index_mode!r}")
-    if index_capacity not in ("exact", "unbounded"):
-        raise UserError(f"--index-capacity must be exact or unbounded, got {index_capacity!r}")
-    model = _load_predictor(predictor)
-    sla = sla or SlaThresholds()
-    cluster = load_preset(preset, overrides)
-    policy_name = policy or cluster.spec.default_policy
+    """Replay ``config.trace`` (a file; or ``requests`` given in memory, ``config.trace``
+    then their name) as ``config`` says (see ``ReplayConfig``'s fields). Raises UserError
+    for a bad name or an impossible cluster before anything runs. With a ``decision_log``
+    each request's outcome is logged when it ends; ``progress`` is told how many requests
+    have finished."""
+    cluster = load_preset(config.preset, config.overrides)
+    policy = config.policy or cluster.spec.default_policy
     try:
-        build_policy(parse_policy(policy_name, policy_params))  # a bad name: before the run
+        build_policy(parse_policy(policy, config.policy_params))  # a bad name: before the run
     except UnknownPolicyError as exc:
         raise UserError(str(exc)) from None
+    run = _Run(config, policy, progress, decision_log, _load_predictor(config.predictor))
+    trace: str | Sequence[TraceRequest] = config.trace if requests is None else requests
     source = _load_trace(
-        trace, trace_format, block_size, count=progress is not None, max_requests=max_requests
-    )
+        trace, config.trace_format, config.block_size, count=progress is not None,
+        name=config.trace, max_requests=config.max_requests,
+    )  # fmt: skip
     # a streamed trace's requests are checked as they are read; its first one now, so a
     # cluster that cannot hold even that is refused before anything is built
-    check_cluster(cluster, policy_name, source.held or [source.first])
-    options = _RunOptions(
-        policy_name, policy_params, rate_scale, seed, kv_event_delay_s, kv_event_wan_delay_s,
-        progress, decision_log, index_mode, model, index_capacity,
-    )  # fmt: skip
-
+    check_cluster(cluster, policy, source.held or [source.first])
     started = time.perf_counter()
     try:
-        records, sim = _simulate(cluster, source, options)
+        records, sim = _simulate(cluster, source, run)
     except UnsortedTrace:  # a file not in arrival order: sort it in memory, start again
-        if decision_log is not None:
-            if not decision_log.seekable():
-                raise UserError(
-                    f"{source.name}: the trace is not sorted by arrival time and the decision "
-                    "log cannot be rewritten; sort the trace first"
-                ) from None
-            decision_log.seek(0)
-            decision_log.truncate()
-        fmt = resolve_format(trace_format) if trace_format is not None else None
-        checks = TraceChecks(source.name)
-        held = list(
-            itertools.islice(read_trace(source.name, fmt, block_size, checks=checks), max_requests)
-        )
-        source = _load_trace(held, name=source.name)
-        source.checks = checks
-        check_cluster(cluster, policy_name, source.held)
-        records, sim = _simulate(cluster, source, options)
-    warnings = cluster_warnings(cluster, policy_name, source.shape())
-    trace_warning = source.checks.warning() if source.checks is not None else None
-    warnings += [trace_warning] if trace_warning is not None else []
-    wan = sim.cluster.wan
-    wan_spec = cluster.spec.links.wan if wan is not None else None
-    summary = summarize(
-        records,
-        policy=policy_name,
-        preset=preset,
-        trace=source.name,
-        seed=seed,
-        rate_scale=rate_scale,
-        kv_event_delay_s=kv_event_delay_s,
-        kv_event_wan_delay_s=kv_event_wan_delay_s,
-        sla=sla,
-        cost_per_hour=cluster.cost_per_hour(),
-        wan_throughput=(wan.throughput_times, wan.throughput_rates) if wan is not None else None,
-        wall_s=time.perf_counter() - started,
-        index_mode=index_mode,
-        cluster=cluster.resolved(),
-        overrides=overrides,
-        version=__version__,
-        warnings=warnings,
-        timeline=sim.timeline.samples if sim.timeline is not None else None,
-        wan_bandwidth_gbps=wan_spec.bandwidth_gbps if wan_spec is not None else None,
-        cost_split=cluster.cost_split(),
-    )
-    summary = summary.model_copy(update={"step_costs": sim.cluster.step_cost_sources})
+        source = _sorted_again(source, run)
+        check_cluster(cluster, policy, source.held or [])
+        records, sim = _simulate(cluster, source, run)
+    summary = _summary(records, sim, cluster, source, run, time.perf_counter() - started)
     backlog = backlog_warning(summary, records)
     if backlog is not None:
         summary = summary.model_copy(update={"warnings": [*summary.warnings, backlog]})
     return ReplayResult(summary, records)
+
+
+def _sorted_again(source: _Trace, run: _Run) -> _Trace:
+    """A trace file found out of arrival order: read again, sorted in memory (the decision
+    log so far emptied)."""
+    log, c = run.decision_log, run.config
+    if log is not None:
+        if not log.seekable():
+            raise UserError(
+                f"{source.name}: the trace is not sorted by arrival time and the decision "
+                "log cannot be rewritten; sort the trace first"
+            ) from None
+        log.seek(0)
+        log.truncate()
+    fmt = resolve_format(c.trace_format) if c.trace_format is not None else None
+    checks = TraceChecks(source.name)
+    held = list(
+        itertools.islice(read_trace(source.name, fmt, c.block_size, checks=checks), c.max_requests)
+    )
+    again = _load_trace(held, name=source.name)
+    again.checks = checks
+    return again
+
+
+def _warnings(cluster: ClusterPreset, policy: str, source: _Trace) -> list[str]:
+    """The cluster's warnings for this trace, and the trace's contradictions if any."""
+    warnings = cluster_warnings(cluster, policy, source.shape())
+    trace_warning = source.checks.warning() if source.checks is not None else None
+    return warnings + ([trace_warning] if trace_warning is not None else [])
+
+
+def _summary(
+    records: RecordColumns,
+    sim: Simulator,
+    cluster: ClusterPreset,
+    source: _Trace,
+    run: _Run,
+    wall_s: float,
+) -> Summary:
+    c = run.config
+    wan = sim.cluster.wan
+    wan_spec = cluster.spec.links.wan if wan is not None else None
+    setup = RunSetup(
+        policy=run.policy, preset=c.preset, trace=source.name, sla=c.sla, seed=c.seed,
+        rate_scale=c.rate_scale, kv_event_delay_s=c.kv_event_delay_s,
+        kv_event_wan_delay_s=c.kv_event_wan_delay_s, index_mode=c.index_mode,
+        overrides=c.overrides, version=__version__, config=c.model_dump(mode="json"),
+    )  # fmt: skip
+    facts = ClusterFacts(
+        cost_per_hour=cluster.cost_per_hour(), cost_split=cluster.cost_split(),
+        resolved=cluster.resolved(),
+        wan_bandwidth_gbps=wan_spec.bandwidth_gbps if wan_spec is not None else None,
+    )  # fmt: skip
+    observed = Observed(
+        wall_s=wall_s,
+        wan_throughput=(wan.throughput_times, wan.throughput_rates) if wan is not None else None,
+        timeline=sim.timeline.samples if sim.timeline is not None else None,
+        warnings=_warnings(cluster, run.policy, source),
+    )
+    summary = summarize(records, setup, facts, observed)
+    return summary.model_copy(update={"step_costs": sim.cluster.step_cost_sources})

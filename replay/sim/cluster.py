@@ -53,6 +53,23 @@ class SimCluster:
             link.sync_state()
 
 
+@dataclass(slots=True)
+class _Instances:
+    """The pools' instances as they are built, and what the router's view needs of them."""
+
+    prefill: dict[str, PrefillInstance | ColocatedInstance] = field(default_factory=dict)
+    decode: dict[str, DecodeInstance] = field(default_factory=dict)
+    loads: dict[Tier, list[InstanceLoad]] = field(default_factory=dict)
+    sources: dict[str, str] = field(default_factory=dict)  # pool -> where its costs came from
+
+
+@dataclass(frozen=True, slots=True)
+class _Callbacks:
+    on_prefilled: Callable[[SimRequest], None]
+    on_reserved: Callable[[Leg], None]
+    on_finish: Callable[[SimRequest, DecodeInstance | ColocatedInstance], None]
+
+
 def build_cluster(
     loop: EventLoop,
     preset: ClusterPreset,
@@ -64,61 +81,11 @@ def build_cluster(
     on_finish: Callable[[SimRequest, DecodeInstance | ColocatedInstance], None],
 ) -> SimCluster:
     """Instances named ``<pool>-<i>``, an RDMA fabric per datacenter, the WAN if any."""
+    calls = _Callbacks(on_prefilled, on_reserved, on_finish)
+    built = _Instances()
+    for pool_name in preset.pools():
+        _add_pool(built, loop, preset, pool_name, block_size, feed, calls)
     spec, model = preset.spec, preset.model
-    prefill: dict[str, PrefillInstance | ColocatedInstance] = {}
-    decode: dict[str, DecodeInstance] = {}
-    loads: dict[Tier, list[InstanceLoad]] = {}
-    sources: dict[str, str] = {}
-    for pool_name, pool in preset.pools().items():
-        capacity = preset.kv_capacity_tokens(pool)
-        resolved = resolve_step_costs(preset, pool_name)
-        step_costs = resolved.costs
-        sources[pool_name] = resolved.describe()
-        for i in range(pool.instances):
-            iid = f"{pool_name}-{i}"
-            load = InstanceLoad(
-                instance_id=iid,
-                tier=pool.tier,
-                datacenter=pool.datacenter,
-                kv_capacity_tokens=capacity,
-                max_batch=pool.max_batch,
-            )
-            loads.setdefault(pool.tier, []).append(load)
-            cache = KvMemory(capacity, block_size, _evict_to(feed, iid), pool.kv_block_tokens)
-            if pool.colocated:
-                prefill[iid] = ColocatedInstance(
-                    loop, iid, pool.datacenter, load, cache, step_costs,
-                    max_batch=pool.max_batch, step_tokens=spec.timing.step_tokens,
-                    on_demand=spec.memory.allocation == "on-demand",
-                    on_stored=feed.stored, on_finish=on_finish,
-                )  # fmt: skip
-            elif pool.tier == Tier.P:
-                prefill[iid] = PrefillInstance(
-                    loop,
-                    iid,
-                    pool.datacenter,
-                    load,
-                    cache,
-                    step_costs,
-                    spec.timing.prefill_batch_tokens,
-                    on_prefilled,
-                )
-            else:
-                decode[iid] = DecodeInstance(
-                    loop,
-                    iid,
-                    pool.tier,
-                    pool.datacenter,
-                    load,
-                    cache,
-                    step_costs,
-                    pool.max_batch,
-                    on_reserved,
-                    on_finish,
-                    spec.timing.first_token_on_decode,
-                    on_demand=spec.memory.allocation == "on-demand",
-                    recomputes=spec.timing.decode_recomputes,
-                )
     rdma_spec = spec.links.rdma
     rdma = {
         dc: Link(loop, f"rdma-{dc}", gbps_to_bytes_s(rdma_spec.bandwidth_gbps), rdma_spec.rtt_s)
@@ -129,6 +96,7 @@ def build_cluster(
     if wan_spec is not None and preset.spans_datacenters():
         fluct = Fluctuation(wan_spec.fluctuation, seed) if wan_spec.fluctuation else None
         wan = Link(loop, "wan", gbps_to_bytes_s(wan_spec.bandwidth_gbps), wan_spec.rtt_s, fluct)
+    prefill, decode, loads = built.prefill, built.decode, built.loads
     home = next(iter(prefill.values())).datacenter
     view = ClusterView(
         instances=loads,
@@ -145,8 +113,52 @@ def build_cluster(
     links = [*rdma.values(), *([wan] if wan is not None else [])]
     return SimCluster(
         prefill, decode, rdma, wan, view, model.kv_bytes_per_token, block_size, home, links,
-        sources,
+        built.sources,
     )  # fmt: skip
+
+
+def _add_pool(
+    built: _Instances,
+    loop: EventLoop,
+    preset: ClusterPreset,
+    pool_name: str,
+    block_size: int,
+    feed: KvEventFeed,
+    calls: _Callbacks,
+) -> None:
+    """The instances of one pool, each with its KV memory and its pool's step costs."""
+    spec, pool = preset.spec, preset.pools()[pool_name]
+    capacity = preset.kv_capacity_tokens(pool)
+    resolved = resolve_step_costs(preset, pool_name)
+    step_costs = resolved.costs
+    built.sources[pool_name] = resolved.describe()
+    on_demand = spec.memory.allocation == "on-demand"
+    for i in range(pool.instances):
+        iid = f"{pool_name}-{i}"
+        load = InstanceLoad(
+            instance_id=iid, tier=pool.tier, datacenter=pool.datacenter,
+            kv_capacity_tokens=capacity, max_batch=pool.max_batch,
+        )  # fmt: skip
+        built.loads.setdefault(pool.tier, []).append(load)
+        cache = KvMemory(capacity, block_size, _evict_to(feed, iid), pool.kv_block_tokens)
+        if pool.colocated:
+            built.prefill[iid] = ColocatedInstance(
+                loop, iid, pool.datacenter, load, cache, step_costs,
+                max_batch=pool.max_batch, step_tokens=spec.timing.step_tokens,
+                on_demand=on_demand, on_stored=feed.stored, on_finish=calls.on_finish,
+            )  # fmt: skip
+        elif pool.tier == Tier.P:
+            built.prefill[iid] = PrefillInstance(
+                loop, iid, pool.datacenter, load, cache, step_costs,
+                spec.timing.prefill_batch_tokens, calls.on_prefilled,
+            )  # fmt: skip
+        else:
+            built.decode[iid] = DecodeInstance(
+                loop, iid, pool.tier, pool.datacenter, load, cache, step_costs,
+                pool.max_batch, calls.on_reserved, calls.on_finish,
+                spec.timing.first_token_on_decode, on_demand=on_demand,
+                recomputes=spec.timing.decode_recomputes,
+            )  # fmt: skip
 
 
 def _evict_to(feed: KvEventFeed, instance_id: str) -> Callable[[list[int]], None]:

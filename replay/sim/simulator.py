@@ -9,7 +9,7 @@ engines' KV events reach the router's index after a delay.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from typing import Protocol
 
 from policies.admission import Overloaded
@@ -23,9 +23,10 @@ from replay.sim.event_loop import EventLoop
 from replay.sim.events import Priority
 from replay.sim.frontend import Frontend
 from replay.sim.handoff import HandoffDriver
-from replay.sim.kv_events import KV_EVENT_DELAY_S, KvEventFeed
+from replay.sim.kv_events import KvEventFeed
 from replay.sim.link import Transfer
 from replay.sim.request_state import DecodeServer, Leg, LegState, SimRequest
+from replay.sim.sim_settings import ProgressObserver, SimHooks, SimSettings
 from replay.sim.timeline import Timeline
 from replay.trace.record import TraceRequest
 from router.index.base import IndexedInstance, PrefixIndex
@@ -42,14 +43,6 @@ class Decider(Protocol):
     def decide(self, request: RequestView, cluster: ClusterView) -> Decision: ...
 
 
-class ProgressObserver(Protocol):
-    """Told how many requests there are and how many have finished (a progress bar)."""
-
-    def start(self, total: int) -> None: ...
-
-    def advance(self, finished: int) -> None: ...
-
-
 class Simulator:
     """One run: a cluster built from a preset, a decider, an index fed by KV events."""
 
@@ -60,30 +53,14 @@ class Simulator:
         index: PrefixIndex,
         *,
         block_size: int,
-        seed: int = 0,
-        kv_event_delay_s: float = KV_EVENT_DELAY_S,
-        kv_event_wan_delay_s: float = 0.0,
-        progress: ProgressObserver | None = None,
+        settings: SimSettings | None = None,
+        hooks: SimHooks | None = None,
         loop: EventLoop | None = None,
-        kv_events: bool = True,
-        on_finished: Callable[[SimRequest], None] | None = None,
-        index_knows_capacity: bool = True,
-        sink: Callable[[SimRequest], None] | None = None,
-        timeline_period_s: float | None = None,
     ) -> None:
-        """``kv_events`` False: engines publish nothing (the router's index is what it records
-        itself); ``on_finished(request)`` runs when a request ends (the outcome join);
-        ``index_knows_capacity`` False registers instances without their KV capacity, so
-        the index bounds nothing (a router not told the engines' cache sizes);
-        ``kv_event_wan_delay_s``: how much later still the events of instances outside the
-        prefill pool's datacenter (where the router decides) reach its index, e.g. the
-        line's one-way delay when each datacenter keeps its own index.
-
-        ``sink(request)``: each request is handed over once it has ended (the unfinished
-        ones when the run ends, in arrival order) and then forgotten, so memory holds only
-        the requests in flight; without a sink ``requests`` keeps every one.
-        ``timeline_period_s``: sample the tiers' and the line's load that often
-        (``timeline``)."""
+        """The cluster of ``preset``, deciding with ``decider``, ``index`` fed by the
+        engines' KV events as ``settings`` say; ``hooks`` are told of requests as they end."""
+        settings = settings or SimSettings()
+        hooks = hooks or SimHooks()
         self.loop = loop or EventLoop()
         self.preset = preset
         self.decider = decider
@@ -98,10 +75,10 @@ class Simulator:
             for i in range(pool.instances)
         )
         self.feed = KvEventFeed(
-            self.loop, index, kv_event_delay_s, enabled=kv_events,
-            remote=remote, remote_delay_s=kv_event_wan_delay_s,
+            self.loop, index, settings.kv_event_delay_s, enabled=settings.kv_events,
+            remote=remote, remote_delay_s=settings.kv_event_wan_delay_s,
         )  # fmt: skip
-        self._on_finished = on_finished
+        self._on_finished = hooks.on_finished
         # on-demand memory: a copy reserves its prompt; the output grows on the instance
         self._reserve_output = preset.spec.memory.allocation == "reserve-output"
         self.cluster: SimCluster = build_cluster(
@@ -109,7 +86,7 @@ class Simulator:
             preset,
             block_size,
             self.feed,
-            seed,
+            settings.seed,
             self._prefilled,
             self._reserved,
             self._decoded,
@@ -120,22 +97,22 @@ class Simulator:
         self.requests: list[SimRequest] = []  # every request, when there is no sink
         self.arrived = 0
         self._open: dict[int, SimRequest] = {}  # requests in flight, when there is a sink
-        self._sink = sink
+        self._sink = hooks.sink
         self._first_arrival_s: float | None = None
         self.timeline = (
-            Timeline(self.loop, self.cluster, timeline_period_s)
-            if timeline_period_s is not None
+            Timeline(self.loop, self.cluster, settings.timeline_period_s)
+            if settings.timeline_period_s is not None
             else None
         )
         # the router's own time per request, one after another (timing.router_s)
         self._router = Frontend(self.loop, preset.spec.timing.router_s, self._route)
         self.finished = 0
-        self._progress = progress
+        self._progress = hooks.progress
         self._arrivals: Iterator[TraceRequest] = iter(())
         self._rate_scale = 1.0
         for name, pool in preset.pools().items():
             capacity = preset.kv_capacity_tokens(pool) // block_size
-            known = capacity if index_knows_capacity else None
+            known = capacity if settings.index_knows_capacity else None
             for i in range(pool.instances):
                 index.register(IndexedInstance(f"{name}-{i}", pool.tier, pool.datacenter, known))
 

@@ -9,36 +9,26 @@ an ``Executor`` (this process, worker processes or Ray), with the same figures w
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel
 
 from replay.experiments.executor import Executor, SerialExecutor
-from replay.metrics.summary import SlaThresholds, Summary
-from replay.runner.run import IndexMode, run_replay
-from replay.sim.kv_events import KV_EVENT_DELAY_S
+from replay.metrics.summary import Summary
+from replay.runner.config import ReplayConfig
+from replay.runner.run import run_replay
 
 __all__ = ["Figures", "Objective", "Trial", "TuneSetup", "run_trials"]
 
 Objective = Literal["goodput", "bcr"]
 
 
-@dataclass(frozen=True, slots=True)
-class TuneSetup:
-    """One scenario: everything a replay needs besides the policy parameters (picklable)."""
+class TuneSetup(ReplayConfig):
+    """One scenario: a replay (every option of ``replay run``) without the policy
+    parameters, which each trial sets (picklable)."""
 
-    trace: str
-    preset: str
     policy: str
-    rate_scale: float = 1.0
-    seed: int = 0
-    overrides: dict[str, Any] = field(default_factory=dict)
-    sla: SlaThresholds = field(default_factory=SlaThresholds)
-    kv_event_delay_s: float = KV_EVENT_DELAY_S
-    index_mode: IndexMode = "events"
-    predictor: str | None = None
 
     @property
     def label(self) -> str:
@@ -121,19 +111,7 @@ Job = tuple[TuneSetup, dict[str, Any]]
 def _figures(job: Job) -> Figures:
     """One scenario of one trial (a module-level function: workers receive it pickled)."""
     setup, params = job
-    summary = run_replay(
-        setup.trace,
-        setup.preset,
-        setup.policy,
-        rate_scale=setup.rate_scale,
-        seed=setup.seed,
-        policy_params=params,
-        overrides=setup.overrides,
-        kv_event_delay_s=setup.kv_event_delay_s,
-        sla=setup.sla,
-        index_mode=setup.index_mode,
-        predictor=setup.predictor,
-    ).summary
+    summary = run_replay(setup.model_copy(update={"policy_params": params})).summary
     return Figures.of(setup.label, summary)
 
 

@@ -38,7 +38,9 @@ def show(capsys: pytest.CaptureFixture[str], *args: str) -> str:
 
 
 def without(summary: dict[str, Any], *keys: str) -> dict[str, Any]:
-    return {k: v for k, v in summary.items() if k not in {"wall_s", *keys}}
+    """The run's figures without ``keys``, its wall time and its configuration (which
+    records the options as given)."""
+    return {k: v for k, v in summary.items() if k not in {"wall_s", "config", *keys}}
 
 
 def test_a_shown_preset_saved_to_a_file_runs_as_the_packaged_one(
@@ -48,8 +50,9 @@ def test_a_shown_preset_saved_to_a_file_runs_as_the_packaged_one(
     mine.write_text(show(capsys, "pdd-small"))
     packaged = replay(capsys, trace, tmp_path / "packaged", "--preset", "pdd-small")
     own = replay(capsys, trace, tmp_path / "own", "--preset", str(mine))
-    assert own["preset"] == str(mine)
+    assert own["preset"] == own["config"]["preset"] == str(mine)
     assert without(own, "preset") == without(packaged, "preset")
+    assert without(own["config"], "preset") == without(packaged["config"], "preset")
     # what ran is recorded whole: the file printed by --show is the summary's cluster
     assert yaml.safe_load(mine.read_text()) == packaged["cluster"]
     assert packaged["version"] == __version__
@@ -171,6 +174,10 @@ def test_the_trace_format_and_block_size_can_be_given(
     detected = replay(capsys, trace, tmp_path / "a", *one_p)
     told = replay(capsys, trace, tmp_path / "b", *one_p, "--format", "mooncake")
     assert without(told) == without(detected)
+    assert (told["config"]["trace_format"], detected["config"]["trace_format"]) == (
+        "mooncake",
+        None,
+    )
     # 512-token blocks merged in pairs: a request shares a block only if it shares both
     # halves, so on the one P instance no request hits more than before, and some hit less
     coarse = replay(capsys, trace, tmp_path / "c", *one_p, "--block-size", "1024")

@@ -16,7 +16,7 @@ import pytest
 from chromium_cdp import CHROMIUM, open_page
 from cli_support import synth_agentic
 
-from replay.experiments.compare import run_compare
+from replay.experiments.compare import CompareConfig, run_compare
 from replay.report import ClusterFacts, Report, ReportRun, write_report
 
 pytestmark = pytest.mark.skipif(
@@ -32,7 +32,11 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("report")
     trace = folder / "agentic.jsonl"
     synth_agentic(trace, seed=4)
-    result = run_compare(trace, "pdd-small", ["xdc-pd", "pdd"], resamples=200, seed=0)
+    result = run_compare(
+        CompareConfig(
+            trace=str(trace), preset="pdd-small", policies=["xdc-pd", "pdd"], resamples=200
+        )
+    )
     runs = [
         ReportRun(s.label, r.summary, r.records)
         for s, r in zip(result.specs, result.results, strict=True)

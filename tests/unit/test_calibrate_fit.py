@@ -4,6 +4,8 @@ simulator charges."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
@@ -19,12 +21,23 @@ from replay.runner.calibrate import (
     probe_count,
 )
 from replay.runner.calibration_fit import DecodeProbe, PrefillProbe, fit_decode, fit_prefill
+from replay.runner.config import ReplayConfig
 from replay.runner.engine_clock import DECODE, PREFILL, read_totals
 from replay.runner.probe_client import ProbeClient
-from replay.runner.run import run_replay
+from replay.runner.run import ReplayResult, run_replay
 from replay.sim.roofline import Roofline
 from replay.trace.record import TraceRequest
 from router.errors import UserError
+
+
+def replay(
+    trace: Path | list[TraceRequest], preset: str, policy: str | None = None, **fields: Any
+) -> ReplayResult:
+    """``run_replay`` of a trace file, or of requests in memory."""
+    if isinstance(trace, Path):
+        return run_replay(ReplayConfig(trace=str(trace), preset=preset, policy=policy, **fields))
+    config = ReplayConfig(trace="<memory>", preset=preset, policy=policy, **fields)
+    return run_replay(config, requests=trace)
 
 
 def test_the_prefill_fit_recovers_overhead_per_token_and_per_pair_costs() -> None:
@@ -125,7 +138,7 @@ def test_the_calibrated_servers_time_is_in_the_first_token(preset: str) -> None:
         trace = [TraceRequest(i, at, 1024, 8, (10 * i, 10 * i + 1), 512)
                  for i, at in enumerate((0.0, 0.0, 30.0))]  # fmt: skip
         overrides = {f"pools.{pool}.fitted": fitted, f"pools.{pool}.instances": 1}
-        result = run_replay(trace, preset, overrides=overrides)
+        result = replay(trace, preset, overrides=overrides)
         return [r.ttft_s or 0.0 for r in sorted(result.records, key=lambda r: r.request_id)]
 
     base, served = ttfts(0.0), ttfts(0.05)

@@ -4,19 +4,31 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
-from replay.experiments.compare import auto_window, compare_results, run_compare
+from replay.experiments.compare import CompareConfig, auto_window, compare_results, run_compare
 from replay.experiments.compare_stats import metric_specs, point_values, policy_data, window_of
 from replay.experiments.policy_spec import parse_policy_spec, parse_policy_specs
 from replay.metrics.hit_buckets import BUCKET_LABELS, bucket_index, request_hit_rates
+from replay.runner.config import ReplayConfig
 from replay.runner.run import ReplayResult, run_replay
 from replay.trace.mooncake import write_mooncake
 from replay.trace.record import TraceRequest
 from replay.trace.synth import make_profile, synthesize
 from router.errors import UserError
+
+
+def replay(
+    trace: Path | list[TraceRequest], preset: str, policy: str | None = None, **fields: Any
+) -> ReplayResult:
+    """``run_replay`` of a trace file, or of requests in memory."""
+    if isinstance(trace, Path):
+        return run_replay(ReplayConfig(trace=str(trace), preset=preset, policy=policy, **fields))
+    config = ReplayConfig(trace="<memory>", preset=preset, policy=policy, **fields)
+    return run_replay(config, requests=trace)
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +38,7 @@ def requests() -> list[TraceRequest]:
 
 @pytest.fixture(scope="module")
 def runs(requests: list[TraceRequest]) -> dict[str, ReplayResult]:
-    return {name: run_replay(requests, "pdd-small", name, seed=0) for name in ("xdc-pd", "pdd")}
+    return {name: replay(requests, "pdd-small", name, seed=0) for name in ("xdc-pd", "pdd")}
 
 
 def test_policy_words_parse_to_names_and_typed_parameters() -> None:
@@ -101,9 +113,7 @@ def test_pdd_beats_naive_cross_dc_significantly_on_ttft(runs: dict[str, ReplayRe
 
 def test_a_policy_against_itself_differs_by_nothing(requests: list[TraceRequest]) -> None:
     specs = parse_policy_specs(["pdd", "pdd:wan_budget_s=1.0"])  # the default budget
-    results = [
-        run_replay(requests, "pdd-small", s.name, seed=0, policy_params=s.params) for s in specs
-    ]
+    results = [replay(requests, "pdd-small", s.name, seed=0, policy_params=s.params) for s in specs]
     result = compare_results(specs, results, resamples=200, seed=0)
     for row in result.rows:
         d = row.differences[0]
@@ -115,7 +125,11 @@ def test_compare_json_and_the_bathtub(tmp_path: Path, requests: list[TraceReques
     trace = tmp_path / "trace.jsonl"
     with trace.open("w", encoding="utf-8") as out:
         write_mooncake(requests, out)
-    result = run_compare(trace, "pdd-small", ["xdc-pd", "pdd"], resamples=200, seed=0)
+    result = run_compare(
+        CompareConfig(
+            trace=str(trace), preset="pdd-small", policies=["xdc-pd", "pdd"], resamples=200
+        )
+    )
     result.write_json(tmp_path / "compare.json")
     data = json.loads((tmp_path / "compare.json").read_text())
     assert data["schema"] == "pdd-router/compare/1"

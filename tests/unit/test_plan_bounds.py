@@ -15,6 +15,7 @@ from replay.experiments.plan_space import PlanSpace, line_price_of, parse_counts
 from replay.metrics.summary import SlaThresholds
 from replay.presets.loader import load_preset
 from replay.presets.schema import LinkSpec
+from replay.runner.config import ReplaySettings
 from router.errors import UserError
 
 SLA = SlaThresholds(ttft_s=1.0, tpot_s=0.01)
@@ -124,8 +125,9 @@ def test_pruning_by_bounds_and_by_cost(monkeypatch: pytest.MonkeyPatch) -> None:
         policy="pdd",
         min_rate_scale=5.0,
         target=1.0,
-        sla=SLA,
-        overrides=ROOFLINE,
+        replay=ReplaySettings(
+            overrides=ROOFLINE, sla_ttft_s=SLA.ttft_s, sla_tpot_ms=SLA.tpot_s * 1e3
+        ),
     )
     plan = run_plan(settings, space, load, SerialExecutor(), baseline=False)
     by_p = {r.candidate.p: r for r in plan.results}

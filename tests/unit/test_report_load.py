@@ -2,19 +2,32 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from replay.report import load_cost
-from replay.runner.run import run_replay
+from replay.runner.config import ReplayConfig
+from replay.runner.run import ReplayResult, run_replay
+from replay.trace.record import TraceRequest
 from replay.trace.synth import make_profile, synthesize
+
+
+def replay(
+    trace: Path | list[TraceRequest], preset: str, policy: str | None = None, **fields: Any
+) -> ReplayResult:
+    """``run_replay`` of a trace file, or of requests in memory."""
+    if isinstance(trace, Path):
+        return run_replay(ReplayConfig(trace=str(trace), preset=preset, policy=policy, **fields))
+    config = ReplayConfig(trace="<memory>", preset=preset, policy=policy, **fields)
+    return run_replay(config, requests=trace)
 
 
 def test_a_cluster_in_one_datacenter_shows_no_line_and_prices_only_its_gpus(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    summary = run_replay(list(synthesize(make_profile("agentic"), 200, seed=1)), "idc-pd-small")
+    summary = replay(list(synthesize(make_profile("agentic"), 200, seed=1)), "idc-pd-small")
     summary = summary.summary
     drawn: list[tuple[Any, ...]] = []
     draw = load_cost.timeline_figure
@@ -42,7 +55,7 @@ def test_a_cluster_in_one_datacenter_shows_no_line_and_prices_only_its_gpus(
 
 
 def test_a_summary_without_a_timeline_has_no_load_section() -> None:
-    summary = run_replay(list(synthesize(make_profile("agentic"), 50, seed=1)), "pdd-small")
+    summary = replay(list(synthesize(make_profile("agentic"), 50, seed=1)), "pdd-small")
     assert (
         load_cost.load_context(summary.summary.model_copy(update={"timeline": None}), 20.0) is None
     )

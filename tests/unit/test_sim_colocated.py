@@ -19,6 +19,7 @@ from replay.runner.checks import check_cluster
 from replay.sim.colocated_instance import ColocatedInstance
 from replay.sim.event_loop import EventLoop
 from replay.sim.growing_memory import GrowingMemory
+from replay.sim.sim_settings import SimSettings
 from replay.sim.simulator import Simulator
 from replay.trace.record import TraceRequest
 from router.errors import UserError
@@ -64,7 +65,8 @@ def _run(
     index = MemoryPrefixIndex(clock=loop.clock)
     decider = decider or OnEngine()
     decider.index = index
-    sim = Simulator(preset, decider, index, block_size=BLOCK, kv_event_delay_s=0.0, loop=loop)
+    now = SimSettings(kv_event_delay_s=0.0)
+    sim = Simulator(preset, decider, index, block_size=BLOCK, settings=now, loop=loop)
     records = [record_of(r) for r in sim.run(trace)]
     return records, sim
 
@@ -282,7 +284,8 @@ def _run_small_blocks(
 ) -> tuple[list[RequestRecord], Simulator]:
     loop = _BoundedLoop(budget)
     index = MemoryPrefixIndex(clock=loop.clock)
-    sim = Simulator(preset, OnEngine(), index, block_size=16, kv_event_delay_s=0.0, loop=loop)
+    now = SimSettings(kv_event_delay_s=0.0)
+    sim = Simulator(preset, OnEngine(), index, block_size=16, settings=now, loop=loop)
     return [record_of(r) for r in sim.run(trace)], sim
 
 

@@ -12,6 +12,7 @@ from policies.types import ClusterView, Decision, HandoffMode, Pipeline, Request
 from replay.metrics import RequestRecord, record_of
 from replay.presets import load_preset
 from replay.sim.event_loop import EventLoop
+from replay.sim.sim_settings import SimSettings
 from replay.sim.simulator import Simulator
 from replay.trace.record import TraceRequest
 from router.index.memory_index import MemoryPrefixIndex
@@ -68,7 +69,14 @@ def _run(
     loop = EventLoop()
     index = MemoryPrefixIndex(clock=loop.clock)
     decider = Scripted(decide)
-    sim = Simulator(preset, decider, index, block_size=BLOCK, kv_event_delay_s=delay, loop=loop)
+    sim = Simulator(
+        preset,
+        decider,
+        index,
+        block_size=BLOCK,
+        settings=SimSettings(kv_event_delay_s=delay),
+        loop=loop,
+    )
     requests = sim.run(trace)
     return [record_of(r) for r in requests], sim, decider
 
@@ -184,7 +192,7 @@ def test_the_index_learns_of_cached_blocks_only_after_the_kv_event_delay() -> No
         Scripted(lambda r: _decision(Pipeline.P_MD)),
         index,
         block_size=BLOCK,
-        kv_event_delay_s=0.5,
+        settings=SimSettings(kv_event_delay_s=0.5),
         loop=loop,
     )
     sim.start([_req(0, 0.0, chain, output=5)])
@@ -248,7 +256,7 @@ def test_a_busy_mixed_run_finishes_everything_and_leaks_nothing(allocation: str)
         Scripted(lambda r: next(picks)),
         index,
         block_size=BLOCK,
-        kv_event_delay_s=0.05,
+        settings=SimSettings(kv_event_delay_s=0.05),
         loop=loop,
     )
     records = [record_of(r) for r in sim.run(trace)]

@@ -11,10 +11,22 @@ import pytest
 
 from replay.metrics import write_run
 from replay.presets import load_preset, preset_names
+from replay.runner.config import ReplayConfig
 from replay.runner.run import ReplayResult, run_replay
 from replay.trace.record import TraceRequest
 from replay.trace.synth import make_profile, synthesize
 from router.errors import UserError
+
+
+def replay(
+    trace: Path | list[TraceRequest], preset: str, policy: str | None = None, **fields: Any
+) -> ReplayResult:
+    """``run_replay`` of a trace file, or of requests in memory."""
+    if isinstance(trace, Path):
+        return run_replay(ReplayConfig(trace=str(trace), preset=preset, policy=policy, **fields))
+    config = ReplayConfig(trace="<memory>", preset=preset, policy=policy, **fields)
+    return run_replay(config, requests=trace)
+
 
 WEATHER = {"links.wan.fluctuation": {"period_s": 5.0, "low": 0.3, "high": 1.0}}
 
@@ -39,9 +51,9 @@ def test_presets_mirror_the_papers_deployments() -> None:
 
 def test_unknown_preset_and_policy_list_the_valid_names(agentic: list[TraceRequest]) -> None:
     with pytest.raises(UserError, match=r"unknown preset 'nope'; valid presets: .*pdd-small"):
-        run_replay(agentic, "nope")
+        replay(agentic, "nope")
     with pytest.raises(UserError, match=r"unknown policy 'nope'.*idc-pd.*pdd.*xdc-pd"):
-        run_replay(agentic, "pdd-small", "nope")
+        replay(agentic, "pdd-small", "nope")
 
 
 @pytest.mark.parametrize(
@@ -65,7 +77,7 @@ def test_impossible_clusters_are_refused_before_the_run(
     message: str,
 ) -> None:
     with pytest.raises(UserError, match=message):
-        run_replay(agentic, preset, policy, overrides=overrides)
+        replay(agentic, preset, policy, overrides=overrides)
 
 
 def _bytes(result: ReplayResult, tmp: Path) -> tuple[dict[str, Any], str]:
@@ -79,7 +91,7 @@ def test_same_seed_same_bytes_and_the_seed_matters(
     agentic: list[TraceRequest], tmp_path: Path
 ) -> None:
     runs = [
-        _bytes(run_replay(agentic, "pdd-small", seed=seed, overrides=WEATHER), tmp_path / str(i))
+        _bytes(replay(agentic, "pdd-small", seed=seed, overrides=WEATHER), tmp_path / str(i))
         for i, seed in enumerate((5, 5, 6))
     ]
     assert runs[0] == runs[1]
@@ -87,7 +99,7 @@ def test_same_seed_same_bytes_and_the_seed_matters(
 
 
 def test_summary_is_consistent_with_the_records(agentic: list[TraceRequest]) -> None:
-    result = run_replay(agentic, "pdd-small", rate_scale=2.0)
+    result = replay(agentic, "pdd-small", rate_scale=2.0)
     s, records = result.summary, result.records
     assert s.requests == len(records) == 400
     # twice the trace's rate is past pdd-small's capacity: the default policy refuses some
@@ -107,7 +119,7 @@ def test_summary_is_consistent_with_the_records(agentic: list[TraceRequest]) -> 
     tokens = sum(r.output_length for r in records if r.rejected is None)
     assert sum(r.tokens_rld + r.tokens_md for r in records) == tokens
     assert s.rld_token_share == pytest.approx(sum(r.tokens_rld for r in records) / tokens, abs=1e-6)
-    slower = run_replay(agentic, "pdd-small", rate_scale=1.0).summary
+    slower = replay(agentic, "pdd-small", rate_scale=1.0).summary
     assert slower.trace_duration_s == pytest.approx(2 * s.trace_duration_s)
 
 
@@ -115,7 +127,7 @@ def test_summary_is_consistent_with_the_records(agentic: list[TraceRequest]) -> 
 def test_speed_on_the_conversation_trace(conversation_trace: Path) -> None:
     """Prints the figure; the target is <= 10 s wall on one core (>= 350x real time)."""
     started = time.perf_counter()
-    summary = run_replay(conversation_trace, "pdd").summary
+    summary = replay(conversation_trace, "pdd").summary
     wall = time.perf_counter() - started
     print(
         f"\nconversation trace on pdd: {summary.requests} requests, "
@@ -132,8 +144,8 @@ def test_a_first_token_from_the_decode_side_arrives_one_step_later(
     """With ``timing.first_token_on_decode`` (what a client sees through the router, and what
     calibrated presets set), a request's first token is its decode instance's first step,
     not the prefill's token forwarded on joining: TTFT grows by about one decode step."""
-    forwarded = run_replay(agentic, "idc-pd-small")
-    stepped = run_replay(agentic, "idc-pd-small", overrides={"timing.first_token_on_decode": True})
+    forwarded = replay(agentic, "idc-pd-small")
+    stepped = replay(agentic, "idc-pd-small", overrides={"timing.first_token_on_decode": True})
     by_id = {r.request_id: r for r in forwarded.records}
     added = []
     for r in stepped.records:
@@ -151,7 +163,7 @@ def test_a_first_token_from_the_decode_side_arrives_one_step_later(
 def test_summary_shows_the_load_of_each_tier_and_the_line_and_the_cost_split(
     agentic: list[TraceRequest], tmp_path: Path
 ) -> None:
-    result = run_replay(agentic, "pdd-small", rate_scale=2.0)
+    result = replay(agentic, "pdd-small", rate_scale=2.0)
     s = result.summary
     assert sum(s.cost_split.values()) == pytest.approx(s.cost_per_hour, rel=1e-6)
     assert set(s.cost_split) == {"p", "rld", "md", "wan"}
@@ -177,7 +189,7 @@ def test_summary_shows_the_load_of_each_tier_and_the_line_and_the_cost_split(
     assert rows[0].startswith("t_s,wan_gbps,wan_backlog_gb,wan_busy,utilization_p")
     assert len(rows) == len(timeline.t_s) + 1
     # one datacenter: no line to pay for or to fill
-    idc = run_replay(agentic, "idc-pd-small").summary
+    idc = replay(agentic, "idc-pd-small").summary
     assert "wan" not in idc.cost_split
     assert idc.wan_utilization == 0.0
     assert idc.timeline is not None
