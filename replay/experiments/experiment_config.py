@@ -76,8 +76,7 @@ class SweepConfig(BaseModel):
     preset: str | None = _preset()
     policies: list[str] = Field(
         min_length=1,
-        description=_ARM + "policy on its own cluster); repeat to sweep several, each on its "
-        "own",
+        description=_ARM + "policy on its own cluster); repeat to sweep several, each on its own",
         json_schema_extra={"flags": ["--policy"]},
     )
     replay: ReplaySettings = ReplaySettings()

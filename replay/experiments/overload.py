@@ -142,7 +142,10 @@ def run_overload(
     preset = spec.preset_or(config.preset)
     sweep = run_sweep(
         SweepConfig(
-            trace=config.trace, preset=preset, policies=[config.policy], replay=config.replay,
+            trace=config.trace,
+            preset=preset,
+            policies=[config.policy],
+            replay=config.replay,
             search=SweepSearch(target=target),
         ),
         executor=executor,

@@ -128,8 +128,12 @@ def run_job(job: SweepJob) -> SweepOutcome:
                 wan_gbps_mean=first.wan_gbps_mean, rld_token_share=first.rld_token_share,
                 below_target=True,
             )  # fmt: skip
-    search = SweepSearch(target=job.target, tolerance=job.tolerance,
-                         max_probes=job.max_probes, start_scale=job.start_scale)
+    search = SweepSearch(
+        target=job.target,
+        tolerance=job.tolerance,
+        max_probes=job.max_probes,
+        start_scale=job.start_scale,
+    )
     replay = job.replay.model_copy(update={"overrides": job.overrides})
     result = run_sweep(SweepConfig(trace=job.trace, preset=job.preset, policies=[job.policy],
                                    replay=replay, search=search))  # fmt: skip

@@ -182,7 +182,11 @@ def closed_loop(preset: ClusterPreset, run: PublishedRun, rounds: int = 4) -> Cl
                 drain_from = loop.now
 
     sim = Simulator(
-        preset, scheduler, schedulers.index, block_size=BLOCK, hooks=SimHooks(sink=next_request),
+        preset,
+        scheduler,
+        schedulers.index,
+        block_size=BLOCK,
+        hooks=SimHooks(sink=next_request),
         loop=loop,
     )
     gap = _request_s(sim.cluster.prefill["engines-0"].step_costs, run) / concurrency

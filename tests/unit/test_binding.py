@@ -9,6 +9,7 @@ import pytest
 
 from replay.metrics.binding import find_binding
 from replay.metrics.summary import Percentiles, Summary
+from replay.runner.config import ReplayConfig
 from replay.runner.run import run_replay
 from replay.trace.record import TraceRequest
 
@@ -18,7 +19,7 @@ ONE = TraceRequest(0, 1.0, 3000, 200, tuple(range(6)), 512)
 @pytest.fixture(scope="module")
 def pdd() -> Summary:
     """A run that meets its SLA on pdd-small (3 P, 1 RLD, 2 MD, a 20 Gbps line)."""
-    return run_replay([ONE], "pdd-small").summary
+    return run_replay(ReplayConfig(trace="<memory>", preset="pdd-small"), requests=[ONE]).summary
 
 
 def _as(summary: Summary, **update: Any) -> Summary:
@@ -79,7 +80,7 @@ def test_the_run_overrides_go_to_plan_and_other_deployments_get_plan_own_base(
     binding = find_binding(_as(pdd, **short, overrides={"pools.p.instances": 3}))
     assert binding is not None
     assert "--preset pdd-small --set pools.p.instances=3 --p 3..6" in binding.plan_command
-    idc = run_replay([ONE], "idc-pd-small").summary
+    idc = run_replay(ReplayConfig(trace="<memory>", preset="idc-pd-small"), requests=[ONE]).summary
     binding = find_binding(_as(idc, **short))
     assert binding is not None
     assert binding.resource == "prefill"

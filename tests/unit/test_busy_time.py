@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from replay.runner.config import ReplayConfig
 from replay.runner.run import run_replay
 from replay.sim.busy_time import BusyTime
 from replay.sim.decode_batch import DecodeBatch
@@ -70,7 +71,7 @@ def _busy_s(summary_instances: dict[str, float], simulated_s: float) -> dict[str
 
 
 def test_one_request_keeps_p_busy_for_its_prefill_and_md_for_its_decode() -> None:
-    result = run_replay([ONE], "idc-pd-small")
+    result = run_replay(ReplayConfig(trace="<memory>", preset="idc-pd-small"), requests=[ONE])
     s, record = result.summary, result.records[0]
     assert record.e2e_s is not None
     assert record.ttft_s is not None
@@ -90,7 +91,7 @@ def test_one_request_keeps_p_busy_for_its_prefill_and_md_for_its_decode() -> Non
 
 
 def test_the_timeline_holds_each_second_busy_share_not_a_sample() -> None:
-    result = run_replay([ONE], "idc-pd-small")
+    result = run_replay(ReplayConfig(trace="<memory>", preset="idc-pd-small"), requests=[ONE])
     s, record = result.summary, result.records[0]
     assert record.e2e_s is not None
     assert record.ttft_s is not None
@@ -112,13 +113,15 @@ def test_the_timeline_holds_each_second_busy_share_not_a_sample() -> None:
 
 def test_a_line_transfer_and_a_colocated_engine_are_busy_for_their_service() -> None:
     over = {"pools.p.instances": 1, "pools.rld.instances": 1, "pools.md.instances": 1}
-    pdd = run_replay([ONE], "pdd-small", overrides=over)
+    pdd = run_replay(
+        ReplayConfig(trace="<memory>", preset="pdd-small", overrides=over), requests=[ONE]
+    )
     record, s = pdd.records[0], pdd.summary
     assert record.transfer_s is not None
     assert s.wan_busy is not None
     # the transfer's time minus the last byte's flight (RTT/2, RTT 30 ms)
     assert s.wan_busy * s.simulated_s == pytest.approx(record.transfer_s - 0.015, rel=1e-3)
-    colocated = run_replay([ONE], "colocated-small")
+    colocated = run_replay(ReplayConfig(trace="<memory>", preset="colocated-small"), requests=[ONE])
     record, s = colocated.records[0], colocated.summary
     assert record.e2e_s is not None
     busy = _busy_s(s.instance_utilization, s.simulated_s)

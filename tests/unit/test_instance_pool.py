@@ -91,11 +91,19 @@ async def test_deadlines_expiring_together_survive_the_breaker_opening_among_the
     """Six calls time out in the same loop iteration; the third failure opens the breaker
     while the others' deadlines are already expiring: none is touched, none errs."""
     pool = pool_with(("md0", Tier.MD))
+    started = asyncio.Barrier(6)
+    when: list[float] = []
 
     async def call() -> bool:
         try:
-            async with asyncio.timeout(0.01) as deadline:
+            async with asyncio.timeout(None) as deadline:
                 with pool.until_ejected("md0", deadline) as watch:
+                    # one absolute deadline for all six, set once all are watching: on a
+                    # busy machine, relative deadlines set as each call starts would expire
+                    # in different iterations and the breaker would rightly cut the later
+                    await started.wait()
+                    when.append(when[0] if when else asyncio.get_running_loop().time() + 0.01)
+                    deadline.reschedule(when[0])
                     await asyncio.sleep(10)
         except TimeoutError:
             pool.failed("md0")
