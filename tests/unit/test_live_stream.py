@@ -46,7 +46,7 @@ def test_odd_lines_are_skipped_and_an_answer_without_tokens_is_an_error() -> Non
     assert result.errors == {"no tokens": 1}
     # a busy machine may hold the client up: that is warned about, nothing else
     warned = [w for w in result.summary.warnings if not w.startswith("the client ran late")]
-    assert warned == ["1 requests failed: no tokens", NOT_MEASURED]
+    assert warned == ["1 request failed: no tokens", NOT_MEASURED]
     assert (result.summary.requests, result.summary.completed) == (2, 1)
 
 
