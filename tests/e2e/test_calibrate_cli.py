@@ -85,7 +85,8 @@ def test_the_fit_finds_the_engines_costs_and_the_preset_replays_with_them(
     small = tmp_path / "small.jsonl"
     small.write_text("".join(
         json.dumps({"timestamp": 500 * i, "input_length": 300 + 50 * i, "output_length": 32,
-                    "hash_ids": [i]}) + "\n" for i in range(12)
+                    "hash_ids": [2 * i, 2 * i + 1][: -(-(300 + 50 * i) // 512)]}) + "\n"
+        for i in range(12)
     ))  # fmt: skip
     summary = replay(capsys, small, out, tmp_path / "small")
     assert summary["tpot_s"]["p50"] == pytest.approx(fitted["decode_overhead_s"], rel=0.3)
