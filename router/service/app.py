@@ -131,7 +131,7 @@ def build_state(
     if settings.index.backend == "redis" and not isinstance(idx, ResilientIndex):
         idx = build_resilient_index(idx, settings.index, settings.redis)
     if isinstance(idx, ResilientIndex):  # the index keeps the degraded gauge true itself
-        idx.on_state_change = lambda degraded: metrics.index_degraded.set(int(degraded))
+        idx.recovery.on_state_change = lambda degraded: metrics.index_degraded.set(int(degraded))
         metrics.index_degraded.set(int(idx.degraded))
     predictor = None
     if settings.service.predictor_model is not None:
