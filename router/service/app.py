@@ -287,8 +287,8 @@ def create_app(
         decisions use the router's local mirror). The shared index is probed on each call
         (once per retry delay while it is down)."""
         svc: ServiceState = request.state.svc
-        tiers = {t.value: ok for t, ok in svc.pool.ready_tiers().items()}
-        ready, degraded_tiers = svc.pool.readiness(needs_md=settings.policy.name != "colocated")
+        tiers = {t.value: ok for t, ok in svc.pool.health.ready_tiers().items()}
+        ready, degraded_tiers = svc.pool.health.readiness(needs_md=settings.policy.name != "colocated")
         base = svc.index.inner if isinstance(svc.index, TrackedIndex) else svc.index
         index_degraded = isinstance(base, ResilientIndex) and await svc.lane.run(base.check)
         degraded = [t.value for t in degraded_tiers] + (["index"] if index_degraded else [])

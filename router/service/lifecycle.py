@@ -205,7 +205,7 @@ async def _probe(svc: ServiceState, instance_id: str, timeout: float) -> bool:
         healthy, figures = False, None
     if instance_id not in svc.pool.configs:  # removed while probed
         return True
-    svc.pool.probed(instance_id, healthy)
+    svc.pool.health.probed(instance_id, healthy)
     if figures is not None:
         svc.pool.reported(
             instance_id, running=figures.running, waiting=figures.waiting,

@@ -90,7 +90,7 @@ async def test_an_error_on_p_before_the_first_token_reaches_no_decode_engine() -
         await _read(stream)
     assert c["rld0"].generated == []
     assert c["md0"].prefilled == []
-    assert c.pool.ejected("p0")  # held against P: its breaker opened
+    assert c.pool.health.ejected("p0")  # held against P: its breaker opened
     assert c.pool.loads["p0"].queued_prefill_tokens == 0
 
 
@@ -100,8 +100,8 @@ async def test_md_failing_before_its_first_token_is_held_against_md() -> None:
     stream = execute(c.up, _decision(Pipeline.P_MD), _client(), ExecutionResult(Pipeline.P_MD))
     with pytest.raises(EngineError, match="md0: stream broke after 0 tokens"):
         await _read(stream)
-    assert c.pool.ejected("md0")
-    assert not c.pool.ejected("p0")
+    assert c.pool.health.ejected("md0")
+    assert not c.pool.health.ejected("p0")
 
 
 async def test_one_shot_hands_rld_eager_tokens_to_md_without_gap_or_repeat() -> None:
@@ -176,7 +176,7 @@ async def test_md_failing_before_the_handoff_falls_back_to_rld() -> None:
     assert outcome.pipeline_change == (
         "MD md0 failed before the handoff (the engine failed); RLD finished"
     )
-    assert c.pool.ejected("md0")
+    assert c.pool.health.ejected("md0")
     assert c["md0"].generated == []
 
 
@@ -189,7 +189,7 @@ async def test_rld_failing_mid_stream_before_the_handoff_ends_the_request() -> N
     assert await _read(stream, limit=3) == _expected(3)  # what the client already has
     with pytest.raises(EngineError, match="rld0: stream broke after 3 tokens"):
         await _read(stream)
-    assert c.pool.ejected("rld0")
+    assert c.pool.health.ejected("rld0")
     await asyncio.sleep(0)  # the cancelled wait on MD unwinds
     assert c["md0"].prefills_cancelled == ["r1-md0"]
     assert c["md0"].generated == []
@@ -207,7 +207,7 @@ async def test_a_client_leaving_mid_stream_stops_rld_and_md() -> None:
     await asyncio.sleep(0)  # the cancelled wait on MD unwinds
     assert c["md0"].prefills_cancelled == ["r1-md0"]
     assert c["md0"].generated == []
-    assert not c.pool.ejected("rld0")  # leaving is no fault of the engines
+    assert not c.pool.health.ejected("rld0")  # leaving is no fault of the engines
 
 
 async def test_a_client_leaving_a_p_md_stream_closes_md_stream() -> None:

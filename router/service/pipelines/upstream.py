@@ -71,7 +71,7 @@ class Upstream:
         if exc.cause == "busy":
             self.pool.busy(instance_id)
         elif exc.held_against_instance:
-            self.pool.failed(instance_id, unreachable=exc.cause == "unreachable")
+            self.pool.health.failed(instance_id, unreachable=exc.cause == "unreachable")
 
     @staticmethod
     def _late(watch: Watch | None, what: str, limit_s: float) -> str:
@@ -102,7 +102,7 @@ class Upstream:
             watch = None
             try:
                 async with asyncio.timeout(self.first_token_s) as deadline:
-                    with self.pool.until_ejected(instance_id, deadline) as watch:
+                    with self.pool.health.until_ejected(instance_id, deadline) as watch:
                         result = await adapter.prefill(request, targets=targets)
             except TimeoutError as exc:
                 late = EngineError(
@@ -117,7 +117,7 @@ class Upstream:
                 raise
             finally:
                 self.pool.prefill_started(instance_id, -tokens)
-            self.pool.succeeded(instance_id)
+            self.pool.health.succeeded(instance_id)
             return result
 
     async def generate(
@@ -139,7 +139,7 @@ class Upstream:
                 grace_s = 0.0 if first else self.ejected_grace_s
                 try:
                     async with asyncio.timeout(wait_s) as deadline:
-                        with self.pool.until_ejected(instance_id, deadline, grace_s) as watch:
+                        with self.pool.health.until_ejected(instance_id, deadline, grace_s) as watch:
                             delta = await anext(stream)
                 except StopAsyncIteration:
                     break
@@ -148,7 +148,7 @@ class Upstream:
                     late = self._late(watch, what, wait_s)
                     raise EngineError(instance_id, "generate: " + late) from exc
                 if produced == 0 and delta.token_ids:
-                    self.pool.succeeded(instance_id)
+                    self.pool.health.succeeded(instance_id)
                     if outcome is not None and outcome.tokens == 0:  # the client's first
                         outcome.engine_wait_s += time.perf_counter() - asked
                 produced += len(delta.token_ids)
