@@ -59,8 +59,10 @@ class OutageRecovery:
         if batch_blocks <= 0:
             raise ValueError(f"batch_blocks must be positive, got {batch_blocks}")
         self.primary = primary
-        self._generational = isinstance(primary, Generational)
-        self._restorable = isinstance(primary, Restorable)
+        # what the shared index offers beyond the contract (``RedisPrefixIndex.contents``)
+        self._contents: object = getattr(primary, "contents", None)
+        self._generational = isinstance(self._contents, Generational)
+        self._restorable = isinstance(self._contents, Restorable)
         self.local = Mirror(
             default_capacity_blocks=default_capacity_blocks, ttl_s=ttl_s, clock=clock
         )
@@ -154,7 +156,7 @@ class OutageRecovery:
         """The shared index's generation token (a liveness probe too); None without one."""
         if not self._generational:
             return None
-        token = cast(Generational, self.primary).generation()
+        token = cast(Generational, self._contents).generation()
         self._next_verify = self._clock() + self._verify_every
         return token
 
@@ -233,7 +235,7 @@ class OutageRecovery:
         self, instances: Sequence[IndexedInstance], chains: Sequence[tuple[str, Sequence[int]]]
     ) -> None:
         if self._restorable:
-            cast(Restorable, self.primary).restore(instances, chains)
+            cast(Restorable, self._contents).restore(instances, chains)
             return
         for instance in instances:
             self.primary.register(instance)

@@ -16,7 +16,7 @@ it ingested. The wrapper is in one of three states:
 The shared index has lost the state when Redis restarted without its data or was
 flushed. That is noticed by an instance the mirror knows being unknown to it (an
 UnknownInstanceError, a match or an instance list without it) and, with a primary
-that has one (``RedisPrefixIndex.generation``), by the token naming the shared
+that has one (``RedisContents.generation``), by the token naming the shared
 index's contents changing; the token is read when the shared index comes back, every
 ``verify_every_s`` and by :meth:`ResilientIndex.check`. A rebuild re-registers the
 instances and writes back each instance's blocks oldest first, in pipelined batches,
