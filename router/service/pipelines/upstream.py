@@ -139,7 +139,9 @@ class Upstream:
                 grace_s = 0.0 if first else self.ejected_grace_s
                 try:
                     async with asyncio.timeout(wait_s) as deadline:
-                        with self.pool.health.until_ejected(instance_id, deadline, grace_s) as watch:
+                        with self.pool.health.until_ejected(
+                            instance_id, deadline, grace_s
+                        ) as watch:
                             delta = await anext(stream)
                 except StopAsyncIteration:
                     break
