@@ -33,6 +33,8 @@ __all__ = ["ServiceState"]
 
 @dataclass(slots=True)
 class ServiceState:
+    """The parts of one running service (see the module docstring)."""
+
     settings: Settings
     models: ModelRegistry
     pool: InstancePool

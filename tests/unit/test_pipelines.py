@@ -217,3 +217,29 @@ async def test_a_client_leaving_a_p_md_stream_closes_md_stream() -> None:
     await stream.aclose()
     assert c["md0"].streams_closed == ["r1"]
     assert c.pool.loads["md0"].running == 0  # the stream no longer counts as running
+
+
+async def test_md_failing_after_the_switch_ends_the_stream_held_against_md() -> None:
+    c = FakeCluster.build()
+    c["md0"].fail_after = 2  # MD's extend-decode breaks after two tokens
+    outcome = ExecutionResult(Pipeline.P_RLD_MD)
+    decision = _decision(Pipeline.P_RLD_MD, HandoffMode.ONE_SHOT)
+    got, error = await _read_until_error(execute(c.up, decision, _client(30), outcome))
+    assert "md0: stream broke after 2 tokens" in str(error)
+    assert got == _expected(outcome.eager_tokens + 2)  # RLD's, then MD's two, no gap
+    assert c.pool.health.ejected("md0")
+    assert not c.pool.health.ejected("rld0")
+    assert outcome.handoff == "one-shot"
+
+
+async def _read_until_error(
+    stream: AsyncGenerator[list[int], None],
+) -> tuple[list[int], EngineError]:
+    got: list[int] = []
+    try:
+        async with asyncio.timeout(10):
+            async for ids in stream:
+                got.extend(ids)
+    except EngineError as exc:
+        return got, exc
+    raise AssertionError(f"the stream ended without an error after {got}")

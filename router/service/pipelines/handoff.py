@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
@@ -24,7 +25,7 @@ from router.service.pipelines.upstream import ExecutionResult, Upstream
 __all__ = ["CatchUp", "Handoff", "OneShot", "p_rld_md"]
 
 
-class Handoff:
+class Handoff(ABC):
     """One P-RLD-MD request: RLD's eager tokens until the switch, then MD's."""
 
     mode: HandoffMode
@@ -42,9 +43,9 @@ class Handoff:
         self.warming: asyncio.Task[None] | None = None  # MD computing eager tokens (catch-up)
         self.asked = 0.0
 
+    @abstractmethod
     def switch_now(self) -> bool:
         """With MD ready and sound, after RLD's latest delta: whether to switch now."""
-        raise NotImplementedError
 
     async def run(self) -> AsyncGenerator[list[int], None]:
         """The client's token IDs, RLD's then MD's; EngineError when both are lost."""
@@ -96,10 +97,10 @@ class Handoff:
         assert self.md_ready is not None
         if self.md_fault is not None or not self.md_ready.done():
             return False
-        warmed = self.warming is not None and self.warming.done()
-        self.md_fault = _fault_of(self.md_ready) or (
-            _fault_of(self.warming) if warmed and self.warming is not None else None
-        )
+        self.md_fault = _fault_of(self.md_ready)
+        warming = self.warming
+        if self.md_fault is None and warming is not None and warming.done():
+            self.md_fault = _fault_of(warming)
         return self.md_fault is None
 
     def _finished_on_rld(self, delta: TokenDelta) -> None:
