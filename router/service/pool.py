@@ -64,6 +64,9 @@ class InstancePool:
     gauge was seen to stay at 0 through a 10 s burst of six requests on the CPU), and
     the queue of prompt tokens a prefill instance has yet to compute, which the
     policies' prefill-delay estimates need, is only known to the router.
+
+    Which instances take requests (the circuit breakers, calls cut short when one is
+    taken out, the tiers' readiness) is the pool's ``health`` (``PoolHealth``).
     """
 
     def __init__(
