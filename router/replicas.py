@@ -31,7 +31,7 @@ it, so when a replica joins it gets its share on its next heartbeat, and when on
 the others take its instances over within ``ttl_s``. Each exchange also says, for every
 lease held, how long before it the lease was last held: for a lease new to a replica,
 how long nobody wrote the instance's events (a replica that did not hear them all
-meanwhile clears the instance in the shared index: ``ResilientIndex.take_over``).
+meanwhile clears the instance in the shared index: ``ReplicaHandover.take_over``).
 
 Times are Redis's own (``TIME``), so replicas' clocks need not agree. On a Redis Cluster
 the prefix is the index's, a hash tag, so every key above is in one slot.

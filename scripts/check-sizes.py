@@ -37,11 +37,6 @@ ALLOWED: dict[str, str] = {
     "engines_adapter/sim_server.py::create_app": "being restructured",
     "replay/runner/live.py": "being restructured",
     "router/bench/index_bench.py": "being restructured",
-    "router/index/resilient_index.py": "being restructured",
-    "router/service/app.py::create_app": "being restructured",
-    "router/service/generation.py": "being restructured",
-    "router/service/orchestrator.py::execute": "being restructured",
-    "router/service/pool.py::InstancePool": "being restructured",
 }
 
 

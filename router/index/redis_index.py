@@ -26,7 +26,7 @@ from router.index.redis_connect import (
 )
 from router.index.redis_layout import SCRIPTS, UNKNOWN, Layout
 
-__all__ = ["RedisPrefixIndex", "redact_url"]
+__all__ = ["RedisContents", "RedisPrefixIndex", "redact_url"]
 
 
 class RedisPrefixIndex:
@@ -63,6 +63,10 @@ class RedisPrefixIndex:
         # the node of the prefix's slot, which holds every key of the index)
         self._route = f"{self._layout.prefix}:instances"
         self._client: redis.Redis = client
+        self.client = client
+        self.key_prefix = self._layout.prefix
+        # what outage recovery asks of the shared index: its generation, a rebuild's writes
+        self.contents = RedisContents(self)
         self._scripts = {name: client.register_script(src) for name, src in SCRIPTS.items()}
         self._noop = client.register_script("return 0")
         try:
@@ -70,14 +74,6 @@ class RedisPrefixIndex:
         except UserError:
             close_client(client)
             raise
-
-    @property
-    def key_prefix(self) -> str:
-        return self._layout.prefix
-
-    @property
-    def client(self) -> redis.Redis:
-        return self._client
 
     def _run(self, name: str, args: Sequence[str | bytes]) -> Any:
         """One script call: EVALSHA straight through the client (the script object's own
@@ -191,32 +187,6 @@ class RedisPrefixIndex:
         Layout.check_known(reply, instance_id)
         return int(reply)
 
-    def generation(self) -> str:
-        """The token naming the index's contents (set now when absent): it changes when Redis
-        loses its data, e.g. a restart without persistence, so a client that remembers
-        another one knows what it registered and stored is gone."""
-        token = self._run("generation", [self.key_prefix, secrets.token_hex(8)])
-        return token.decode() if isinstance(token, bytes) else str(token)
-
-    def restore(
-        self,
-        instances: Sequence[IndexedInstance],
-        chains: Sequence[tuple[str, Sequence[int]]],
-    ) -> None:
-        """Register ``instances`` then store ``chains`` (instance, chain), in this order, in
-        one pipelined round trip; UnknownInstanceError when a chain's instance is not
-        registered (the others are stored all the same)."""
-        calls: list[tuple[str, Sequence[str | bytes]]] = [
-            ("register", self._layout.register_args(instance)) for instance in instances
-        ]
-        calls += [("store_many", args) for args in self._layout.store_many_calls(chains)]
-        if not calls:
-            return
-        replies = self._run_many(calls)
-        unknown = Layout.unknown_of(replies[len(instances) :])
-        if unknown:
-            raise unknown_instances(unknown)
-
     def delete_all_keys(self) -> int:
         """Delete every key under the prefix (SCAN + UNLINK; for tests and benchmarks)."""
         deleted = 0
@@ -232,6 +202,40 @@ class RedisPrefixIndex:
             if batch:
                 deleted += int(self._client.unlink(*batch))
         return deleted
+
+
+class RedisContents:
+    """The index's contents as a whole, for outage recovery: the token that names them
+    (it changes when Redis lost them) and a rebuild's writes in one round trip."""
+
+    def __init__(self, index: RedisPrefixIndex) -> None:
+        self._index = index
+
+    def generation(self) -> str:
+        """The token naming the index's contents (set now when absent): it changes when Redis
+        loses its data, e.g. a restart without persistence, so a client that remembers
+        another one knows what it registered and stored is gone."""
+        token = self._index._run("generation", [self._index.key_prefix, secrets.token_hex(8)])
+        return token.decode() if isinstance(token, bytes) else str(token)
+
+    def restore(
+        self,
+        instances: Sequence[IndexedInstance],
+        chains: Sequence[tuple[str, Sequence[int]]],
+    ) -> None:
+        """Register ``instances`` then store ``chains`` (instance, chain), in this order, in
+        one pipelined round trip; UnknownInstanceError when a chain's instance is not
+        registered (the others are stored all the same)."""
+        calls: list[tuple[str, Sequence[str | bytes]]] = [
+            ("register", self._index._layout.register_args(instance)) for instance in instances
+        ]
+        calls += [("store_many", args) for args in self._index._layout.store_many_calls(chains)]
+        if not calls:
+            return
+        replies = self._index._run_many(calls)
+        unknown = Layout.unknown_of(replies[len(instances) :])
+        if unknown:
+            raise unknown_instances(unknown)
 
 
 def _glob_escape(text: str) -> str:

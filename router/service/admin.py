@@ -17,6 +17,7 @@ from router.service.auth import outside_networks, role_of_request
 from router.service.errors import ApiError
 from router.service.experiment_report import experiment_report
 from router.service.experiments import Experiment, ExperimentSpec
+from router.service.lifecycle import Instances
 from router.service.pool import UnknownInstance
 from router.service.schemas import (
     ERROR_RESPONSES,
@@ -44,9 +45,9 @@ def _state(request: Request) -> ServiceState:
 admin_router = APIRouter(tags=["admin"], responses=ERROR_RESPONSES(400, 422))
 
 
-async def _status(svc: ServiceState, instance_id: str) -> InstanceStatus:
-    config, _, load = svc.pool.get(instance_id)
-    blocks = await svc.lane.run(svc.index.num_blocks, instance_id)
+async def _status(instances: Instances, instance_id: str) -> InstanceStatus:
+    config, _, load = instances.pool.get(instance_id)
+    blocks = await instances.lane.run(instances.index.num_blocks, instance_id)
     return InstanceStatus(
         **config.model_dump(), healthy=load.healthy, running=load.running, queued=load.queued,
         indexed_blocks=blocks,
@@ -56,7 +57,7 @@ async def _status(svc: ServiceState, instance_id: str) -> InstanceStatus:
 @admin_router.get("/v1/instances", response_model=list[InstanceStatus])
 async def list_instances(request: Request) -> list[InstanceStatus]:
     svc = _state(request)
-    return [await _status(svc, iid) for iid in sorted(svc.pool.configs)]
+    return [await _status(svc.instances, iid) for iid in sorted(svc.pool.configs)]
 
 
 def _audit(request: Request, action: str, **target: object) -> None:
@@ -76,7 +77,6 @@ async def register_instance(
     endpoint) must resolve into one of them. An id already registered is refused (409)
     unless ``replace=true``."""
     svc = _state(request)
-    from router.service.lifecycle import attach_instance
 
     replacing = config.instance_id in svc.pool.configs
     if replacing and not replace:
@@ -91,10 +91,10 @@ async def register_instance(
         reason = None if value is None else await outside_networks(value, networks)
         if reason is not None:
             raise ApiError(400, f"{field}: {reason}", param=field)
-    await attach_instance(svc, config)
+    await svc.instances.attach(config)
     _audit(request, "replace" if replacing else "register", instance=config.instance_id,
            tier=config.tier.value, url=config.url)  # fmt: skip
-    return await _status(svc, config.instance_id)
+    return await _status(svc.instances, config.instance_id)
 
 
 @admin_router.get(
@@ -102,7 +102,7 @@ async def register_instance(
 )
 async def get_instance(instance_id: str, request: Request) -> InstanceStatus:
     try:
-        return await _status(_state(request), instance_id)
+        return await _status(_state(request).instances, instance_id)
     except UnknownInstance as exc:
         raise ApiError(404, f"unknown instance {instance_id!r}", param="instance_id") from exc
 
@@ -110,10 +110,8 @@ async def get_instance(instance_id: str, request: Request) -> InstanceStatus:
 @admin_router.delete("/v1/instances/{instance_id}", status_code=204, responses=ERROR_RESPONSES(404))
 async def remove_instance(instance_id: str, request: Request) -> Response:
     svc = _state(request)
-    from router.service.lifecycle import detach_instance
-
     try:
-        await detach_instance(svc, instance_id)
+        await svc.instances.detach(instance_id)
     except UnknownInstance as exc:
         raise ApiError(404, f"unknown instance {instance_id!r}", param="instance_id") from exc
     _audit(request, "remove", instance=instance_id)
@@ -157,11 +155,11 @@ async def kv_events(request: Request) -> dict[str, int]:
     )  # fmt: skip
     try:
         if svc.lane.threaded:  # a shared index: applied off the event loop, on its lane
-            await svc.lane.run(svc.ingestor.apply, batch)
+            await svc.lane.run(svc.instances.ingestor.apply, batch)
         else:
-            await svc.ingestor.apply_in_chunks(batch)
+            await svc.instances.ingestor.apply_in_chunks(batch)
     except UnknownInstanceError as exc:  # removed while its events were being applied
-        svc.ingestor.forget(body.instance_id)
+        svc.instances.ingestor.forget(body.instance_id)
         raise ApiError(404, f"instance {body.instance_id!r} was removed",
                        param="instance_id") from exc  # fmt: skip
     svc.metrics.kv_events.labels(body.instance_id).inc()

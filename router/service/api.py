@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from policies.types import Decision, RequestView
 from router.hashing import HashExtras, chain_hashes
-from router.service.decide import check_prompt, decide
+from router.service.decide import check_prompt
 from router.service.errors import ApiError
 from router.service.generation import Generation, Job, stream_events
 from router.service.models import ResolvedModel
@@ -85,19 +85,19 @@ async def decide_route(svc: ServiceState, body: FastRouteBody | RouteRequest) ->
     unknown model, or no instance to route to)."""
     model = svc.models.resolve(body.model, svc.pool)
     if body.token_ids is not None:
-        check_prompt(svc, body.token_ids, "token_ids")
+        check_prompt(svc.settings.service, body.token_ids, "token_ids")
         extras = HashExtras(cache_salt=body.cache_salt) if body.cache_salt else None
         chain = chain_hashes(body.token_ids, svc.settings.block_size, svc.settings.hash_seed,
                              extras=extras)  # fmt: skip
         view = RequestView(chain.hashes, chain.block_size, chain.num_tokens, body.max_tokens,
-                           body.session_id, time.time(), svc.next_request_id())  # fmt: skip
+                           body.session_id, time.time(), svc.ids.next())  # fmt: skip
     else:
         assert body.hash_ids is not None
         assert body.block_size is not None
         length = body.input_length or len(body.hash_ids) * body.block_size
         view = RequestView(tuple(body.hash_ids), body.block_size, length, body.max_tokens,
-                           body.session_id, time.time(), svc.next_request_id())  # fmt: skip
-    return (await decide(svc, view, model=model.instances_of))[0]
+                           body.session_id, time.time(), svc.ids.next())  # fmt: skip
+    return (await svc.decider.decide(view, model=model.instances_of))[0]
 
 
 def job_of(
@@ -107,7 +107,7 @@ def job_of(
 ) -> Job:  # fmt: skip
     """A generation job from a request's fields (ApiError for a limit it passes, naming the
     fields the request gave its prompt and its output limit in)."""
-    check_prompt(svc, prompt, prompt_field)
+    check_prompt(svc.settings.service, prompt, prompt_field)
     service = svc.settings.service
     wanted = max_tokens or service.max_tokens_default
     if wanted > service.max_tokens_limit:

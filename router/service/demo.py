@@ -18,7 +18,6 @@ from engines_adapter.contract import EngineAdapter
 from engines_adapter.sim_engine import SimEngine, SimEngineConfig
 from policies.tiers import Tier
 from router.service.app import AdapterFactory, adapter_factory_for, create_app
-from router.service.lifecycle import attach_instance
 from router.service.schemas import InstanceConfig
 from router.service.state import ServiceState
 from router.settings import Settings
@@ -171,7 +170,7 @@ def demo_app(settings: Settings) -> FastAPI:
             assert state is not None  # create_app's lifespan yields the service state
             svc: ServiceState = state["svc"]
             for config in demo_instances():
-                await attach_instance(svc, config)
+                await svc.instances.attach(config)
             yield state
 
     app.router.lifespan_context = lifespan

@@ -24,12 +24,11 @@ from engines_adapter.contract import EngineError, GenerateRequest
 from policies.tiers import Tier
 from policies.types import Decision, RequestView
 from router.hashing import HashExtras, chain_hashes
-from router.service.decide import decide_around
 from router.service.errors import ApiError, error_body
 from router.service.experiments import Arm
 from router.service.models import ResolvedModel
-from router.service.orchestrator import ExecutionResult, Upstream, execute
-from router.service.outcomes import Timing, record_outcome, unwatch, unwatched_on_error, watch
+from router.service.orchestrator import ExecutionResult, execute
+from router.service.outcomes import Timing
 from router.service.request_metrics import RequestMetrics
 from router.service.state import ServiceState
 from router.service.tenancy import PREDICTION_FIELDS, shows_predictions
@@ -113,7 +112,7 @@ class Generation:
         settings = svc.settings
         chain = chain_hashes(job.prompt, settings.block_size, settings.hash_seed,
                              extras=job.extras)  # fmt: skip
-        request_id = svc.next_request_id()
+        request_id = svc.ids.next()
         view = RequestView(chain.hashes, chain.block_size, chain.num_tokens, job.max_tokens,
                            job.session_id, time.time(), request_id)  # fmt: skip
         timing = Timing(time.perf_counter())
@@ -125,15 +124,15 @@ class Generation:
         failed: set[str] = set()
         busy: set[str] = set()  # answered 429 to this request: elsewhere, or a bit later
         waited = 0.0  # failed attempts' time: spent on engines, not the router's own
-        with unwatched_on_error(svc, request_id):
+        with svc.outcomes.unwatched_on_error(request_id):
             try:  # what the decision claimed counts until the first token
                 for attempt in range(MAX_ATTEMPTS):
-                    decision, arm = await decide_around(
-                        svc, view, failed, busy, job.model.instances_of
+                    decision, arm = await svc.decider.decide_around(
+                        view, failed, busy, job.model.instances_of
                     )
-                    watch(svc, view, decision)
+                    svc.outcomes.watch(view, decision)
                     outcome = ExecutionResult(decision.pipeline, engine_wait_s=waited)
-                    stream = execute(_upstream(svc), decision, client, outcome)
+                    stream = execute(svc.upstream, decision, client, outcome)
                     tried = time.perf_counter()
                     try:
                         first = await _unless_client_leaves(request, anext(stream, None))
@@ -188,7 +187,7 @@ class Generation:
             await text.flush()
             return batches
 
-        with unwatched_on_error(self.svc, self.request_id):
+        with self.svc.outcomes.unwatched_on_error(self.request_id):
             try:
                 for batch in await _unless_client_leaves(request, gather()):
                     yield batch
@@ -212,8 +211,8 @@ class Generation:
         self.metrics.finished(self.outcome.finish_reason, self.outcome.cached_tokens)
         if not self.recorded:
             self.recorded = True
-            record_outcome(self.svc, self.view, self.decision, self.outcome, self.arm,
-                           self.timing)  # fmt: skip
+            self.svc.outcomes.record(self.view, self.decision, self.outcome, self.arm,
+                                     self.timing)  # fmt: skip
 
     async def close(self) -> None:
         """Stop the engines' work (a client that left, a stop string); an unrecorded
@@ -222,7 +221,7 @@ class Generation:
             await self._stream.aclose()
         self.metrics.close()
         if not self.recorded:
-            unwatch(self.svc, self.request_id)
+            self.svc.outcomes.unwatch(self.request_id)
 
     def cached_tokens(self) -> tuple[int, str]:
         """Prompt tokens found in cache, and where that figure comes from: the engine's
@@ -377,13 +376,6 @@ async def stream_events(
 def sse_data(obj: object) -> str:
     """One server-sent event carrying ``obj`` as JSON."""
     return f"data: {json.dumps(obj, separators=(',', ':'))}\n\n"
-
-
-def _upstream(svc: ServiceState) -> Upstream:
-    service = svc.settings.service
-    return Upstream(svc.pool, svc.metrics, svc.tracer, first_token_s=service.engine_timeout_s,
-                    inter_token_s=service.engine_inter_token_timeout_s,
-                    ejected_grace_s=service.ejected_stream_grace_s)  # fmt: skip
 
 
 async def _unless_client_leaves(request: Request, work: Awaitable[T]) -> T:

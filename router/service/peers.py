@@ -71,8 +71,8 @@ class Peers:
         self._publish_pending = False
         self._clock = clock
         self._heard = float("-inf")  # last successful exchange
-        index.kv_writer = self.writes
-        index.hold_s = 2 * settings.ttl_s + settings.heartbeat_s
+        index.handover.kv_writer = self.writes
+        index.handover.hold_s = 2 * settings.ttl_s + settings.heartbeat_s
 
     def writes(self, instance_id: str) -> bool:
         """Whether this replica writes the instance's KV events to the shared index."""
@@ -136,7 +136,7 @@ class Peers:
         self.leases = view.leases
         for iid in sorted(gained):
             unwritten = view.unwritten_s.get(iid)
-            sent, cleared = self.index.take_over(iid, unwritten)
+            sent, cleared = self.index.handover.take_over(iid, unwritten)
             if cleared:  # events nobody wrote, and this replica did not hear them all
                 self.metrics.kv_event_gaps.labels(iid).inc()
                 log.warning("kv events lease taken after events nobody wrote; the instance "
@@ -162,18 +162,18 @@ class Peers:
     def ingest(self, ingestor: KVEventIngestor, batch: KVEventBatch) -> None:
         """Apply one batch of an engine's KV events: to the mirror, and to the shared
         index when this replica holds the instance's lease (on the lane)."""
-        with self.index.kv_events_of(batch.instance_id):
+        with self.index.handover.kv_events_of(batch.instance_id):
             ingestor.apply(batch)
 
     def ingest_relayed(
         self, ingestor: KVEventIngestor, instance_id: str, events: Sequence[RelayedEvent]
     ) -> None:
         """The same for one instance's events from a KV relay (on the lane)."""
-        with self.index.kv_events_of(instance_id):
+        with self.index.handover.kv_events_of(instance_id):
             apply_relayed(ingestor, events)
 
     def forget(self, instance_id: str) -> None:
-        self.index.forget_held(instance_id)
+        self.index.handover.forget_held(instance_id)
         self.leases.discard(instance_id)
 
     def release(self) -> None:

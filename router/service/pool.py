@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import dataclasses
 import threading
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 from engines_adapter.contract import EngineAdapter
@@ -15,6 +13,7 @@ from policies.types import ClusterView, Decision, InstanceLoad, LinkState
 from router.index.base import IndexedInstance
 from router.service.breaker import CircuitBreakers
 from router.service.claims import Claims, decision_load
+from router.service.pool_health import PoolHealth, Watch
 from router.service.schemas import InstanceConfig
 from router.service.wan_ledger import WanLedger
 from router.settings import ClusterSettings
@@ -44,25 +43,6 @@ class _InFlight:
     waiting: set[Watch] = field(default_factory=set)
 
 
-@dataclass(eq=False, slots=True)
-class Watch:
-    """A call's deadline while it waits for an instance's answer; ``cut``: it was cut
-    short because the instance was taken out of service, to ``grace_s`` from then."""
-
-    deadline: asyncio.Timeout
-    grace_s: float = 0.0
-    cut: bool = False
-
-    def cut_now(self) -> None:
-        if self.cut or self.deadline.expired():
-            return  # already expiring: it ends by itself
-        self.cut = True
-        soon = asyncio.get_running_loop().time() + self.grace_s
-        when = self.deadline.when()
-        if when is None or soon < when:
-            self.deadline.reschedule(soon)
-
-
 def indexed_instance(config: InstanceConfig, block_size: int) -> IndexedInstance:
     """How the prefix index knows an instance: its id, tier, datacenter and capacity."""
     return IndexedInstance(
@@ -84,6 +64,9 @@ class InstancePool:
     gauge was seen to stay at 0 through a 10 s burst of six requests on the CPU), and
     the queue of prompt tokens a prefill instance has yet to compute, which the
     policies' prefill-delay estimates need, is only known to the router.
+
+    Which instances take requests (the circuit breakers, calls cut short when one is
+    taken out, the tiers' readiness) is the pool's ``health`` (``PoolHealth``).
     """
 
     def __init__(
@@ -111,7 +94,6 @@ class InstancePool:
         self.breakers = breakers or CircuitBreakers()
         # hears every change of the router's own in-flight work (replicas publish it)
         self.on_load_change: Callable[[], None] | None = None
-        self.breakers.on_change = self._allowed
         block_bytes = cluster.kv_bytes_per_token
         self.view = ClusterView(
             instances={tier: [] for tier in Tier},
@@ -121,6 +103,9 @@ class InstancePool:
             prefill_tokens_per_s=cluster.prefill_tokens_per_s,
             decode_step_s=cluster.decode_step_s,
         )
+        # which instances take requests: the breakers, and the calls cut short when one opens
+        self.health = PoolHealth(self.configs, self.loads, self._inflight, self.breakers,
+                                 self.view)  # fmt: skip
         # the line's backlog as this router committed it (None: no WAN in the view)
         self.wan = WanLedger(self.view.wan) if self.view.wan is not None else None
 
@@ -184,47 +169,6 @@ class InstancePool:
         }  # fmt: skip
         return dataclasses.replace(self.view, instances=instances)
 
-    # -- health: what the breakers say ----------------------------------------------------
-
-    def _allowed(self, instance_id: str, allowed: bool) -> None:
-        load = self.loads.get(instance_id)
-        if load is not None:
-            load.healthy = allowed
-        flight = self._inflight.get(instance_id)
-        if not allowed and flight is not None:
-            for watch in list(flight.waiting):  # ejected: nobody waits for it any longer
-                watch.cut_now()
-
-    @contextlib.contextmanager
-    def until_ejected(
-        self, instance_id: str, deadline: asyncio.Timeout, grace_s: float = 0.0
-    ) -> Iterator[Watch]:
-        """While in this block, ``deadline`` expires ``grace_s`` after the instance's
-        breaker opens (a hung engine ejected by its probes, say), or already is open: a
-        call waiting on an instance out of service gives up then, not at its own deadline.
-        The Watch yielded says whether that is why it ended."""
-        watch = Watch(deadline, grace_s)
-        flight = self._inflight.get(instance_id)
-        if flight is None:
-            yield watch
-            return
-        flight.waiting.add(watch)
-        try:
-            if self.ejected(instance_id):
-                watch.cut_now()
-            yield watch
-        finally:
-            flight.waiting.discard(watch)
-
-    def ejected(self, instance_id: str) -> bool:
-        """Whether the instance is out of service (its breaker is open)."""
-        return instance_id in self.configs and not self.breakers.allows(instance_id)
-
-    def failed(self, instance_id: str, *, unreachable: bool = False) -> None:
-        """A failure held against the instance (a timeout, a 5xx, a broken stream)."""
-        if instance_id in self.configs:
-            self.breakers.failure(instance_id, unreachable=unreachable)
-
     def busy(self, instance_id: str) -> None:
         """The instance refused a request as being at capacity (a 429): not a fault, but
         load: one more request counts as queued there until its engine next reports."""
@@ -232,16 +176,6 @@ class InstancePool:
         if flight is not None:
             flight.reported_waiting += 1
             self._refresh(instance_id, flight)
-
-    def succeeded(self, instance_id: str) -> None:
-        """A request got what it needed from the instance."""
-        if instance_id in self.configs:
-            self.breakers.success(instance_id)
-
-    def probed(self, instance_id: str, ok: bool) -> None:
-        """A health probe answered (``ok``) or failed or timed out."""
-        if instance_id in self.configs:
-            self.breakers.probe(instance_id, ok)
 
     # -- load: the engine's report and the router's own in-flight work -------------------
 
@@ -337,20 +271,3 @@ class InstancePool:
                                flight.streams + streams + flight.peer_streams)  # fmt: skip
             load.queued = flight.reported_waiting
             load.queued_prefill_tokens = flight.prefill_tokens + tokens + flight.peer_prefill_tokens
-
-    def ready_tiers(self) -> dict[Tier, bool]:
-        """Whether each tier has a healthy instance (RLD is optional: absent means fine)."""
-        out = {}
-        for tier in Tier:
-            pool = self.view.instances[tier]
-            out[tier] = any(i.healthy for i in pool) if pool or tier is not Tier.RLD else True
-        return out
-
-    def readiness(self, *, needs_md: bool = True) -> tuple[bool, list[Tier]]:
-        """Whether requests can be served, and the tiers running degraded. P and MD are
-        needed (without either no pipeline exists; ``needs_md`` False: colocated engines,
-        P alone); RLD is optional: with RLD down, requests go P-MD, so the router is
-        ready, with RLD named as degraded."""
-        tiers = self.ready_tiers()
-        ready = tiers[Tier.P] and (tiers[Tier.MD] or not needs_md)
-        return ready, [tier for tier in Tier if tier is Tier.RLD and not tiers[tier]]

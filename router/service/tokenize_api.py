@@ -148,7 +148,7 @@ async def tokenize(request: Request) -> TokenizeResponse:
             ids = list(await tokenizer.encode_text(body.prompt, body.add_special_tokens))
     except EngineTokenizeError as exc:
         raise _engine_error(exc) from exc
-    check_prompt(svc, ids, field)
+    check_prompt(svc.settings.service, ids, field)
     max_len = getattr(tokenizer, "max_model_len", None)
     service = svc.settings.service
     return TokenizeResponse(

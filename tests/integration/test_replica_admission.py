@@ -164,14 +164,14 @@ async def test_a_replica_admitted_request_counts_before_the_replica_publishes_ag
         assert b.svc.peers is not None
         assert (a.svc.peers.replicas, b.svc.peers.replicas) == (2, 2)
         lane_free = threading.Event()
-        decide = a.svc.scheduler.decide
+        decide = a.svc.decider.scheduler.decide
 
         def decide_then_stall(*args: Any, **kwargs: Any) -> Any:
             decision = decide(*args, **kwargs)
             a.svc.lane.submit(lane_free.wait, WAIT_S)  # A's next lane work waits behind
             return decision
 
-        a.svc.scheduler.decide = decide_then_stall  # type: ignore[method-assign]
+        a.svc.decider.scheduler.decide = decide_then_stall  # type: ignore[method-assign]
         try:
             first = a.send(1)
             assert await gate.next_prefill() == "p0"

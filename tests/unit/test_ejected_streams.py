@@ -49,7 +49,7 @@ async def _drain(stream: AsyncIterator[TokenDelta], limit_s: float) -> None:
 
 async def _eject_after(up: Upstream, delay_s: float) -> None:
     await asyncio.sleep(delay_s)
-    up.pool.failed("md0", unreachable=True)  # the breaker opens
+    up.pool.health.failed("md0", unreachable=True)  # the breaker opens
 
 
 async def test_a_hung_stream_ends_a_grace_after_its_instance_is_taken_out() -> None:
@@ -77,7 +77,7 @@ async def test_a_stream_still_receiving_tokens_goes_on_after_its_instance_is_tak
         async for delta in up.generate("md0", _request(200), None):
             got += len(delta.token_ids)
     await ejecting
-    assert up.pool.ejected("md0")
+    assert up.pool.health.ejected("md0")
     assert got == 200  # every token, each well within the grace
 
 
@@ -85,7 +85,7 @@ async def test_a_stream_on_an_instance_already_out_waits_only_the_grace() -> Non
     up, engine = _upstream(grace_s=0.1)
     stream = up.generate("md0", _request(1000), None)
     await anext(stream)
-    up.pool.failed("md0", unreachable=True)
+    up.pool.health.failed("md0", unreachable=True)
     engine.faults.hang = True
     with pytest.raises(EngineError, match="taken out of service"):
         await _drain(stream, 5)
@@ -98,9 +98,9 @@ def test_a_busy_answer_counts_as_load_and_never_opens_the_breaker() -> None:
     up = Upstream(pool, ServiceMetrics(), trace.get_tracer("test"))
     for _ in range(4):
         up._failed("md0", EngineError("md0", "generate: HTTP 429: busy", cause="busy"))
-    assert not pool.ejected("md0")
+    assert not pool.health.ejected("md0")
     assert pool.loads["md0"].queued == 4  # four more queued there, as far as we know
     pool.reported("md0", running=1, waiting=0, kv_used=0)  # until the engine reports
     assert pool.loads["md0"].queued == 0
     up._failed("md0", EngineError("md0", "generate: HTTP 503: down"))
-    assert pool.ejected("md0")  # a fault still counts (one opens it here)
+    assert pool.health.ejected("md0")  # a fault still counts (one opens it here)

@@ -57,30 +57,30 @@ async def test_a_wait_on_an_instance_ends_when_its_breaker_opens_and_not_before(
 
     async def wait_on(instance_id: str) -> None:
         async with asyncio.timeout(30) as deadline:
-            with pool.until_ejected(instance_id, deadline):
+            with pool.health.until_ejected(instance_id, deadline):
                 await asyncio.sleep(60)  # an engine that never answers
 
     waiting = asyncio.create_task(wait_on("md0"))
     await asyncio.sleep(0.05)
-    pool.failed("md1", unreachable=True)  # another instance's ejection changes nothing
+    pool.health.failed("md1", unreachable=True)  # another instance's ejection changes nothing
     await asyncio.sleep(0.05)
     assert not waiting.done()
-    pool.failed("md0", unreachable=True)  # md0's breaker opens
+    pool.health.failed("md0", unreachable=True)  # md0's breaker opens
     done, _ = await asyncio.wait({waiting}, timeout=5)
     assert waiting in done  # at once, not after its 30 s
     assert isinstance(waiting.exception(), TimeoutError)
-    assert pool.ejected("md0")
-    assert pool.ejected("md1")
+    assert pool.health.ejected("md0")
+    assert pool.health.ejected("md1")
 
 
 async def test_a_wait_on_an_instance_already_out_of_service_ends_at_once() -> None:
     pool = pool_with(("md0", Tier.MD))
-    pool.failed("md0", unreachable=True)
+    pool.health.failed("md0", unreachable=True)
     cut = None
     async with asyncio.timeout(5):  # bounded: the wait's own deadline is 30 s
         try:
             async with asyncio.timeout(30) as deadline:
-                with pool.until_ejected("md0", deadline) as watch:
+                with pool.health.until_ejected("md0", deadline) as watch:
                     await asyncio.sleep(60)
         except TimeoutError:
             cut = watch.cut
@@ -97,7 +97,7 @@ async def test_deadlines_expiring_together_survive_the_breaker_opening_among_the
     async def call() -> bool:
         try:
             async with asyncio.timeout(None) as deadline:
-                with pool.until_ejected("md0", deadline) as watch:
+                with pool.health.until_ejected("md0", deadline) as watch:
                     # one absolute deadline for all six, set once all are watching: on a
                     # busy machine, relative deadlines set as each call starts would expire
                     # in different iterations and the breaker would rightly cut the later
@@ -106,12 +106,12 @@ async def test_deadlines_expiring_together_survive_the_breaker_opening_among_the
                     deadline.reschedule(when[0])
                     await asyncio.sleep(10)
         except TimeoutError:
-            pool.failed("md0")
+            pool.health.failed("md0")
         return watch.cut
 
     cuts = await asyncio.wait_for(asyncio.gather(*(call() for _ in range(6))), 5)
     assert cuts == [False] * 6  # each ended by its own deadline
-    assert pool.ejected("md0")
+    assert pool.health.ejected("md0")
 
 
 def _decision(pipeline: Pipeline, **instances: str) -> Decision:

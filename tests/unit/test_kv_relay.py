@@ -421,7 +421,7 @@ async def test_a_failed_engine_subscription_is_relayed_as_a_clear_and_made_again
 async def test_the_router_clears_a_failed_relays_instances_and_subscribes_again(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """consume_relay after an unexpected error: md0's blocks are cleared (not left as they
+    """Instances.consume_relay after an unexpected error: md0's blocks are cleared (not left as they
     were) and the relay's next subscription is applied."""
     from types import SimpleNamespace
 
@@ -468,7 +468,7 @@ async def test_the_router_clears_a_failed_relays_instances_and_subscribes_again(
     monkeypatch.setattr(lifecycle, "RELAY_RETRY_S", 0.0)
     source = KVRelaySource(endpoint="tcp://relay:5600", instances=["md0"])
     async with asyncio.timeout(5):
-        await lifecycle.consume_relay(svc, source)  # type: ignore[arg-type]
+        await lifecycle.Instances.consume_relay(svc, source)  # type: ignore[arg-type]
     assert attempts == [0, 1]
     assert index.match([101, 102, 103]) == {"md0": 0, "md1": 0}  # cleared
     assert index.match([7, 8]) == {"md0": 2, "md1": 0}

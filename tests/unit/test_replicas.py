@@ -134,8 +134,8 @@ def mirrored(writes: set[str]) -> tuple[ResilientIndex, MemoryPrefixIndex, list[
     now = [100.0]
     primary = MemoryPrefixIndex()
     index = ResilientIndex(primary, clock=lambda: now[0])
-    index.kv_writer = lambda iid: iid in writes
-    index.hold_s = 5.0
+    index.handover.kv_writer = lambda iid: iid in writes
+    index.handover.hold_s = 5.0
     for iid in ("p0", "md0"):
         index.register(IndexedInstance(iid, Tier.P if iid == "p0" else Tier.MD, "A"))
     return index, primary, now
@@ -143,9 +143,9 @@ def mirrored(writes: set[str]) -> tuple[ResilientIndex, MemoryPrefixIndex, list[
 
 def test_kv_events_of_an_instance_another_replica_writes_stay_in_the_mirror() -> None:
     index, primary, _ = mirrored(writes={"md0"})
-    with index.kv_events_of("p0"):
+    with index.handover.kv_events_of("p0"):
         index.store("p0", CHAIN)
-    with index.kv_events_of("md0"):
+    with index.handover.kv_events_of("md0"):
         index.store("md0", CHAIN[:5])
     index.store("p0", CHAIN[:3])  # a route this replica recorded: not a KV event
     assert index.local.match(CHAIN) == {"p0": 20, "md0": 5}  # this replica knows it all
@@ -155,17 +155,17 @@ def test_kv_events_of_an_instance_another_replica_writes_stay_in_the_mirror() ->
 def test_taking_an_instance_over_writes_what_the_shared_index_missed() -> None:
     writes: set[str] = set()
     index, primary, now = mirrored(writes)
-    with index.kv_events_of("p0"):
+    with index.handover.kv_events_of("p0"):
         index.store("p0", CHAIN[:4])  # long ago: the old holder wrote it
     now[0] += 10.0
-    with index.kv_events_of("p0"):
+    with index.handover.kv_events_of("p0"):
         index.store("p0", CHAIN)
         index.remove("p0", CHAIN[10:])
     assert primary.match(CHAIN) == {"p0": 0, "md0": 0}
     writes.add("p0")
-    assert index.take_over("p0", unwritten_s=3.0) == (2, False)  # the last 5 s, kept
+    assert index.handover.take_over("p0", unwritten_s=3.0) == (2, False)  # the last 5 s, kept
     assert primary.match(CHAIN) == {"p0": 10, "md0": 0}
-    assert index.take_over("p0") == (0, False)  # sent once
+    assert index.handover.take_over("p0") == (0, False)  # sent once
 
 
 def test_a_lease_nobody_held_for_longer_than_was_kept_clears_the_instance_first() -> None:
@@ -176,10 +176,10 @@ def test_a_lease_nobody_held_for_longer_than_was_kept_clears_the_instance_first(
     index, primary, now = mirrored(writes)
     primary.store("p0", CHAIN)  # what the last holder wrote, a minute ago
     now[0] += 2.0
-    with index.kv_events_of("p0"):
+    with index.handover.kv_events_of("p0"):
         index.store("p0", CHAIN[:3])  # heard since this replica started
     writes.add("p0")
-    assert index.take_over("p0", unwritten_s=60.0) == (1, True)
+    assert index.handover.take_over("p0", unwritten_s=60.0) == (1, True)
     assert primary.match(CHAIN) == {"p0": 3, "md0": 0}  # not 20: those may be gone
 
 
@@ -190,10 +190,10 @@ def test_a_lease_taken_within_what_was_kept_is_not_cleared() -> None:
     index, primary, now = mirrored(writes)
     primary.store("p0", CHAIN)
     now[0] += 2.0
-    with index.kv_events_of("p0"):
+    with index.handover.kv_events_of("p0"):
         index.remove("p0", CHAIN[15:])
     writes.add("p0")
-    assert index.take_over("p0", unwritten_s=1.5) == (1, False)
+    assert index.handover.take_over("p0", unwritten_s=1.5) == (1, False)
     assert primary.match(CHAIN) == {"p0": 15, "md0": 0}
 
 
