@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
-PACKAGES := policies engines_adapter router replay cli
+PACKAGES := policies engines_adapter engine_sim router bench replay cli
 
 .PHONY: demo test test-fast test-vllm lint typecheck unit redis chromium vllm aiperf bench compose-test clean
 

@@ -27,7 +27,7 @@ def index(
 
     from rich.console import Console
 
-    from router.bench.index_bench import render_index_bench, run_index_bench
+    from bench.index_bench import render_index_bench, run_index_bench
     from router.settings import Settings
 
     url = None if no_redis else (redis_url or Settings().redis.url)
@@ -63,7 +63,7 @@ def route(
 
     from rich.console import Console
 
-    from router.bench.route_bench import (
+    from bench.route_bench import (
         render_route_bench,
         render_throughput,
         rows_json,
@@ -77,13 +77,13 @@ def route(
     load = run_route_throughput(seconds=throughput_s) if throughput_s > 0 and not no_http else None
     chat = None
     if not no_chat:
-        from router.bench.chat_bench import run_chat_bench
+        from bench.chat_bench import run_chat_bench
 
         chat = run_chat_bench(repeats=chat_repeats)
     if json_output:
         out = {"latency": rows_json(rows), "throughput": asdict(load) if load else None}
         if chat is not None:
-            from router.bench.chat_bench import chat_rows_json
+            from bench.chat_bench import chat_rows_json
 
             out["chat"] = chat_rows_json(chat)
         typer.echo(json.dumps(out, indent=2))
@@ -93,7 +93,7 @@ def route(
         if load is not None:
             console.print(render_throughput(load))
         if chat is not None:
-            from router.bench.chat_bench import render_chat_bench
+            from bench.chat_bench import render_chat_bench
 
             console.print(render_chat_bench(chat))
 
@@ -183,9 +183,9 @@ def load(
     from rich.console import Console
     from rich.progress import TaskID
 
+    from bench.load_bench import LoadConfig, run_load_bench
+    from bench.load_tables import render_load_config, render_load_results, render_soak
     from cli.progress import progress_bars
-    from router.bench.load_bench import LoadConfig, run_load_bench
-    from router.bench.load_tables import render_load_config, render_load_results, render_soak
     from router.errors import UserError
 
     try:

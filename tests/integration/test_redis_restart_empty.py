@@ -15,8 +15,8 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
+from engine_sim.engine import SimEngine, SimEngineConfig
 from engines_adapter.contract import EngineAdapter
-from engines_adapter.sim_engine import SimEngine, SimEngineConfig
 from router.errors import UserError
 from router.hashing import chain_hashes
 from router.index.redis_index import RedisPrefixIndex

@@ -219,7 +219,7 @@ def test_a_tracked_index_records_the_batched_stores() -> None:
 
 
 def test_the_simulated_engines_salted_events_match_the_salted_prompt_only() -> None:
-    from engines_adapter.sim_cache import SimEngineCache
+    from engine_sim.cache import SimEngineCache
     from router.hashing import HashExtras
 
     index, ingest = setup()

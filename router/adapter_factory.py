@@ -12,10 +12,10 @@ from typing import Literal
 
 import httpx
 
+from engine_sim.engine import SimEngine, SimEngineConfig
 from engines_adapter.contract import EngineAdapter
 from engines_adapter.http_engine import DEFAULT_TIMEOUT, PROBE_TIMEOUT
 from engines_adapter.sglang import SGLangAdapter
-from engines_adapter.sim_engine import SimEngine, SimEngineConfig
 from engines_adapter.vllm import VLLMAdapter
 
 __all__ = ["AdapterKind", "build_adapter", "engine_http_client"]
