@@ -16,7 +16,7 @@ from rich.table import Table
 __all__ = ["calibrate"]
 
 
-def calibrate(
+def calibrate(  # noqa: C901 -- checks each option and names the bad one
     url: str = typer.Option(..., "--url", help="Base URL of the engine (OpenAI API)"),
     preset: str | None = typer.Option(
         None,

@@ -178,7 +178,7 @@ _CROSS_HELP = (
 
 
 @predictor_app.command("cross-eval", help=_CROSS_HELP)
-def cross_eval(
+def cross_eval(  # noqa: C901 -- checks each option and names the bad one
     log: list[str] = typer.Option(
         [], "--log", metavar="NAME=PATH", help="A decision log of kind NAME (repeatable)"
     ),

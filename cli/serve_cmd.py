@@ -21,7 +21,7 @@ DEFAULT_POLICY = "pdd-adaptive"
 named here so that --help needs no settings import)."""
 
 
-def serve(
+def serve(  # noqa: C901 -- checks each option and names the bad one
     host: str | None = typer.Option(
         None,
         help="Interface to listen on (default: 127.0.0.1, this machine only; beyond it, set "

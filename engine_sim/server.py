@@ -112,7 +112,7 @@ async def _forward_events(engine: SimEngine, publisher: KVEventPublisher) -> Non
             await publisher.publish(batch)
 
 
-def create_app(config: SimServerConfig, *, engine: SimEngine | None = None) -> FastAPI:
+def create_app(config: SimServerConfig, *, engine: SimEngine | None = None) -> FastAPI:  # noqa: C901 -- the routes are closures over one engine
     """A FastAPI app serving one simulated engine (``engine`` given, or made from ``config``)."""
 
     @asynccontextmanager

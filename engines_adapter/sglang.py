@@ -82,7 +82,7 @@ def _new_tokens(output_ids: list[int], meta: dict[str, Any], seen: int) -> list[
 class SGLangAdapter(HttpEngineCommon):
     """One SGLang server (``python -m sglang.launch_server``), optionally a PD prefill server."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 -- the engine's endpoints and timeouts, keyword-only
         self,
         instance_id: str,
         base_url: str,

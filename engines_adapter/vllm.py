@@ -71,7 +71,7 @@ def _usage_cached(chunk: dict[str, Any]) -> int | None:
 class VLLMAdapter(HttpEngineCommon):
     """One vLLM server (``vllm serve`` / ``vllm.entrypoints.openai.api_server``)."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 -- the engine's endpoints and timeouts, keyword-only
         self,
         instance_id: str,
         base_url: str,

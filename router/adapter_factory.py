@@ -31,7 +31,7 @@ def engine_http_client(
     return httpx.AsyncClient(limits=limits, timeout=timeout)
 
 
-def build_adapter(
+def build_adapter(  # noqa: PLR0913 -- the union of every adapter kind's settings
     kind: AdapterKind,
     instance_id: str,
     url: str | None = None,
