@@ -24,7 +24,7 @@ def setup() -> tuple[MemoryPrefixIndex, KVEventIngestor]:
     return index, KVEventIngestor(index, block_size=ROUTER_BS, seed=3)
 
 
-def stored(hashes: list[int], parent: int | None, tokens: list[int]) -> KVEvent:
+def stored(hashes: list[int | str], parent: int | str | None, tokens: list[int]) -> KVEvent:
     return KVEvent(
         type="BlockStored",
         block_hashes=list(hashes),

@@ -23,7 +23,9 @@ class _Spawned:
         self.argv[name] = args
 
 
-def _start_engines(config: LoadConfig, folder: Path, monkeypatch: Any) -> tuple[_Spawned, list]:
+def _start_engines(
+    config: LoadConfig, folder: Path, monkeypatch: Any
+) -> tuple[_Spawned, list[Any]]:
     cluster = Cluster(config, folder, None)
     spawned = _Spawned()
     monkeypatch.setattr(cluster.procs, "cli", spawned.cli)

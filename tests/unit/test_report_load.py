@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from replay.report import load_cost
+from replay.report.plots_time import timeline_figure
 from replay.runner.run import run_replay
 from replay.trace.synth import make_profile, synthesize
 
@@ -14,11 +15,15 @@ from replay.trace.synth import make_profile, synthesize
 def test_a_cluster_in_one_datacenter_shows_no_line_and_prices_only_its_gpus(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    summary = run_replay(list(synthesize(make_profile("agentic"), 200, seed=1)), "idc-pd-small")
-    summary = summary.summary
+    run = run_replay(list(synthesize(make_profile("agentic"), 200, seed=1)), "idc-pd-small")
+    summary = run.summary
     drawn: list[tuple[Any, ...]] = []
-    draw = load_cost.timeline_figure
-    monkeypatch.setattr(load_cost, "timeline_figure", lambda *a: drawn.append(a) or draw(*a))
+
+    def drawing(*args: Any) -> Any:
+        drawn.append(args)
+        return timeline_figure(*args)
+
+    monkeypatch.setattr(load_cost, "timeline_figure", drawing)
     load = load_cost.load_context(summary, None)
     assert load is not None
     ((_, utilization, _, wan, backlog),) = drawn
