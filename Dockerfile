@@ -34,7 +34,9 @@ RUN --mount=type=secret,id=pip_ca --mount=type=cache,target=/root/.cache/pip \
 COPY README.md ./
 COPY policies ./policies
 COPY engines_adapter ./engines_adapter
+COPY engine_sim ./engine_sim
 COPY router ./router
+COPY bench ./bench
 COPY replay ./replay
 COPY cli ./cli
 RUN pip install --no-cache-dir --no-deps --no-build-isolation . && pdd-router --help >/dev/null

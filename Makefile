@@ -3,9 +3,16 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
-PACKAGES := policies engines_adapter router replay cli
+PACKAGES := policies engines_adapter engine_sim router bench replay cli
 
-.PHONY: demo test test-fast test-vllm lint typecheck unit redis chromium prometheus vllm aiperf bench compose-test clean
+# The tiers split the tests by marker (tests/conftest.py marks `services` every test of
+# tests/integration and tests/e2e and every `redis` test): test-fast + test-services + test-vllm
+# is every test, once.
+FAST_TESTS := tests/unit tests/contract
+FAST_MARKS := not services and not slow and not vllm
+SERVICE_MARKS := (services or slow) and not vllm
+
+.PHONY: demo test test-fast coverage test-services test-vllm lint typecheck redis chromium prometheus vllm aiperf bench compose-test clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,13 +24,24 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/pdd-router demo
 
-## test: set everything up (Redis, Chromium, aiperf, a CPU vLLM, Docker) and run lint, types
-## and every test, the compose stack's included
-test: test-fast test-vllm compose-test
+## test: set everything up (Redis, Chromium, aiperf, a CPU vLLM, Docker) and run lint, types,
+## every test (the fast tier under the coverage gate) and the compose stack
+test: lint typecheck coverage test-services test-vllm compose-test
 
-## test-fast: lint, types and every test that needs no real vLLM
-test-fast: $(STAMP) redis chromium aiperf prometheus lint typecheck
-	$(BIN)/pytest -m "not vllm"
+## test-fast: the edit loop, no services: lint, types, and the unit and contract tests that run
+## on in-memory fakes (fakeredis, in-process engines); neither slow, nor Redis, nor vLLM
+test-fast: $(STAMP) lint typecheck
+	$(BIN)/pytest $(FAST_TESTS) -m "$(FAST_MARKS)"
+
+## coverage: the fast tier's tests, failing under 85% of the lines of the decision code
+## (policies/, router/scheduler.py, replay/sim/; [tool.coverage] in pyproject.toml)
+coverage: $(STAMP)
+	$(BIN)/pytest $(FAST_TESTS) -m "$(FAST_MARKS)" --cov --cov-report=term-missing:skip-covered
+
+## test-services: every other test but the real-vLLM ones: Redis, Chromium, aiperf, processes,
+## the slow ones
+test-services: $(STAMP) redis chromium aiperf prometheus
+	$(BIN)/pytest -m "$(SERVICE_MARKS)"
 
 ## test-vllm: the tests that run real vLLM engines on the CPU (installed once, cached).
 ## Two CPU engines share 2 cores with the tests, so timing-dependent steps (an engine
@@ -54,11 +72,16 @@ lint: $(STAMP)
 	$(BIN)/ruff check $(PACKAGES) tests
 	$(BIN)/ruff format --check $(PACKAGES) tests
 
+## typecheck: mypy --strict on the packages, and mypy on the tests without asking for
+## annotations. pytest puts each test directory on the path (`from process_support import`),
+## so each is checked on its own, its modules named by file, with tests/ on the path too.
+MYPY_TESTS := --cache-dir .mypy_cache/tests --allow-untyped-defs --allow-incomplete-defs \
+	--allow-untyped-calls --allow-untyped-decorators
 typecheck: $(STAMP)
 	$(BIN)/mypy
-
-unit: $(STAMP)
-	$(BIN)/pytest tests/unit
+	for dir in tests tests/unit tests/contract tests/integration tests/e2e; do \
+		MYPYPATH=tests $(BIN)/mypy $(MYPY_TESTS) $$dir/*.py || exit 1; \
+	done
 
 bench: $(STAMP) redis
 	$(BIN)/pdd-router bench index
@@ -70,4 +93,4 @@ compose-test: $(STAMP)
 	PYTEST=$(BIN)/pytest ./scripts/compose-test.sh
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build dist
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .coverage build dist

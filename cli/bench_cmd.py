@@ -3,8 +3,15 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import typer
+
+if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
+
+    from bench.load_bench import LoadResult
 
 __all__ = ["bench_app"]
 
@@ -12,22 +19,27 @@ bench_app = typer.Typer(
     rich_markup_mode="markdown", help="Benchmarks that print figures.", no_args_is_help=True
 )
 
+# options more than one command takes, declared once
+REDIS_URL = typer.Option(
+    None, "--redis-url", help="Redis of the shared index (default: the settings' redis.url)"
+)
+NO_REDIS = typer.Option(False, "--no-redis", help="Measure the in-memory index only")
+JSON_TABLE = typer.Option(False, "--json", help="Print JSON instead of a table")
+
 
 @bench_app.command("index")
 def index(
-    redis_url: str | None = typer.Option(
-        None, "--redis-url", help="Redis of the shared index (default: the settings' redis.url)"
-    ),
+    redis_url: str | None = REDIS_URL,
     repeats: int = typer.Option(200, "--repeats", min=10, help="Matches timed per configuration"),
-    no_redis: bool = typer.Option(False, "--no-redis", help="Measure the in-memory index only"),
-    json_output: bool = typer.Option(False, "--json", help="Print JSON instead of a table"),
+    no_redis: bool = NO_REDIS,
+    json_output: bool = JSON_TABLE,
 ) -> None:
     """Match latency (memory vs Redis, in PING round trips), store throughput, hashing time."""
     import json
 
     from rich.console import Console
 
-    from router.bench.index_bench import render_index_bench, run_index_bench
+    from bench.index_bench import render_index_bench, run_index_bench
     from router.settings import Settings
 
     url = None if no_redis else (redis_url or Settings().redis.url)
@@ -40,11 +52,9 @@ def index(
 
 @bench_app.command("route")
 def route(
-    redis_url: str | None = typer.Option(
-        None, "--redis-url", help="Redis of the shared index (default: the settings' redis.url)"
-    ),
+    redis_url: str | None = REDIS_URL,
     repeats: int = typer.Option(200, "--repeats", min=10, help="Decisions timed per row"),
-    no_redis: bool = typer.Option(False, "--no-redis", help="Measure the in-memory index only"),
+    no_redis: bool = NO_REDIS,
     no_http: bool = typer.Option(False, "--no-http", help="Skip the HTTP rows"),
     throughput_s: float = typer.Option(
         3.0, "--throughput-seconds", min=0, help="Length of the sustained-load run (0: skip it)"
@@ -53,7 +63,7 @@ def route(
     chat_repeats: int = typer.Option(
         100, "--chat-repeats", min=5, help="Chat requests timed per row (each a full render)"
     ),
-    json_output: bool = typer.Option(False, "--json", help="Print JSON instead of a table"),
+    json_output: bool = JSON_TABLE,
 ) -> None:
     """Decision latency, 8K and 128K-token prompts: in-process and HTTP, memory and Redis;
     then routes per second of a router confined to one core, at 8K tokens; then a chat
@@ -63,7 +73,7 @@ def route(
 
     from rich.console import Console
 
-    from router.bench.route_bench import (
+    from bench.route_bench import (
         render_route_bench,
         render_throughput,
         rows_json,
@@ -77,13 +87,13 @@ def route(
     load = run_route_throughput(seconds=throughput_s) if throughput_s > 0 and not no_http else None
     chat = None
     if not no_chat:
-        from router.bench.chat_bench import run_chat_bench
+        from bench.chat_bench import run_chat_bench
 
         chat = run_chat_bench(repeats=chat_repeats)
     if json_output:
         out = {"latency": rows_json(rows), "throughput": asdict(load) if load else None}
         if chat is not None:
-            from router.bench.chat_bench import chat_rows_json
+            from bench.chat_bench import chat_rows_json
 
             out["chat"] = chat_rows_json(chat)
         typer.echo(json.dumps(out, indent=2))
@@ -93,43 +103,72 @@ def route(
         if load is not None:
             console.print(render_throughput(load))
         if chat is not None:
-            from router.bench.chat_bench import render_chat_bench
+            from bench.chat_bench import render_chat_bench
 
             console.print(render_chat_bench(chat))
 
 
+# `bench load`'s options: long help, declared here so the command reads as what it does
+LOAD_REPLICAS = typer.Option(
+    [1, 3],
+    "--replicas",
+    help="Replica count to measure; repeat it for several, in the "
+    "same run (default: 1 and 3). Several replicas share the Redis index",
+)
+LOAD_SECONDS = typer.Option(
+    10.0,
+    "--seconds",
+    help="Length of the routes phase and of the completions phase, "
+    "each after 0.5 s of warm-up (0: skip both, e.g. for a soak alone)",
+)
+LOAD_PROMPT_TOKENS = typer.Option(
+    8192,
+    "--prompt-tokens",
+    help="Prompt length in tokens, 64 to 131072: 1/8 common to "
+    "all prompts, 3/4 shared by one of 16 groups, 1/4 distinct",
+)
+LOAD_CONNECTIONS = typer.Option(
+    12,
+    "--connections",
+    help="Kept-alive connections sending routes back to back, "
+    "round robin over the replicas (at least one per replica)",
+)
+LOAD_CONCURRENCY = typer.Option(
+    8,
+    "--concurrency",
+    help="Concurrent streaming completions, round robin over the "
+    "replicas (at least one per replica)",
+)
+LOAD_CACHE_BLOCKS = typer.Option(
+    None,
+    "--cache-blocks",
+    help="Each engine-sim's KV cache in blocks of 16 tokens, also each instance's "
+    "capacity in the replicas' instances (capacity_tokens), at least two prompts' "
+    "worth (default: 64 prompts' worth, at least 8192). The index grows until the "
+    "caches are full: a soak with a small cache (e.g. 4096) reaches its steady size "
+    "within its first minutes",
+)
+LOAD_REDIS = typer.Option(
+    False,
+    "--redis",
+    help="Use the Redis index (a private redis-server) with one replica "
+    "too (several replicas always do)",
+)
+LOAD_SOAK_MINUTES = typer.Option(
+    0.0,
+    "--soak-minutes",
+    help="After the phases, a soak this long per replica count: "
+    "routes and completions at steady rates, each replica's memory sampled (0: none)",
+)
+
+
 @bench_app.command("load")
 def load(
-    replicas: list[int] = typer.Option(
-        [1, 3],
-        "--replicas",
-        help="Replica count to measure; repeat it for several, in the "
-        "same run (default: 1 and 3). Several replicas share the Redis index",
-    ),
-    seconds: float = typer.Option(
-        10.0,
-        "--seconds",
-        help="Length of the routes phase and of the completions phase, "
-        "each after 0.5 s of warm-up (0: skip both, e.g. for a soak alone)",
-    ),
-    prompt_tokens: int = typer.Option(
-        8192,
-        "--prompt-tokens",
-        help="Prompt length in tokens, 64 to 131072: 1/8 common to "
-        "all prompts, 3/4 shared by one of 16 groups, 1/4 distinct",
-    ),
-    connections: int = typer.Option(
-        12,
-        "--connections",
-        help="Kept-alive connections sending routes back to back, "
-        "round robin over the replicas (at least one per replica)",
-    ),
-    concurrency: int = typer.Option(
-        8,
-        "--concurrency",
-        help="Concurrent streaming completions, round robin over the "
-        "replicas (at least one per replica)",
-    ),
+    replicas: list[int] = LOAD_REPLICAS,
+    seconds: float = LOAD_SECONDS,
+    prompt_tokens: int = LOAD_PROMPT_TOKENS,
+    connections: int = LOAD_CONNECTIONS,
+    concurrency: int = LOAD_CONCURRENCY,
     output_tokens: int = typer.Option(4, "--output-tokens", help="Tokens per completion"),
     engines: str = typer.Option(
         "4,1,4", "--engines", help="engine-sim servers to start: P,RLD,MD counts"
@@ -137,27 +176,9 @@ def load(
     decode_ms: float = typer.Option(
         2.0, "--decode-ms", help="Each engine-sim's milliseconds per output token"
     ),
-    cache_blocks: int | None = typer.Option(
-        None,
-        "--cache-blocks",
-        help="Each engine-sim's KV cache in blocks of 16 tokens, also each instance's "
-        "capacity in the replicas' instances (capacity_tokens), at least two prompts' "
-        "worth (default: 64 prompts' worth, at least 8192). The index grows until the "
-        "caches are full: a soak with a small cache (e.g. 4096) reaches its steady size "
-        "within its first minutes",
-    ),
-    redis: bool = typer.Option(
-        False,
-        "--redis",
-        help="Use the Redis index (a private redis-server) with one replica "
-        "too (several replicas always do)",
-    ),
-    soak_minutes: float = typer.Option(
-        0.0,
-        "--soak-minutes",
-        help="After the phases, a soak this long per replica count: "
-        "routes and completions at steady rates, each replica's memory sampled (0: none)",
-    ),
+    cache_blocks: int | None = LOAD_CACHE_BLOCKS,
+    redis: bool = LOAD_REDIS,
+    soak_minutes: float = LOAD_SOAK_MINUTES,
     soak_routes_per_s: float = typer.Option(
         100.0, "--soak-routes-per-s", help="Routes per second during the soak"
     ),
@@ -180,12 +201,28 @@ def load(
     folder the error names."""
     import json
 
-    from rich.console import Console
-    from rich.progress import TaskID
-
+    from bench.load_bench import LoadConfig, run_load_bench
     from cli.progress import progress_bars
-    from router.bench.load_bench import LoadConfig, run_load_bench
-    from router.bench.load_tables import render_load_config, render_load_results, render_soak
+
+    config = LoadConfig(
+        replicas=tuple(replicas), seconds=seconds, prompt_tokens=prompt_tokens,
+        connections=connections, concurrency=concurrency, output_tokens=output_tokens,
+        engines=_engine_counts(engines), decode_ms=decode_ms, redis=redis,
+        soak_minutes=soak_minutes, soak_routes_per_s=soak_routes_per_s,
+        soak_completions_per_s=soak_completions_per_s, sample_s=sample_seconds,
+        cache_blocks=cache_blocks,
+    )  # fmt: skip
+    config.check()
+    with progress_bars(not no_progress) as bars:
+        result = run_load_bench(config, _phase_progress(bars))
+    if json_output:
+        typer.echo(json.dumps(result.to_json(), indent=2))
+    else:
+        _print_load(result)
+
+
+def _engine_counts(engines: str) -> tuple[int, int, int]:
+    """``--engines P,RLD,MD`` as three counts; a UserError naming the option otherwise."""
     from router.errors import UserError
 
     try:
@@ -194,35 +231,37 @@ def load(
         raise UserError(
             f"--engines: three counts P,RLD,MD such as 4,1,4 (got {engines!r})"
         ) from None
-    config = LoadConfig(
-        replicas=tuple(replicas), seconds=seconds, prompt_tokens=prompt_tokens,
-        connections=connections, concurrency=concurrency, output_tokens=output_tokens,
-        engines=(p, rld, md), decode_ms=decode_ms, redis=redis, soak_minutes=soak_minutes,
-        soak_routes_per_s=soak_routes_per_s, soak_completions_per_s=soak_completions_per_s,
-        sample_s=sample_seconds, cache_blocks=cache_blocks,
-    )  # fmt: skip
-    config.check()
-    with progress_bars(not no_progress) as bars:
-        tasks: dict[str, TaskID] = {}
-        said: set[str] = set()
+    return p, rld, md
 
-        def progress(what: str, done: float, total: float) -> None:
-            if bars is None:
-                if what not in said:  # no terminal: one line per phase
-                    said.add(what)
-                    typer.echo(f"{what} ...", err=True)
-                return
-            if what not in tasks:  # a new phase: the bars of the last ones go
-                for task in tasks.values():
-                    bars.remove_task(task)
-                tasks.clear()
-                tasks[what] = bars.add_task(what, total=total)
-            bars.update(tasks[what], completed=round(done), total=total)
 
-        result = run_load_bench(config, progress)
-    if json_output:
-        typer.echo(json.dumps(result.to_json(), indent=2))
-        return
+def _phase_progress(bars: Progress | None) -> Callable[[str, float, float], None]:
+    """`bench load`'s progress: one bar per phase on a terminal (the last phase's bars go
+    when a new one starts), one line per phase elsewhere."""
+    tasks: dict[str, TaskID] = {}
+    said: set[str] = set()
+
+    def progress(what: str, done: float, total: float) -> None:
+        if bars is None:
+            if what not in said:
+                said.add(what)
+                typer.echo(f"{what} ...", err=True)
+            return
+        if what not in tasks:
+            for task in tasks.values():
+                bars.remove_task(task)
+            tasks.clear()
+            tasks[what] = bars.add_task(what, total=total)
+        bars.update(tasks[what], completed=round(done), total=total)
+
+    return progress
+
+
+def _print_load(result: LoadResult) -> None:
+    """`bench load`'s tables: the configuration, the results, each soak's samples."""
+    from rich.console import Console
+
+    from bench.load_tables import render_load_config, render_load_results, render_soak
+
     # written to a file or a pipe, the tables keep their figures whole (rich would fit them
     # to 80 columns, cutting numbers short); on a terminal, its width
     console = Console(width=None if sys.stdout.isatty() else 160)
@@ -242,7 +281,7 @@ def replay(
     preset: str = typer.Option("pdd-small", "--preset", help="Cluster preset to replay on"),
     policy: str | None = typer.Option(None, "--policy", help="Policy (default: the preset's)"),
     seed: int = typer.Option(0, "--seed", help="Seed of the synthetic traces"),
-    json_output: bool = typer.Option(False, "--json", help="Print JSON instead of a table"),
+    json_output: bool = JSON_TABLE,
 ) -> None:
     """Replay speed and peak memory against the trace's length.
 

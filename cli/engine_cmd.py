@@ -48,8 +48,8 @@ def serve(
     """Serve one simulated engine instance until interrupted."""
     import uvicorn
 
-    from engines_adapter.sim_engine import SimEngineConfig
-    from engines_adapter.sim_server import SimServerConfig, create_app
+    from engine_sim.engine import SimEngineConfig
+    from engine_sim.server import SimServerConfig, create_app
 
     config = SimServerConfig(
         instance_id=instance_id or f"{tier.value}-{port}",

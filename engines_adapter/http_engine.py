@@ -32,7 +32,7 @@ __all__ = [
     "AbortableStreams",
     "HttpEngineCommon",
     "cause_of_status",
-    "check_prompt",
+    "check_engine_prompt",
     "decode_json",
     "engine_error",
     "error_message",
@@ -40,7 +40,7 @@ __all__ = [
     "open_stream",
     "raise_for_status",
     "run_scoped",
-    "sse_data",
+    "sse_objects",
     "sse_payloads",
 ]
 
@@ -60,7 +60,7 @@ def cause_of_status(status: int) -> ErrorCause:
     return "instance" if status >= 500 or status in _RETRYABLE_4XX else "request"
 
 
-def check_prompt(instance_id: str, token_ids: list[int], vocab_size: int | None) -> None:
+def check_engine_prompt(instance_id: str, token_ids: list[int], vocab_size: int | None) -> None:
     """Refuse (not retryable) what no engine of this model accepts, before sending it.
 
     A vLLM started with ``--skip-tokenizer-init`` does not check token IDs and its
@@ -207,7 +207,7 @@ async def sse_payloads(response: httpx.Response) -> AsyncGenerator[bytes, None]:
         yield data
 
 
-async def sse_data(response: httpx.Response) -> AsyncIterator[dict[str, Any] | None]:
+async def sse_objects(response: httpx.Response) -> AsyncIterator[dict[str, Any] | None]:
     """The JSON objects of ``data:`` lines of an SSE stream; None for ``[DONE]``."""
     async with contextlib.aclosing(sse_payloads(response)) as payloads:
         async for data in payloads:

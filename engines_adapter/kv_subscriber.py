@@ -59,7 +59,7 @@ class SequencedSubscriber(Generic[BatchT]):
     is decoded (``decode_frames``, ValueError when it is malformed) and how a batch that
     follows lost ones is marked (``mark_gap``)."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 -- keyword-only settings of one subscription, each with a default
         self,
         name: str,
         endpoint: str,
@@ -244,7 +244,7 @@ class SequencedSubscriber(Generic[BatchT]):
 class KVEventSubscriber(SequencedSubscriber[KVEventBatch]):
     """Subscribes to one instance's KV-event publisher; iterate ``batches()``."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 -- keyword-only settings of one subscription, each with a default
         self,
         instance_id: str,
         endpoint: str,

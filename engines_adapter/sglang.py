@@ -46,13 +46,13 @@ from engines_adapter.http_engine import (
     PROBE_TIMEOUT,
     AbortableStreams,
     HttpEngineCommon,
-    check_prompt,
+    check_engine_prompt,
     engine_error,
     message_of,
     open_stream,
     raise_for_status,
     run_scoped,
-    sse_data,
+    sse_objects,
 )
 from engines_adapter.kv_subscriber import KVEventSubscriber
 
@@ -82,7 +82,7 @@ def _new_tokens(output_ids: list[int], meta: dict[str, Any], seen: int) -> list[
 class SGLangAdapter(HttpEngineCommon):
     """One SGLang server (``python -m sglang.launch_server``), optionally a PD prefill server."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 -- the engine's endpoints and timeouts, keyword-only
         self,
         instance_id: str,
         base_url: str,
@@ -113,7 +113,7 @@ class SGLangAdapter(HttpEngineCommon):
     def _body(
         self, request: GenerateRequest, *, rid: str, max_new_tokens: int, stream: bool
     ) -> dict[str, Any]:
-        check_prompt(self.instance_id, request.prompt_token_ids, self.vocab_size)
+        check_engine_prompt(self.instance_id, request.prompt_token_ids, self.vocab_size)
         body: dict[str, Any] = {
             "input_ids": request.prompt_token_ids,
             "sampling_params": {
@@ -217,7 +217,7 @@ class SGLangAdapter(HttpEngineCommon):
                 self._client, "POST", self._url("/generate"), json=body, timeout=self._timeout
             ) as response:
                 await raise_for_status(self.instance_id, response, "generate")
-                async for chunk in sse_data(response):
+                async for chunk in sse_objects(response):
                     if chunk is None:
                         break
                     if "error" in chunk:

@@ -35,13 +35,13 @@ from engines_adapter.http_engine import (
     AbortableStreams,
     HttpEngineCommon,
     cause_of_status,
-    check_prompt,
+    check_engine_prompt,
     engine_error,
     message_of,
     open_stream,
     raise_for_status,
     run_scoped,
-    sse_data,
+    sse_objects,
 )
 from engines_adapter.kv_subscriber import KVEventSubscriber
 
@@ -71,7 +71,7 @@ def _usage_cached(chunk: dict[str, Any]) -> int | None:
 class VLLMAdapter(HttpEngineCommon):
     """One vLLM server (``vllm serve`` / ``vllm.entrypoints.openai.api_server``)."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 -- the engine's endpoints and timeouts, keyword-only
         self,
         instance_id: str,
         base_url: str,
@@ -97,7 +97,7 @@ class VLLMAdapter(HttpEngineCommon):
         self._subscribers: set[KVEventSubscriber] = set()
 
     def _body(self, request: GenerateRequest, *, max_tokens: int, stream: bool) -> dict[str, Any]:
-        check_prompt(self.instance_id, request.prompt_token_ids, self.vocab_size)
+        check_engine_prompt(self.instance_id, request.prompt_token_ids, self.vocab_size)
         body: dict[str, Any] = {
             **request.sampling,
             "prompt": request.prompt_token_ids,
@@ -173,7 +173,7 @@ class VLLMAdapter(HttpEngineCommon):
                 timeout=self._timeout,
             ) as response:  # fmt: skip
                 await raise_for_status(self.instance_id, response, "generate")
-                async for chunk in sse_data(response):
+                async for chunk in sse_objects(response):
                     if chunk is None:
                         break
                     if "error" in chunk:

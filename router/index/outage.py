@@ -38,7 +38,7 @@ T = TypeVar("T")
 class OutageRecovery:
     """The mirror and the state machine that keeps the shared ``primary`` in step with it."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 - keyword-only tunables with defaults, set once by ResilientIndex
         self,
         primary: PrefixIndex,
         *,

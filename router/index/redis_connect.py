@@ -190,7 +190,7 @@ def cluster_key_prefix(prefix: str) -> str:
     return f"{{{prefix}}}"
 
 
-def parse_redis_url(url: str) -> SentinelTarget | ClusterTarget | None:
+def parse_redis_url(url: str) -> SentinelTarget | ClusterTarget | None:  # noqa: C901 -- one named refusal per malformed part
     """The Sentinel target of a ``redis+sentinel://`` URL, the cluster of a
     ``redis+cluster://`` one, None for a URL of one server.
 

@@ -40,7 +40,7 @@ class RedisPrefixIndex:
     the server, so an unreachable URL fails at once with a UserError.
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 -- connection and index settings, keyword-only with defaults
         self,
         url: str = "redis://127.0.0.1:6379/0",
         *,

@@ -51,7 +51,7 @@ __all__ = ["RecoveryStats", "ResilientIndex"]
 class ResilientIndex:
     """PrefixIndex over a shared ``primary`` with a local mirror for outages and restarts."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 -- outage handling settings, keyword-only with defaults
         self,
         primary: PrefixIndex,
         *,

@@ -43,7 +43,7 @@ _MISSING = -1.0  # every feature is >= 0 when present
 class HitRateModel(RegressorMixin, BaseEstimator):  # type: ignore[misc]
     """Predicts the realized hit rate of a (request, instance) pair from its features."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 -- scikit-learn estimators take each hyperparameter as an argument
         self,
         *,
         n_estimators: int = 150,

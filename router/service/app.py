@@ -40,7 +40,7 @@ def adapter_factory_for(settings: Settings) -> AdapterFactory:
     (one out-of-range token ID takes a real vLLM down)."""
 
     def build(config: InstanceConfig, client: httpx.AsyncClient) -> EngineAdapter:
-        from engines_adapter.factory import build_adapter
+        from router.adapter_factory import build_adapter
 
         return build_adapter(
             config.adapter,

@@ -14,8 +14,8 @@ import httpx
 from fastapi import FastAPI
 from tokenizers import Tokenizer
 
+from engine_sim.engine import SimEngine, SimEngineConfig
 from engines_adapter.contract import EngineAdapter
-from engines_adapter.sim_engine import SimEngine, SimEngineConfig
 from policies.tiers import Tier
 from router.service.app import AdapterFactory, adapter_factory_for, create_app
 from router.service.schemas import InstanceConfig

@@ -9,6 +9,7 @@ marked ``redis`` and skipped when it does not answer.
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -145,7 +146,7 @@ def _factory(backend: str) -> tuple[IndexFactory, Callable[[], None]]:
             default_capacity_blocks=default_capacity_blocks,
             ttl_s=ttl_s,
             client=client(),
-            **({} if clock is None else {"clock": clock}),
+            clock=time.time if clock is None else clock,
         )
         made.append(index)
         return index

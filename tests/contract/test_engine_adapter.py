@@ -22,6 +22,8 @@ import httpx
 import pytest
 import uvicorn
 
+from engine_sim.engine import SimEngine, SimEngineConfig
+from engine_sim.server import SimServerConfig, create_app
 from engines_adapter.contract import (
     EngineAdapter,
     EngineError,
@@ -30,8 +32,6 @@ from engines_adapter.contract import (
     TokenDelta,
 )
 from engines_adapter.kv_events import KVEventDecoder, encode_batch
-from engines_adapter.sim_engine import SimEngine, SimEngineConfig
-from engines_adapter.sim_server import SimServerConfig, create_app
 from engines_adapter.vllm import VLLMAdapter
 from vllm_launcher import Endpoint, free_port
 

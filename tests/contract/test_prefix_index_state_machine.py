@@ -118,7 +118,7 @@ class Model:
         return out
 
 
-def machine_for(
+def machine_for(  # noqa: C901 -- one hypothesis rule per index operation, closures over the index
     make: IndexFactory, clock: FakeClock, capacity: int | None, ttl: float | None
 ) -> type[RuleBasedStateMachine]:
     class IndexMachine(RuleBasedStateMachine):

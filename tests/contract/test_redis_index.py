@@ -216,7 +216,7 @@ def _round_trips(index: RedisPrefixIndex) -> list[str]:
             trips.append(f"pipeline of {len(pipe.command_stack)}")
             return execute(*a, **k)
 
-        pipe.execute = run
+        pipe.execute = run  # type: ignore[method-assign]
         return pipe
 
     client.execute_command = counting  # type: ignore[method-assign]

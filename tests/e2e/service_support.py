@@ -7,8 +7,8 @@ from typing import Any
 import httpx
 from fastapi.testclient import TestClient
 
+from engine_sim.engine import SimEngine, SimEngineConfig
 from engines_adapter.contract import EngineAdapter
-from engines_adapter.sim_engine import SimEngine, SimEngineConfig
 from router.service.app import create_app
 from router.service.schemas import InstanceConfig
 from router.settings import Settings

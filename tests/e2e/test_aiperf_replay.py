@@ -130,7 +130,7 @@ def run_aiperf(aiperf: str, url: str, trace: Path, out: Path, home: Path) -> flo
         done = subprocess.run(args, env=env, cwd=out.parent, capture_output=True, text=True,
                               timeout=150, check=False)  # fmt: skip
     except subprocess.TimeoutExpired as exc:
-        raise AssertionError(f"aiperf did not finish in 150 s:\n{exc.stdout}") from None
+        raise AssertionError(f"aiperf did not finish in 150 s:\n{exc.stdout!r}") from None
     assert done.returncode == 0, f"aiperf exited {done.returncode}:\n{done.stdout[-4000:]}"
     return time.monotonic() - started
 

@@ -66,7 +66,7 @@ def test_aiperf_streams_chat_from_the_demo_without_an_error(
         done = subprocess.run(args, env=env, cwd=tmp_path, capture_output=True, text=True,
                               timeout=300, check=False)  # fmt: skip
     except subprocess.TimeoutExpired as exc:
-        raise AssertionError(f"aiperf did not finish in 300 s:\n{exc.stdout}") from None
+        raise AssertionError(f"aiperf did not finish in 300 s:\n{exc.stdout!r}") from None
     assert done.returncode == 0, f"aiperf exited {done.returncode}:\n{done.stdout[-4000:]}"
     summary = json.loads((out / "profile_export_aiperf.json").read_text())
     assert metric(summary, "request_count") == REQUESTS

@@ -29,7 +29,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
 
 def write_trace(path: Path) -> None:
     """Three sessions of four turns, each turn extending the previous one's blocks."""
-    rows = []
+    rows: list[dict[str, object]] = []
     for turn in range(4):
         for session in range(3):
             blocks = [session * 100 + k for k in range(turn + 1)]

@@ -62,7 +62,7 @@ def test_vllm_bench_serve_against_the_demo_has_no_failed_request(
         done = subprocess.run(args, env=env, cwd=tmp_path, capture_output=True, text=True,
                               timeout=600, check=False)  # fmt: skip
     except subprocess.TimeoutExpired as exc:
-        raise AssertionError(f"vllm bench serve did not finish in 600 s:\n{exc.stdout}") from None
+        raise AssertionError(f"vllm bench serve did not finish in 600 s:\n{exc.stdout!r}") from None
     output = done.stdout + done.stderr
     assert done.returncode == 0, f"vllm bench serve exited {done.returncode}:\n{output[-4000:]}"
     result = json.loads((tmp_path / "result.json").read_text())

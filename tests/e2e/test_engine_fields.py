@@ -35,7 +35,7 @@ def queried_tokens(stack: Stack) -> float:
     return total
 
 
-def complete(stack: Stack, path: str = "/v1/completions", **fields: Any) -> httpx.Response:
+def complete(stack: Stack, path: str = "/v1/completions", **fields: object) -> httpx.Response:
     body: dict[str, Any] = {"max_tokens": 2, **fields}
     if path == "/v1/completions":
         body.setdefault("prompt", PROMPT)
@@ -57,7 +57,8 @@ def test_router_owned_fields_are_refused_naming_them_and_never_reach_an_engine(
     stack: Stack, field: str, value: object
 ) -> None:
     before = queried_tokens(stack)
-    refused = complete(stack, **{field: value})
+    hostile: dict[str, Any] = {field: value}
+    refused = complete(stack, **hostile)
     assert refused.status_code == 400, refused.text
     error = refused.json()["error"]
     assert error["param"] == field

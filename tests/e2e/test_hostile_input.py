@@ -12,8 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from tests.e2e.service_support import VOCAB, Engines, make_client, register
+from service_support import VOCAB, Engines, make_client, register
 
 TOPOLOGY = (("p0", "p", "A"), ("rld0", "rld", "A"), ("md0", "md", "B"))
 

@@ -15,7 +15,7 @@ import httpx
 import pytest
 import uvicorn
 
-from engines_adapter.sim_engine import SimEngine, SimEngineConfig
+from engine_sim.engine import SimEngine, SimEngineConfig
 from router.service.app import create_app
 from router.service.schemas import InstanceConfig
 from router.settings import Settings

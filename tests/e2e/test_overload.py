@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
+from cli_support import run_cli
 
 from replay.trace.synth import make_profile, write_synthetic_trace
-from tests.e2e.cli_support import run_cli
 
 
 @pytest.fixture(scope="module", params=[1, 2], ids=["seed1", "seed2"])
@@ -19,21 +20,23 @@ def agentic(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
     return path
 
 
-def overload(capsys: pytest.CaptureFixture[str], trace: Path, out: Path, *extra: str) -> dict:
+def overload(
+    capsys: pytest.CaptureFixture[str], trace: Path, out: Path, *extra: str
+) -> dict[str, Any]:
     code, stdout, stderr = run_cli(
         capsys, "replay", "overload", str(trace), "--preset", "pdd-small",
         "--multiples", "1,1.2,2", "--no-progress", "--out", str(out), *extra,
     )  # fmt: skip
     assert code == 0, stderr
     assert "past its capacity" in stdout
-    result: dict = json.loads((out / "overload.json").read_text())
+    result: dict[str, Any] = json.loads((out / "overload.json").read_text())
     csv_rows = (out / "overload.csv").read_text().splitlines()
     assert csv_rows[0].startswith("multiple,rate_scale,rate_rps")
     assert len(csv_rows) == 1 + 3
     return result
 
 
-def kept(result: dict) -> dict[float, float]:
+def kept(result: dict[str, Any]) -> dict[float, float]:
     return {p["multiple"]: p["goodput_kept"] for p in result["points"]}
 
 

@@ -178,10 +178,10 @@ def test_sweep_finds_the_rate_that_keeps_the_sla(
     with (out / "probes.csv").open(newline="") as f:
         table = list(csv.DictReader(f))
     assert [int(r["probe"]) for r in table] == list(range(1, len(probes) + 1))
-    for row, probe in zip(table, probes, strict=True):
+    for written, probe in zip(table, probes, strict=True):
         for key in ("rate_scale", "rate_rps", "sla_attainment", "goodput_rps", "ttft_p99_s"):
-            assert float(row[key]) == probe[key]
-        assert row["passed"] == str(probe["passed"])
+            assert float(written[key]) == probe[key]
+        assert written["passed"] == str(probe["passed"])
     assert [r["best"] for r in table].index("True") == number - 1
 
 
@@ -191,7 +191,7 @@ def test_run_writes_a_report_next_to_its_summary(
     tmp_path: Path,
     trace: Path,
 ) -> None:
-    from replay.report import load_cost
+    from replay.report import load_cost, plots_time
 
     drawn: list[tuple[Any, ...]] = []
 
@@ -199,7 +199,7 @@ def test_run_writes_a_report_next_to_its_summary(
         drawn.append(args)
         return draw(*args)
 
-    draw = load_cost.timeline_figure
+    draw = plots_time.timeline_figure
     monkeypatch.setattr(load_cost, "timeline_figure", timeline_figure)
     out = tmp_path / "run"
     code, stdout, err = run_cli(

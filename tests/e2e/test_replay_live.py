@@ -28,7 +28,7 @@ VOCAB = 512  # engine-sim's vocabulary
 
 def write_trace(path: Path, spacing_s: float = 0.1) -> list[dict[str, Any]]:
     """Three sessions of four turns, each turn extending the previous one's blocks."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     for turn in range(4):
         for session in range(3):
             blocks = [session * 100 + k for k in range(turn + 2)]

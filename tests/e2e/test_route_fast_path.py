@@ -7,7 +7,6 @@ import time
 from types import SimpleNamespace
 from typing import Any
 
-import httpx
 import pytest
 from fastapi.testclient import TestClient
 from service_support import PROMPT, VOCAB, Engines, register
@@ -28,7 +27,8 @@ def client(fast: bool, *, api_key: str | None = KEY) -> TestClient:
     return TestClient(create_app(Settings(service=service), adapter_factory=Engines()))
 
 
-def route(c: TestClient, body: Any, headers: dict[str, str] | None = AUTH) -> httpx.Response:
+def route(c: TestClient, body: Any, headers: dict[str, str] | None = AUTH) -> Any:
+    """The test client's response (its own httpx's Response type, not httpx.Response)."""
     if isinstance(body, bytes):
         return c.post("/v1/route", content=body, headers={**(headers or {}),
                       "content-type": "application/json"})  # fmt: skip
@@ -68,9 +68,9 @@ def test_the_fast_path_answers_as_the_endpoint(
                 register(c, ("p0", "p", "A"), ("rld0", "rld", "A"), ("md0", "md", "B"),
                          key=KEY)  # fmt: skip
             answers[fast] = [route(c, body, headers) for _, body, headers in CASES]
-    for (name, _, _), fast, slow in zip(CASES, answers[True], answers[False], strict=True):
-        assert (fast.status_code, fast.json()) == (slow.status_code, slow.json()), name
-        assert fast.headers.get("www-authenticate") == slow.headers.get("www-authenticate")
+    for (name, _, _), quick, full in zip(CASES, answers[True], answers[False], strict=True):
+        assert (quick.status_code, quick.json()) == (full.status_code, full.json()), name
+        assert quick.headers.get("www-authenticate") == full.headers.get("www-authenticate")
     codes = [r.status_code for r in answers[True]]
     assert codes[:4] == ([200] * 4 if with_instances else [503] * 3 + [503])
     assert codes[4:] == [400, 422, 422, 422, 422, 400, 400, 401, 401]

@@ -195,7 +195,7 @@ def test_a_killed_replicas_kv_events_are_written_by_another(
     try:
         holder = client.get(f"{replicas.prefix}:ingest:md0")
         assert holder is not None
-        pid = int(holder.decode().split(":")[1])  # replica ids are host:pid:random
+        pid = int(holder.decode().split(":")[1])  # type: ignore[union-attr]  # bytes: no decode_responses  # replica ids are host:pid:random
         victim = next(i for i, proc in enumerate(replicas.procs) if proc.pid == pid)
         replicas.procs[victim].kill()
         killed = time.monotonic()

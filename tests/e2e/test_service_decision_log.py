@@ -17,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from service_support import PROMPT, VOCAB, Engines, make_client, register
 
 from cli.app import main
+from engine_sim.engine import SimEngine, SimEngineConfig
 from engines_adapter.contract import (
     EngineAdapter,
     GenerateRequest,
@@ -24,7 +25,6 @@ from engines_adapter.contract import (
     PrefillResult,
     TokenDelta,
 )
-from engines_adapter.sim_engine import SimEngine, SimEngineConfig
 from router.errors import UserError
 from router.index.memory_index import MemoryPrefixIndex
 from router.index.resilient_index import ResilientIndex

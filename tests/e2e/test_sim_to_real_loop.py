@@ -24,7 +24,7 @@ ENGINE_COSTS = ("--prefill-us-per-token", "150", "--decode-ms", "6")
 
 def write_trace(path: Path) -> None:
     """Eight sessions of three turns each extending the last; 0.35 s apart: a light load."""
-    rows = []
+    rows: list[dict[str, object]] = []
     for turn in range(3):
         for session in range(8):
             blocks = [session * 100 + k for k in range(turn + 1)] + [9000 + len(rows)]

@@ -41,7 +41,7 @@ class TwoDatacenters:
 def instances(stack: Stack, crossing: dict[str, int]) -> list[dict[str, object]]:
     """The instances as a router sees them; ``crossing``: instance -> the proxy port its
     KV events come through."""
-    out = []
+    out: list[dict[str, object]] = []
     for e in stack.engines.values():
         events = (
             f"tcp://127.0.0.1:{crossing[e.instance_id]}" if e.instance_id in crossing else e.events

@@ -17,7 +17,7 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from engines_adapter.sim_engine import SimEngine, SimEngineConfig
+from engine_sim.engine import SimEngine, SimEngineConfig
 from router.service.app import create_app
 from router.service.schemas import InstanceConfig
 from router.settings import ClusterSettings, Settings

@@ -18,7 +18,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from e2e.process_support import Stack, free_port, spawn, wait_for
-from engines_adapter.sim_engine import SimEngine, SimEngineConfig
+from engine_sim.engine import SimEngine, SimEngineConfig
 from router.service.app import create_app
 from router.service.schemas import InstanceConfig
 from router.settings import Settings

@@ -10,8 +10,8 @@ import pytest
 import redis
 from rich.console import Console
 
+from bench.index_bench import render_index_bench, run_index_bench
 from cli.app import main
-from router.bench.index_bench import render_index_bench, run_index_bench
 
 REDIS_URL = os.environ.get("PDD_ROUTER_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
@@ -84,11 +84,11 @@ def test_redis_bench_measures_and_deletes_its_keys() -> None:
 def test_cli_bench_index_no_redis_json(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import router.bench.index_bench as bench
+    import bench.index_bench as index_bench
 
-    monkeypatch.setattr(bench, "CHAIN_LENGTHS", (8,))
-    monkeypatch.setattr(bench, "INSTANCE_COUNTS", (4,))
-    monkeypatch.setattr(bench, "INGEST_BATCHES", 3)
+    monkeypatch.setattr(index_bench, "CHAIN_LENGTHS", (8,))
+    monkeypatch.setattr(index_bench, "INSTANCE_COUNTS", (4,))
+    monkeypatch.setattr(index_bench, "INGEST_BATCHES", 3)
     assert main(["bench", "index", "--no-redis", "--json", "--repeats", "10"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["redis_url"] is None

@@ -15,8 +15,8 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
+from engine_sim.engine import SimEngine, SimEngineConfig
 from engines_adapter.contract import EngineAdapter
-from engines_adapter.sim_engine import SimEngine, SimEngineConfig
 from router.errors import UserError
 from router.hashing import chain_hashes
 from router.index.redis_index import RedisPrefixIndex
@@ -124,11 +124,9 @@ def register(client: TestClient) -> None:
         assert response.status_code == 201, response.text
 
 
-def complete(client: TestClient, prompt: list[int]) -> httpx.Response:
-    response: httpx.Response = client.post(
-        "/v1/completions", json={"prompt": prompt, "max_tokens": 4}, headers=AUTH
-    )
-    return response
+def complete(client: TestClient, prompt: list[int]) -> Any:
+    """The test client's response (its own httpx's Response type, not httpx.Response)."""
+    return client.post("/v1/completions", json={"prompt": prompt, "max_tokens": 4}, headers=AUTH)
 
 
 def degraded_gauge(client: TestClient) -> float:
@@ -288,8 +286,8 @@ def test_a_hung_redis_never_holds_the_event_loop(redis_server: RedisServer) -> N
             for iid, tier, dc in TOPOLOGY:
                 body = {"instance_id": iid, "tier": tier, "datacenter": dc, "adapter": "sim"}
                 client.post("/v1/instances", json=body).raise_for_status()
-            body = {"prompt": PROMPT, "max_tokens": 4}
-            assert client.post("/v1/completions", json=body).status_code == 200
+            request = {"prompt": PROMPT, "max_tokens": 4}
+            assert client.post("/v1/completions", json=request).status_code == 200
             assert redis_server.proc is not None
             redis_server.proc.send_signal(signal.SIGSTOP)
             codes: list[int] = []

@@ -18,6 +18,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any, cast
 
 import httpx
 import pytest
@@ -93,7 +94,7 @@ class SentinelCluster:
                     node.config_set("requirepass", self.password)
         for replica in self.replicas:
             self.client(replica.port).replicaof("127.0.0.1", self.primary.port)
-            poll_until(lambda r=replica: self._synced(r.port), 10.0, "the replica to sync")
+            poll_until(functools.partial(self._synced, replica.port), 10.0, "the replica to sync")
         for i in range(len(self.sentinel_ports)):
             self._start_sentinel(i)
         try:
@@ -141,7 +142,7 @@ class SentinelCluster:
 
     def _state(self, port: int) -> dict[str, object] | str:
         try:
-            state = self.client(port).sentinel_master(SERVICE)
+            state = cast(dict[str, Any], self.client(port).sentinel_master(SERVICE))
         except redis.RedisError as exc:
             return repr(exc)
         keys = ("port", "flags", "num-slaves", "num-other-sentinels")
@@ -155,7 +156,7 @@ class SentinelCluster:
         """Every sentinel sees the primary, its replicas and the other sentinels."""
         for port in self.sentinel_ports:
             try:
-                state = self.client(port).sentinel_master(SERVICE)
+                state = cast(dict[str, Any], self.client(port).sentinel_master(SERVICE))
             except redis.RedisError:
                 return False
             if (
@@ -170,7 +171,10 @@ class SentinelCluster:
         """The primary's port as the first sentinel that answers names it now."""
         for port in self.sentinel_ports:
             try:
-                found = self.client(port).sentinel_get_master_addr_by_name(SERVICE)
+                found = cast(
+                    tuple[str, int] | None,
+                    self.client(port).sentinel_get_master_addr_by_name(SERVICE),
+                )
             except redis.RedisError:
                 continue
             return None if found is None else int(found[1])

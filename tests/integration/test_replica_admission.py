@@ -24,8 +24,8 @@ import redis
 from fastapi import FastAPI
 from starlette.types import Receive, Scope, Send
 
+from engine_sim.engine import SimEngine, SimEngineConfig
 from engines_adapter.contract import GenerateRequest, PrefillResult
-from engines_adapter.sim_engine import SimEngine, SimEngineConfig
 from router.service.app import create_app
 from router.service.schemas import InstanceConfig
 from router.service.state import ServiceState

@@ -45,6 +45,8 @@ def test_the_export_aiperf_wrote_reads_as_the_trace_it_replayed() -> None:
     assert first.e2e_s == pytest.approx(raw["request_latency"]["value"] / 1000)
     assert raw["output_sequence_length"]["value"] == 10
     assert first.output_length == 6 == trace[0].output_length
+    assert first.e2e_s is not None
+    assert first.ttft_s is not None
     assert first.tpot_s == pytest.approx((first.e2e_s - first.ttft_s) / 5)
     assert last.output_length == 9
     # the error record: there, not finished, with the input length aiperf sent

@@ -19,7 +19,7 @@ from router.errors import UserError
 )
 def test_a_bad_option_is_refused_naming_it(given: dict[str, object], named: str) -> None:
     with pytest.raises(UserError, match=named):
-        CalibrateOptions(url="http://engine", **given)  # type: ignore[arg-type]
+        CalibrateOptions(url="http://engine", **given)
 
 
 def test_decode_tokens_are_refused_with_the_most_the_prompt_leaves_room_for() -> None:

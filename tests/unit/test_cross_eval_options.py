@@ -45,7 +45,7 @@ def test_a_bad_default_suite_option_is_refused_naming_it(
     given: dict[str, object], message: str
 ) -> None:
     with pytest.raises(UserError, match=message):
-        DefaultSuiteOptions(**given).kinds()  # type: ignore[arg-type]
+        DefaultSuiteOptions(**given).kinds()
 
 
 def test_the_default_suite_takes_the_options_given() -> None:

@@ -4,6 +4,7 @@ leaves out, and what the client is told when nothing can serve it."""
 from __future__ import annotations
 
 import pytest
+from fake_engines import FakeCluster
 from opentelemetry import trace
 
 from policies.admission import Bottleneck, Overloaded
@@ -18,7 +19,6 @@ from router.service.experiments import Experiments
 from router.service.index_lane import IndexLane
 from router.service.metrics import ServiceMetrics
 from router.service.schemas import InstanceConfig
-from tests.unit.fake_engines import FakeCluster
 
 
 class Scripted:

@@ -13,8 +13,8 @@ from collections.abc import AsyncIterator
 import pytest
 from opentelemetry import trace
 
+from engine_sim.engine import SimEngine, SimEngineConfig
 from engines_adapter.contract import EngineError, GenerateRequest, TokenDelta
-from engines_adapter.sim_engine import SimEngine, SimEngineConfig
 from policies.tiers import Tier
 from router.service.breaker import CircuitBreakers
 from router.service.metrics import ServiceMetrics

@@ -9,10 +9,10 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from engine_sim.cache import SimEngineCache
+from engine_sim.engine import SimEngine, SimEngineConfig, SimFaults
+from engine_sim.toy_model import ToyModel
 from engines_adapter.contract import EngineError, GenerateRequest, KVEventBatch, TokenDelta
-from engines_adapter.sim_cache import SimEngineCache
-from engines_adapter.sim_engine import SimEngine, SimEngineConfig, SimFaults
-from engines_adapter.toy_model import ToyModel
 
 
 def _req(prompt: list[int], max_tokens: int = 4, rid: str = "r", **kw: object) -> GenerateRequest:

@@ -12,14 +12,14 @@ import pytest
 from fastapi import FastAPI
 from starlette.types import Receive, Scope, Send
 
+from engine_sim.engine import SimEngine, SimEngineConfig
+from engine_sim.server import SimServerConfig, create_app
+from engine_sim.toy_model import ToyModel
 from engines_adapter.engine_metrics import parse_load
-from engines_adapter.factory import build_adapter, engine_http_client
 from engines_adapter.sglang import SGLangAdapter
-from engines_adapter.sim_engine import SimEngine, SimEngineConfig
-from engines_adapter.sim_server import SimServerConfig, create_app
-from engines_adapter.toy_model import ToyModel
 from engines_adapter.vllm import VLLMAdapter
 from replay.runner.engine_clock import DECODE, PREFILL, read_totals
+from router.adapter_factory import build_adapter, engine_http_client
 
 PROMPT = list(range(10, 30))
 

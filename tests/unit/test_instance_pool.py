@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from engines_adapter.sim_engine import SimEngine, SimEngineConfig
+from engine_sim.engine import SimEngine, SimEngineConfig
 from policies.tiers import Tier
 from policies.types import Decision, Pipeline
 from router.service.pool import InstancePool

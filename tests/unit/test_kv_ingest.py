@@ -24,7 +24,7 @@ def setup() -> tuple[MemoryPrefixIndex, KVEventIngestor]:
     return index, KVEventIngestor(index, block_size=ROUTER_BS, seed=3)
 
 
-def stored(hashes: list[int], parent: int | None, tokens: list[int]) -> KVEvent:
+def stored(hashes: list[int | str], parent: int | str | None, tokens: list[int]) -> KVEvent:
     return KVEvent(
         type="BlockStored",
         block_hashes=list(hashes),
@@ -219,7 +219,7 @@ def test_a_tracked_index_records_the_batched_stores() -> None:
 
 
 def test_the_simulated_engines_salted_events_match_the_salted_prompt_only() -> None:
-    from engines_adapter.sim_cache import SimEngineCache
+    from engine_sim.cache import SimEngineCache
     from router.hashing import HashExtras
 
     index, ingest = setup()

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
+from bench import load_processes
+from bench.load_processes import BLOCK_SIZE, Cluster, LoadConfig
 from cli.app import main
-from router.bench import load_processes
-from router.bench.load_processes import BLOCK_SIZE, Cluster, LoadConfig
 from router.errors import UserError
 
 
@@ -23,7 +23,9 @@ class _Spawned:
         self.argv[name] = args
 
 
-def _start_engines(config: LoadConfig, folder: Path, monkeypatch: Any) -> tuple[_Spawned, list]:
+def _start_engines(
+    config: LoadConfig, folder: Path, monkeypatch: Any
+) -> tuple[_Spawned, list[Any]]:
     cluster = Cluster(config, folder, None)
     spawned = _Spawned()
     monkeypatch.setattr(cluster.procs, "cli", spawned.cli)
@@ -65,7 +67,7 @@ def test_a_cache_out_of_range_is_refused(blocks: int) -> None:
 
 
 def test_the_option_reaches_the_run(monkeypatch) -> None:
-    from router.bench import load_bench
+    from bench import load_bench
 
     seen: list[LoadConfig] = []
 

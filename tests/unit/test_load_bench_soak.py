@@ -6,8 +6,8 @@ import io
 
 from rich.console import Console
 
-from router.bench.load_bench import PhaseResult, ReplicaRun, SoakResult, index_blocks_of
-from router.bench.load_tables import render_soak
+from bench.load_bench import PhaseResult, ReplicaRun, SoakResult, index_blocks_of
+from bench.load_tables import render_soak
 
 METRICS = """# HELP pdd_router_index_blocks Blocks the index records per instance
 # TYPE pdd_router_index_blocks gauge

@@ -7,12 +7,12 @@ import asyncio
 from collections.abc import AsyncGenerator
 
 import pytest
+from fake_engines import FakeCluster, token_at
 
 from engines_adapter.contract import EngineError, GenerateRequest
 from policies.tiers import Tier
 from policies.types import Decision, HandoffMode, Pipeline
 from router.service.orchestrator import ExecutionResult, execute
-from tests.unit.fake_engines import FakeCluster, token_at
 
 PROMPT = list(range(16))
 

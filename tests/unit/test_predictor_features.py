@@ -139,8 +139,8 @@ def test_lru_frac_ages_an_unbounded_record_as_an_lru_of_the_engine_size() -> Non
     view = ClusterView(
         instances={Tier.P: [], Tier.RLD: [], Tier.MD: [InstanceLoad("md0", Tier.MD, "B",
                                                                     CAPACITY_TOKENS)]},
-        wan=None, rdma=None, kv_bytes_per_token=70_000, prefill_tokens_per_s=20_000,
-        decode_step_s=0.03,
+        wan=None, rdma=LinkState(400e9 / 8, 1e-5), kv_bytes_per_token=70_000,
+        prefill_tokens_per_s=20_000, decode_step_s=0.03,
     )  # fmt: skip
     builder = FeatureBuilder(index, approximate=True)
     chain = tuple(range(20))

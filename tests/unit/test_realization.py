@@ -191,6 +191,7 @@ def test_the_ingestor_reports_stores_under_the_routers_hashes() -> None:
 
     ingest.apply(stored([901, 902], None, 0))  # router blocks 0..3, before nothing: a store
     ingest.apply(stored([903, 904], 902, 2))  # router blocks 4..7
+    assert isinstance(ingest.index, MemoryPrefixIndex)
     assert ingest.index.match(CHAIN)["md0"] == 8
     assert tracker.finish("r1") == {"md0": 0.0}
     tracker.begin("r2", ["md0"], CHAIN, block_size=BS, prompt_tokens=len(PROMPT))

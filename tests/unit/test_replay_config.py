@@ -30,7 +30,7 @@ from replay.trace.synth import make_profile, write_synthetic_trace
 )
 def test_a_bad_value_is_refused_by_its_field(fields: dict[str, object], bad: str) -> None:
     with pytest.raises(ValidationError) as info:
-        ReplayConfig(trace="t.jsonl", preset="pdd-small", **fields)  # type: ignore[arg-type]
+        ReplayConfig(trace="t.jsonl", preset="pdd-small", **fields)
     assert [e["loc"][0] for e in info.value.errors()] == [bad]
 
 

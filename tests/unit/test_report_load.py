@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from replay.report import load_cost
+from replay.report.plots_time import timeline_figure
 from replay.runner.config import ReplayConfig
 from replay.runner.run import ReplayResult, run_replay
 from replay.trace.record import TraceRequest
@@ -27,11 +28,14 @@ def replay(
 def test_a_cluster_in_one_datacenter_shows_no_line_and_prices_only_its_gpus(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    summary = replay(list(synthesize(make_profile("agentic"), 200, seed=1)), "idc-pd-small")
-    summary = summary.summary
+    summary = replay(list(synthesize(make_profile("agentic"), 200, seed=1)), "idc-pd-small").summary
     drawn: list[tuple[Any, ...]] = []
-    draw = load_cost.timeline_figure
-    monkeypatch.setattr(load_cost, "timeline_figure", lambda *a: drawn.append(a) or draw(*a))
+
+    def drawing(*args: Any) -> Any:
+        drawn.append(args)
+        return timeline_figure(*args)
+
+    monkeypatch.setattr(load_cost, "timeline_figure", drawing)
     load = load_cost.load_context(summary, None)
     assert load is not None
     ((_, utilization, _, wan, backlog),) = drawn

@@ -130,11 +130,11 @@ def test_p_rld_md_answers_at_local_speed_while_the_wan_is_slow_then_hands_off() 
 def test_one_shot_shows_one_larger_gap_and_catch_up_keeps_rld_busy_longer() -> None:
     runs = {}
     for mode in (HandoffMode.ONE_SHOT, HandoffMode.CATCH_UP):
-        records, _, _ = _run(
-            _long(2000),
-            lambda r, m=mode: _decision(Pipeline.P_RLD_MD, handoff=m, chunk_tokens=64),
-            wan_gbps=2.0,
-        )
+
+        def decide(_: RequestView, m: HandoffMode = mode) -> Decision:
+            return _decision(Pipeline.P_RLD_MD, handoff=m, chunk_tokens=64)
+
+        records, _, _ = _run(_long(2000), decide, wan_gbps=2.0)
         runs[mode] = records[0]
     one_shot, catch_up = runs[HandoffMode.ONE_SHOT], runs[HandoffMode.CATCH_UP]
     assert one_shot.handoff_gap_s is not None

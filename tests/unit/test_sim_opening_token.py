@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import random
 
+from engine_sim.engine import SimEngine, SimEngineConfig
+from engine_sim.toy_model import ToyModel
 from engines_adapter.contract import GenerateRequest
-from engines_adapter.sim_engine import SimEngine, SimEngineConfig
-from engines_adapter.toy_model import ToyModel
 from router.service.demo import EOS_TOKEN_ID, demo_engine_config
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import pytest
@@ -13,12 +13,21 @@ from replay.sim.link import Link, Transfer
 from replay.sim.prefill_queue import PrefillQueue
 
 
+def _starts(link: Link, size: float, done: list[Transfer]) -> Callable[[object], None]:
+    """An event handler that starts one transfer on ``link``, finished into ``done``."""
+
+    def start(_: object) -> None:
+        link.start(size, done.append)
+
+    return start
+
+
 def test_an_isolated_transfer_takes_half_the_rtt_plus_bytes_over_bandwidth() -> None:
     loop = EventLoop()
     bandwidth = 20e9 / 8  # 20 Gbps in bytes per second
     link = Link(loop, "wan", bandwidth, rtt_s=0.03)
     done: list[Transfer] = []
-    loop.at(5.0, Priority.ARRIVAL, lambda _: link.start(3.5e9, done.append))
+    loop.at(5.0, Priority.ARRIVAL, _starts(link, 3.5e9, done))
     loop.run()
     assert len(done) == 1
     assert done[0].duration_s == pytest.approx(0.015 + 3.5e9 / bandwidth, rel=1e-12)
@@ -29,8 +38,8 @@ def test_two_equal_transfers_share_the_bandwidth() -> None:
     loop = EventLoop()
     link = Link(loop, "wan", 1e9, rtt_s=0.0)
     done: list[Transfer] = []
-    loop.at(0.0, Priority.ARRIVAL, lambda _: link.start(1e9, done.append))
-    loop.at(0.0, Priority.ARRIVAL, lambda _: link.start(1e9, done.append))
+    for _ in range(2):
+        loop.at(0.0, Priority.ARRIVAL, _starts(link, 1e9, done))
     loop.run()
     assert [t.duration_s for t in done] == [pytest.approx(2.0), pytest.approx(2.0)]
 

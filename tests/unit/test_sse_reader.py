@@ -1,4 +1,4 @@
-"""Reading an engine's server-sent events: ``sse_data`` frames ``data:`` lines itself from
+"""Reading an engine's server-sent events: ``sse_objects`` frames ``data:`` lines itself from
 the bytes as they arrive, however the network cuts them."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from engines_adapter.http_engine import sse_data
+from engines_adapter.http_engine import sse_objects
 
 
 def _stream(*pieces: bytes) -> httpx.Response:
@@ -22,7 +22,7 @@ def _stream(*pieces: bytes) -> httpx.Response:
 
 
 async def _read(response: httpx.Response) -> list[dict[str, Any] | None]:
-    return [obj async for obj in sse_data(response)]
+    return [obj async for obj in sse_objects(response)]
 
 
 EVENTS = (

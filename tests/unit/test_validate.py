@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,7 @@ from replay.experiments.validate import (
 from router.errors import UserError
 
 
-def _records(ttft: list[float | None], start: int = 0, **fields: float) -> list[LatencyRecord]:
+def _records(ttft: Sequence[float | None], start: int = 0, **fields: float) -> list[LatencyRecord]:
     """Finished requests (e2e 10 s, TPOT 20 ms) with these TTFTs; None: unfinished."""
     return [
         LatencyRecord(
@@ -148,7 +149,7 @@ def test_arrivals_spread_differently_are_flagged() -> None:
         return [LatencyRecord(i, 1.0, 0.02, 2.0, arrival_s=t) for i, t in enumerate(times)]
 
     same = validate(at([5.0, 6.0, 9.0]), at([0.0, 1.0, 4.2]))  # offsets do not matter
-    assert same.arrival_span_s == (4.0, pytest.approx(4.2))
+    assert same.arrival_span_s == pytest.approx((4.0, 4.2))
     assert same.warnings == ()
     faster = validate(at([0.0, 1.0, 4.0]), at([0.0, 0.5, 2.0]))
     assert faster.to_json()["arrival_span_s"] == {"measured": 4.0, "simulated": 2.0}

@@ -15,8 +15,8 @@ from typing import Protocol
 
 import numpy as np
 
-from router.bench.http_load import content_length, http_request, status_of
-from router.bench.load_processes import Progress, auth_headers
+from bench.http_load import content_length, http_request, status_of
+from bench.load_processes import Progress, auth_headers
 
 __all__ = [
     "GROUPS",

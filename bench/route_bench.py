@@ -30,9 +30,9 @@ from typing import Any
 import httpx
 import numpy as np
 
+from bench.http_load import RawHttp, http_request, sustained_rate
 from policies.tiers import Tier
 from policies.types import ClusterView, InstanceLoad, LinkState, RequestView
-from router.bench.http_load import RawHttp, http_request, sustained_rate
 from router.hashing import chain_hashes
 from router.index.base import IndexedInstance, PrefixIndex
 from router.index.memory_index import MemoryPrefixIndex
@@ -117,7 +117,7 @@ BENCH_KEY = "route-bench"  # as deployed: with a key, every call is authenticate
 
 
 def _bench_app(index: PrefixIndex) -> Any:
-    from engines_adapter.sim_engine import SimEngine
+    from engine_sim.engine import SimEngine
     from router.service.app import create_app
     from router.settings import Settings
 

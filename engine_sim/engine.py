@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from engine_sim.cache import ChainBlock, SimEngineCache
+from engine_sim.toy_model import ToyModel
 from engines_adapter.contract import (
     EngineError,
     EngineLoad,
@@ -28,8 +30,6 @@ from engines_adapter.contract import (
     TokenDelta,
 )
 from engines_adapter.kv_events import with_gap
-from engines_adapter.sim_cache import ChainBlock, SimEngineCache
-from engines_adapter.toy_model import ToyModel
 
 __all__ = ["RequestTimes", "SimEngine", "SimEngineConfig", "SimFaults"]
 

@@ -22,7 +22,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from engines_adapter.sim_engine import SimEngine
+from engine_sim.engine import SimEngine
 
 __all__ = ["SimEngineCollector", "render_metrics"]
 

@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from bench.route_bench import BLOCK_SIZE, _populate, _view
 from policies.types import RequestView
-from router.bench.route_bench import BLOCK_SIZE, _populate, _view
 from router.hashing import chain_hashes
 from router.index.memory_index import MemoryPrefixIndex
 from router.scheduler import Scheduler

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from router.bench.load_bench import LoadResult, ReplicaRun
-from router.bench.load_traffic import GROUPS, WARMUP_S
+from bench.load_bench import LoadResult, ReplicaRun
+from bench.load_traffic import GROUPS, WARMUP_S
 
 __all__ = ["render_load_config", "render_load_results", "render_soak"]
 

@@ -25,8 +25,8 @@ Before the routes, one completion per conversation prefix fills the engines' cac
 so the routers' index holds the shared prefixes the routes then match. Between two
 replica counts the replicas are stopped and the engines' caches emptied.
 
-The requests and the workers sending them: ``router.bench.load_traffic``; the processes:
-``router.bench.load_processes``; the tables printed: ``router.bench.load_tables``.
+The requests and the workers sending them: ``bench.load_traffic``; the processes:
+``bench.load_processes``; the tables printed: ``bench.load_tables``.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from typing import Any
 
 import httpx
 
-from router.bench.load_processes import (
+from bench.load_processes import (
     REDIS_MISSING,
     Child,
     Cluster,
@@ -58,7 +58,7 @@ from router.bench.load_processes import (
     cpu_s,
     rss_mb,
 )
-from router.bench.load_traffic import (
+from bench.load_traffic import (
     GROUPS,
     ROUTE_BODIES,
     Connection,

@@ -12,10 +12,10 @@ from typing import Literal
 
 import httpx
 
+from engine_sim.engine import SimEngine, SimEngineConfig
 from engines_adapter.contract import EngineAdapter
 from engines_adapter.http_engine import DEFAULT_TIMEOUT, PROBE_TIMEOUT
 from engines_adapter.sglang import SGLangAdapter
-from engines_adapter.sim_engine import SimEngine, SimEngineConfig
 from engines_adapter.vllm import VLLMAdapter
 
 __all__ = ["AdapterKind", "build_adapter", "engine_http_client"]
@@ -31,7 +31,7 @@ def engine_http_client(
     return httpx.AsyncClient(limits=limits, timeout=timeout)
 
 
-def build_adapter(
+def build_adapter(  # noqa: PLR0913 -- the union of every adapter kind's settings
     kind: AdapterKind,
     instance_id: str,
     url: str | None = None,
