@@ -26,6 +26,8 @@ __all__ = [
     "Unreplayed",
     "check_runs",
     "pick_runs",
+    "set_name",
+    "summarize_errors",
     "summarize_sets",
 ]
 
@@ -121,7 +123,8 @@ def check_runs(
     return checked, unreplayed
 
 
-def _summary(errors: list[float]) -> MetricSummary:
+def summarize_errors(errors: list[float]) -> MetricSummary:
+    """Median absolute relative error and the shares within 15% and 25%."""
     absolute = [abs(e) for e in errors]
     n = len(absolute)
     return MetricSummary(
@@ -140,7 +143,7 @@ def summarize_sets(checked: Sequence[RunErrors]) -> list[SetSummary]:
     for name, items in by_set.items():
         sources = list(items[0].errors)
         by_source = {
-            source: {m: _summary([i.errors[source][m] for i in items]) for m in METRICS}
+            source: {m: summarize_errors([i.errors[source][m] for i in items]) for m in METRICS}
             for source in sources
         }
         mode = items[0].run.mode
