@@ -56,7 +56,8 @@ def main() -> int:
             continue
         costs = resolve_step_costs(published_preset(run, "perfdb"), "engines").costs
         means = lockstep_means(run, costs)
-        name = f"{run.engine} {run.engine_version}/{run.model}/{run.hardware}"
+        version = run.engine_version or "(version not recorded)"
+        name = f"{run.engine} {version}/{run.model}/{run.hardware}"
         group = groups.setdefault(name, {"lockstep": [], "replay": []})
         group["lockstep"].append(_errors(run, means.ttft_ms, means.tpot_ms))
         if run.id in replayed:
