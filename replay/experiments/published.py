@@ -8,8 +8,8 @@ measured: one colocated engine of the run's GPU, model, quantization, tensor par
 and engine, or the run's prefill and decode pools of them in one datacenter
 (``published_disagg``); ``concurrency`` clients each sending its next request when the
 previous one ends, prompts that share no prefix.
-The first round (one request per client, all arriving together) is left out: the means
-are over the steady state that follows.
+The first round (one request per client) is left out: the means are over the steady
+state that follows.
 
 Nothing here is fitted: the step costs come from the preset's source (the database, or
 the roofline for comparison) with the engine's defaults.
@@ -160,8 +160,9 @@ def _requests(run: PublishedRun) -> Iterable[TraceRequest]:
 def _request_s(prefill: StepCosts, decode: StepCosts, batch: int, run: PublishedRun) -> float:
     """A request's time by the preset's own step costs, its prefill alone and its decode
     in a full batch: the clients start this far apart over one request's time, as a
-    closed loop settles (clients that all start together and all take the same time
-    would stay in step for ever, which no real benchmark does)."""
+    closed loop settles on an engine that mixes prefill into decode steps (as the
+    replay's do). On one that prefills every waiting prompt first, clients that start
+    together stay in step (``published_lockstep``)."""
     step = decode.decode_step_s(batch, batch * run.isl)
     return prefill.prefill_s([(run.isl, 0)]) + run.osl * step
 
