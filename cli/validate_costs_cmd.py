@@ -31,7 +31,7 @@ def validate_costs(
         "--runs",
         help="CSV of measured runs in the shipped file's columns (default: "
         "the shipped set, AIConfigurator's silicon benchmark sample of vLLM, SGLang and "
-        "TensorRT-LLM on H100 and H200)",
+        "TensorRT-LLM on H100 and H200, single-engine and disaggregated)",
     ),
     per_set: int | None = typer.Option(
         None,
@@ -51,12 +51,13 @@ def validate_costs(
 ) -> None:
     """Replay published measurements of real engines and print the simulator's errors.
 
-    Each run is one engine (GPU, model, quantization, tensor parallelism, engine)
-    benchmarked closed-loop at a fixed concurrency with one input and output length;
-    it is replayed the same way on a colocated engine priced by each --source, and its
-    mean TTFT, TPOT and end-to-end latency are compared with the measured ones. Nothing
-    is fitted to these runs. Per set: the median absolute relative error and the share
-    of runs within 15% and 25%.
+    Each run is one engine (GPU, model, quantization, tensor parallelism, engine), or a
+    prefill and a decode pool of them (disaggregated), benchmarked closed-loop at a fixed
+    concurrency with one input and output length; it is replayed the same way on the
+    same deployment priced by each --source (the disaggregated pools in one datacenter,
+    the KV over its fabric), and its mean TTFT, TPOT and end-to-end latency are compared
+    with the measured ones. Nothing is fitted to these runs. Per set: the median
+    absolute relative error and the share of runs within 15% and 25%.
 
     Writes validate-costs.json (every run's measured and simulated means) in --out.
     """
@@ -110,7 +111,7 @@ def _table(sets: list[SetSummary]) -> Table:
     from rich.table import Table
 
     table = Table(title="replays of measured runs: median |error| (share within 15% / 25%)")
-    table.add_column("set (engine/model/GPU)")
+    table.add_column("set (engine/model/GPU, mode)")
     table.add_column("runs", justify="right")
     table.add_column("source")
     for metric in ("TTFT", "TPOT", "end-to-end"):

@@ -24,14 +24,22 @@ SYSTEMS = {"h100_sxm": "h100", "h200_sxm": "h200"}
 ENGINES = ("vllm", "sglang", "trtllm")
 COLUMNS = [
     "id", "engine", "engine_version", "model", "model_path", "hardware", "quant", "mode",
-    "isl", "osl", "concurrency", "tp", "prefill_workers", "prefill_tp", "decode_workers",
-    "decode_tp", "decode_batch", "ttft_ms", "tpot_ms", "measured",
+    "isl", "osl", "concurrency", "tp", "prefill_workers", "prefill_tp", "prefill_batch",
+    "decode_workers", "decode_tp", "decode_batch", "ttft_ms", "tpot_ms", "measured",
 ]  # fmt: skip
 
 
 def _concurrency(row: dict[str, str]) -> str:
     found = re.search(r"silicon_concurrency=(\d+)", row["silicon_data_source"])
-    return found.group(1) if found else row["batch_size"]
+    if found:
+        return found.group(1)
+    if row["mode"] == "agg":
+        return row["batch_size"]
+    # A disaggregated run that does not record its clients: every decode slot of every
+    # decode worker (batch x workers x attention-DP ranks), the sample's own convention;
+    # it holds for every disaggregated row of the sample that records both.
+    slots = [int(row[f"decode_{k}"] or 1) for k in ("batch_size", "num_workers")]
+    return str(slots[0] * slots[1] * int(row["decode_attention_dp_size"] or 1))
 
 
 def _measured(row: dict[str, str]) -> str:
@@ -62,10 +70,11 @@ def _out(row: dict[str, str]) -> dict[str, str]:
         "mode": row["mode"],
         "isl": row["isl"],
         "osl": row["osl"],
-        "concurrency": "" if disagg else _concurrency(row),
+        "concurrency": _concurrency(row),
         "tp": "" if disagg else row["tp_size"],
         "prefill_workers": row["prefill_num_workers"] if disagg else "",
         "prefill_tp": row["prefill_tp_size"] if disagg else "",
+        "prefill_batch": row["prefill_batch_size"] if disagg else "",
         "decode_workers": row["decode_num_workers"] if disagg else "",
         "decode_tp": row["decode_tp_size"] if disagg else "",
         "decode_batch": row["decode_batch_size"] if disagg else "",

@@ -1,13 +1,15 @@
 """Replays of runs someone else measured on real engines: do the step costs predict them?
 
 The shipped set (``replay/published/silicon.csv``) is NVIDIA's silicon benchmark sample
-from AIConfigurator: closed-loop benchmarks of one engine (``agg``) at a fixed
-concurrency, every request with the same input and output length, and their mean TTFT
-and TPOT. Each run is replayed here as it was measured: one colocated engine of the
-run's GPU, model, quantization, tensor parallelism and engine, ``concurrency`` clients
-each sending its next request when the previous one ends, prompts that share no prefix.
-The first round (one request per client, all arriving together) is left out: the means
-are over the steady state that follows.
+from AIConfigurator: closed-loop benchmarks of one engine (``agg``) or of a prefill and
+a decode pool (``disagg``) at a fixed concurrency, every request with the same input and
+output length, and their mean TTFT and TPOT. Each run is replayed here as it was
+measured: one colocated engine of the run's GPU, model, quantization, tensor parallelism
+and engine, or the run's prefill and decode pools of them in one datacenter
+(``published_disagg``); ``concurrency`` clients each sending its next request when the
+previous one ends, prompts that share no prefix.
+The first round (one request per client) is left out: the means are over the steady
+state that follows.
 
 Nothing here is fitted: the step costs come from the preset's source (the database, or
 the roofline for comparison) with the engine's defaults.
@@ -26,6 +28,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ValidationError
 
 from policies.registry import build_policy, parse_policy
+from replay.experiments.published_disagg import disagg_preset
 from replay.metrics.record import record_of
 from replay.presets.cluster_preset import ClusterPreset
 from replay.presets.loader import load_preset
@@ -53,7 +56,8 @@ _FP8 = ("fp8", "fp8_block", "fp8_static")
 
 
 class PublishedRun(BaseModel):
-    """One measured run: a single engine at a fixed concurrency (``mode`` agg)."""
+    """One measured run at a fixed concurrency: a single engine (``mode`` agg, ``tp``) or
+    a prefill and a decode pool (``disagg``, the ``prefill_*`` and ``decode_*`` sizes)."""
 
     id: str
     engine: Literal["vllm", "sglang", "trtllm"]
@@ -67,6 +71,13 @@ class PublishedRun(BaseModel):
     osl: int
     concurrency: int | None
     tp: int | None
+    # a disaggregated run's pools: workers, tensor parallelism and batch of each
+    prefill_workers: int | None = None
+    prefill_tp: int | None = None
+    prefill_batch: int | None = None
+    decode_workers: int | None = None
+    decode_tp: int | None = None
+    decode_batch: int | None = None
     ttft_ms: float
     tpot_ms: float
     measured: str | None = None
@@ -81,7 +92,7 @@ class ClosedLoopResult(BaseModel):
 
 
 def read_published(path: Path | None = None) -> list[PublishedRun]:
-    """The runs of ``path`` (default: the shipped set), single-engine ones only."""
+    """The runs of ``path`` (default: the shipped set), single-engine and disaggregated."""
     if path is None:
         text = resources.files("replay.published").joinpath("silicon.csv").read_text("utf-8")
     else:
@@ -94,8 +105,6 @@ def read_published(path: Path | None = None) -> list[PublishedRun]:
     runs = []
     # numbered as in the file: the header is line skipped + 1
     for number, row in enumerate(csv.DictReader(lines[skipped:]), start=skipped + 2):
-        if row.get("mode") != "agg":
-            continue
         try:
             runs.append(PublishedRun(**_cleaned(row)))
         except ValidationError as exc:
@@ -105,7 +114,7 @@ def read_published(path: Path | None = None) -> list[PublishedRun]:
             )
             raise UserError(f"{path or 'silicon.csv'} line {number}: {problems}") from None
     if not runs:
-        raise UserError(f"{path or 'silicon.csv'} holds no single-engine run (mode agg)")
+        raise UserError(f"{path or 'silicon.csv'} holds no run")
     return runs
 
 
@@ -114,7 +123,18 @@ def _cleaned(row: dict[str, str]) -> dict[str, Any]:
 
 
 def published_preset(run: PublishedRun, source: str) -> ClusterPreset:
-    """One colocated engine as the run measured it, priced by ``source``."""
+    """The run's deployment as it was measured, priced by ``source``: one colocated
+    engine (agg), or a prefill and a decode pool in one datacenter (disagg)."""
+    preset = disagg_preset(run, source) if run.mode == "disagg" else _agg_preset(run, source)
+    if run.quant not in _FP8:
+        return preset
+    model = preset.model  # FP8 weights: a byte a parameter, FP8 GEMMs
+    perfdb = model.perfdb.model_copy(update={"gemm_quant": run.quant}) if model.perfdb else None
+    fp8 = model.model_copy(update={"weight_bytes_per_param": 1.0, "perfdb": perfdb})
+    return dataclasses.replace(preset, model=fp8)
+
+
+def _agg_preset(run: PublishedRun, source: str) -> ClusterPreset:
     if run.concurrency is None or run.tp is None:
         raise UserError(f"run {run.id}: a single-engine run needs concurrency and tp")
     overrides: dict[str, Any] = {
@@ -126,13 +146,7 @@ def published_preset(run: PublishedRun, source: str) -> ClusterPreset:
         "pools.engines.step_costs.source": source,
         "pools.engines.step_costs.engine": run.engine,
     }
-    preset = load_preset("colocated-small", overrides)
-    if run.quant not in _FP8:
-        return preset
-    model = preset.model  # FP8 weights: a byte a parameter, FP8 GEMMs
-    perfdb = model.perfdb.model_copy(update={"gemm_quant": run.quant}) if model.perfdb else None
-    fp8 = model.model_copy(update={"weight_bytes_per_param": 1.0, "perfdb": perfdb})
-    return dataclasses.replace(preset, model=fp8)
+    return load_preset("colocated-small", overrides)
 
 
 def _requests(run: PublishedRun) -> Iterable[TraceRequest]:
@@ -144,13 +158,14 @@ def _requests(run: PublishedRun) -> Iterable[TraceRequest]:
         key += 1
 
 
-def _request_s(costs: StepCosts, run: PublishedRun) -> float:
-    """A request's time alone on the engine, by the preset's own step costs: the clients
-    start this far apart over one request's time, as a closed loop settles (clients that
-    all start together and all take the same time would stay in step for ever, which no
-    real benchmark does)."""
-    decode = costs.decode_step_s(run.concurrency or 1, (run.concurrency or 1) * run.isl)
-    return costs.prefill_s([(run.isl, 0)]) + run.osl * decode
+def _request_s(prefill: StepCosts, decode: StepCosts, batch: int, run: PublishedRun) -> float:
+    """A request's time by the preset's own step costs, its prefill alone and its decode
+    in a full batch: the clients start this far apart over one request's time, as a
+    closed loop settles on an engine that mixes prefill into decode steps (as the
+    replay's do). On one that prefills every waiting prompt first, clients that start
+    together stay in step (``published_lockstep``)."""
+    step = decode.decode_step_s(batch, batch * run.isl)
+    return prefill.prefill_s([(run.isl, 0)]) + run.osl * step
 
 
 def replay_run(run: PublishedRun, source: str, rounds: int = 4) -> ClosedLoopResult:
@@ -159,9 +174,9 @@ def replay_run(run: PublishedRun, source: str, rounds: int = 4) -> ClosedLoopRes
 
 
 def closed_loop(preset: ClusterPreset, run: PublishedRun, rounds: int = 4) -> ClosedLoopResult:
-    """``run``'s clients on ``preset``'s one engine (pool ``engines``), ``rounds`` requests
-    each; the means over the requests sent after each client's first one that ended
-    before the last was sent (the batch then only shrinks: the drain)."""
+    """``run``'s clients on ``preset``'s deployment, ``rounds`` requests each; the means
+    over the requests sent after each client's first one that ended before the last was
+    sent (the batch then only shrinks: the drain)."""
     concurrency = run.concurrency or 1
     total = concurrency * rounds
     loop = EventLoop()
@@ -189,7 +204,11 @@ def closed_loop(preset: ClusterPreset, run: PublishedRun, rounds: int = 4) -> Cl
         hooks=SimHooks(sink=next_request),
         loop=loop,
     )
-    gap = _request_s(sim.cluster.prefill["engines-0"].step_costs, run) / concurrency
+    prefill = next(iter(sim.cluster.prefill.values())).step_costs
+    decoders = list(sim.cluster.decode.values())  # none: the engine decodes what it prefills
+    decode = decoders[0].step_costs if decoders else prefill
+    batch = min(run.decode_batch or concurrency, concurrency)
+    gap = _request_s(prefill, decode, batch, run) / concurrency
     first = [dataclasses.replace(next(fresh), arrival_s=i * gap) for i in range(concurrency)]
     sim.run(first)
     # steady state: after each client's first request, before the drain

@@ -1,6 +1,7 @@
 """How far replays of published runs land from their measurements, per set and source.
 
-A set is the runs of one engine, model and GPU (``vllm/llama-3.1-70b/h200``). For each
+A set is the runs of one engine, model and GPU (``vllm/llama-3.1-70b/h200``), the
+disaggregated ones apart (``sglang/qwen3-32b/h100 disagg``). For each
 source of step costs and each metric (mean TTFT, mean TPOT, mean end-to-end latency,
 the last ``TTFT + (osl - 1) x TPOT`` on both sides), the relative errors
 (simulated - measured) / measured of the set's runs, summarized as their median
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Iterable, Sequence
+from typing import Literal
 
 from pydantic import BaseModel
 
@@ -24,6 +26,8 @@ __all__ = [
     "Unreplayed",
     "check_runs",
     "pick_runs",
+    "set_name",
+    "summarize_errors",
     "summarize_sets",
 ]
 
@@ -48,12 +52,14 @@ class SetSummary(BaseModel):
     """One set's errors: source -> metric -> summary."""
 
     name: str
+    mode: Literal["agg", "disagg"]
     runs: int
     by_source: dict[str, dict[str, MetricSummary]]
 
 
 def set_name(run: PublishedRun) -> str:
-    return f"{run.engine}/{run.model}/{run.hardware}"
+    name = f"{run.engine}/{run.model}/{run.hardware}"
+    return f"{name} disagg" if run.mode == "disagg" else name
 
 
 def _e2e_ms(ttft_ms: float, tpot_ms: float, osl: int) -> float:
@@ -117,7 +123,8 @@ def check_runs(
     return checked, unreplayed
 
 
-def _summary(errors: list[float]) -> MetricSummary:
+def summarize_errors(errors: list[float]) -> MetricSummary:
+    """Median absolute relative error and the shares within 15% and 25%."""
     absolute = [abs(e) for e in errors]
     n = len(absolute)
     return MetricSummary(
@@ -136,8 +143,9 @@ def summarize_sets(checked: Sequence[RunErrors]) -> list[SetSummary]:
     for name, items in by_set.items():
         sources = list(items[0].errors)
         by_source = {
-            source: {m: _summary([i.errors[source][m] for i in items]) for m in METRICS}
+            source: {m: summarize_errors([i.errors[source][m] for i in items]) for m in METRICS}
             for source in sources
         }
-        out.append(SetSummary(name=name, runs=len(items), by_source=by_source))
+        mode = items[0].run.mode
+        out.append(SetSummary(name=name, mode=mode, runs=len(items), by_source=by_source))
     return out
