@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from engines_adapter.contract import (
     EngineError,
     EngineLoad,
+    Feature,
     GenerateRequest,
     KVEvent,
     KVEventBatch,
@@ -29,6 +30,7 @@ from engines_adapter.contract import (
 )
 from engines_adapter.kv_events import with_gap
 from engines_adapter.sim_cache import ChainBlock, SimEngineCache
+from engines_adapter.sim_outputs import TextEncoder, fake_logprob, forced_tokens
 from engines_adapter.toy_model import ToyModel
 
 __all__ = ["RequestTimes", "SimEngine", "SimEngineConfig", "SimFaults"]
@@ -116,8 +118,15 @@ class SimEngine:
         faults: SimFaults | None = None,
         sleep: Sleep = asyncio.sleep,
         clock: Clock = time.time,
+        text_encoder: TextEncoder | None = None,
     ) -> None:
+        """``text_encoder``: the model's tokenizer, for structured output (without one, the
+        engine does not offer it)."""
         self.instance_id = instance_id
+        self.text_encoder = text_encoder
+        self.features: frozenset[Feature] = frozenset(
+            {"logprobs", "structured_output"} if text_encoder is not None else {"logprobs"}
+        )
         self.config = config or SimEngineConfig()
         self.faults = faults or SimFaults()
         outputs = self.config.output_token_ids
@@ -169,9 +178,22 @@ class SimEngine:
             self._finish(run)
 
     async def generate(self, request: GenerateRequest) -> AsyncGenerator[TokenDelta, None]:
-        """Stream one token per delta; the first delta carries the cached prompt tokens."""
+        """Stream one token per delta; the first delta carries the cached prompt tokens.
+        Structured output writes a JSON value the schema accepts, then EOS."""
+        forced: list[int] | None = None
+        if request.structured is not None:
+            if self.text_encoder is None:
+                raise EngineError(self.instance_id, "structured output: no tokenizer",
+                                  cause="request")  # fmt: skip
+            eos = self.config.eos_token_id
+            prompt = request.prompt_token_ids
+            forced, done = forced_tokens(request.structured, self.text_encoder, prompt, eos)
+            forced = forced[done:]
         run = await self._start(request)
         try:
+            if forced == []:  # the first engine wrote the whole answer before the handoff
+                yield TokenDelta(token_ids=[], finished=True, finish_reason="stop")
+                return
             state = run.state
             for i in range(request.max_tokens):
                 if self.faults.hang:
@@ -188,19 +210,25 @@ class SimEngine:
                 if run.aborted.is_set():
                     yield TokenDelta(token_ids=[], finished=True, finish_reason="abort")
                     return
-                token = self.model.next_token(state)
+                token = self.model.next_token(state) if forced is None else forced[i]
+                logprobs = None
+                if request.logprobs is not None:
+                    top = fake_logprob(state, token, request.logprobs, self.config.vocab_size)
+                    logprobs = [top]
                 state = self.model.step(state, token)
                 self._append(run, token)
                 run.last_at = time.perf_counter()
                 if run.first_at is None:
                     run.first_at = run.last_at
                 stop = token == self.config.eos_token_id and not request.ignore_eos
+                stop = stop or (forced is not None and i == len(forced) - 1)
                 last = stop or i == request.max_tokens - 1
                 yield TokenDelta(
                     token_ids=[token],
                     finished=last,
                     finish_reason=("stop" if stop else "length") if last else None,
                     cached_tokens=run.cached_tokens if i == 0 else None,
+                    logprobs=logprobs,
                 )
                 if stop:
                     return

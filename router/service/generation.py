@@ -20,7 +20,7 @@ import anyio
 import structlog
 from fastapi import Request
 
-from engines_adapter.contract import EngineError, GenerateRequest
+from engines_adapter.contract import EngineError, GenerateRequest, StructuredOutput, TokenLogprob
 from policies.tiers import Tier
 from policies.types import Decision, RequestView
 from router.hashing import HashExtras, chain_hashes
@@ -78,6 +78,8 @@ class Job:
     session_id: str | None = None
     extras: HashExtras | None = None
     vocab_end: int | None = None  # token IDs an engine sends must be below it
+    logprobs: int | None = None  # alternatives per token asked of the engines (None: none)
+    structured: StructuredOutput | None = None  # output constrained to JSON
 
 
 class Generation:
@@ -102,6 +104,7 @@ class Generation:
         self.timing = timing
         self.request_id = view.request_id or ""
         self.recorded = False
+        self._logprobs_taken = 0
 
     @classmethod
     async def start(cls, svc: ServiceState, request: Request, job: Job) -> Generation:
@@ -117,6 +120,7 @@ class Generation:
         client = GenerateRequest(
             request_id=request_id, prompt_token_ids=as_list(job.prompt), max_tokens=job.max_tokens,
             temperature=job.temperature, ignore_eos=job.ignore_eos, sampling=job.sampling,
+            logprobs=job.logprobs, structured=job.structured,
         )  # fmt: skip
         failed: set[str] = set()
         busy: set[str] = set()  # answered 429 to this request: elsewhere, or a bit later
@@ -192,6 +196,13 @@ class Generation:
                 raise ApiError(
                     502, f"engine failed mid-request: {exc.public}", type_="upstream_error"
                 ) from exc
+
+    def take_logprobs(self, count: int) -> list[TokenLogprob]:
+        """The log probabilities of the next ``count`` tokens given out (from whichever
+        engines made them; empty when the request asked for none)."""
+        start = self._logprobs_taken
+        self._logprobs_taken += count
+        return self.outcome.logprobs[start : start + count]
 
     def finish(self, *, stopped: bool = False) -> None:
         """The request ended well: record its outcome (history, metrics, decision log);
@@ -312,12 +323,14 @@ class ChunkFormat(Protocol):
         """Choices sent before any token (chat: the assistant's role)."""
         ...
 
-    def delta(self, text: str, ids: list[int]) -> dict[str, Any] | None:
-        """The choice for new tokens and their text (None: send nothing)."""
+    async def delta(
+        self, text: str, ids: list[int], logprobs: list[TokenLogprob]
+    ) -> list[dict[str, Any]]:
+        """The choices (one chunk each) for new tokens, their text and log probabilities."""
         ...
 
-    def final(self, text: str, reason: str) -> dict[str, Any]:
-        """The last choice: the text still held back and the finish reason."""
+    async def final(self, text: str, reason: str) -> list[dict[str, Any]]:
+        """The last choices: the text still held back; the last one has the finish reason."""
         ...
 
 
@@ -339,8 +352,7 @@ async def stream_events(
             async for delta_ids in run.deltas():
                 out, ids = await text.take(delta_ids)
                 sent += len(ids)
-                choice = form.delta(out, ids)
-                if choice is not None:
+                for choice in await form.delta(out, ids, run.take_logprobs(len(ids))):
                     yield sse_data({**head, "choices": [choice]})
                 if text.stopped:
                     break
@@ -352,7 +364,10 @@ async def stream_events(
         rest = await text.flush()
         run.finish(stopped=text.stopped)
         reason = "stop" if text.stopped else run.outcome.finish_reason or "length"
-        yield sse_data({**head, "choices": [form.final(rest, reason)], "pdd": run.served()})
+        *choices, last = await form.final(rest, reason)
+        for choice in choices:
+            yield sse_data({**head, "choices": [choice]})
+        yield sse_data({**head, "choices": [last], "pdd": run.served()})
         if include_usage:
             yield sse_data({**head, "choices": [], "usage": run.usage(sent)})
         yield "data: [DONE]\n\n"

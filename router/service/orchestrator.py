@@ -35,6 +35,7 @@ from engines_adapter.contract import (
     GenerateRequest,
     PrefillResult,
     TokenDelta,
+    TokenLogprob,
 )
 from policies.tiers import Tier
 from policies.types import Decision, HandoffMode, Pipeline
@@ -60,6 +61,9 @@ class ExecutionResult:
     # wait for the first token of the stream the client reads (the router's own time is
     # the rest of its time to first token)
     engine_wait_s: float = 0.0
+    # the log probabilities of the tokens given out, in order, from every engine that made
+    # them (RLD's, then MD's after a handoff), when the request asked for them
+    logprobs: list[TokenLogprob] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -193,7 +197,7 @@ async def _colocated(
                     up.pool.prefill_started(engine, -uncached)
                     queued = False
                 outcome.tokens += len(delta.token_ids)
-                yield delta.token_ids
+                yield _given(outcome, delta)
     finally:
         if queued:
             up.pool.prefill_started(engine, -uncached)
@@ -234,7 +238,7 @@ async def execute(
         async with contextlib.aclosing(up.generate(decision.md_instance, req, outcome)) as deltas:
             async for delta in deltas:
                 outcome.tokens += len(delta.token_ids)
-                yield delta.token_ids
+                yield _given(outcome, delta)
         return
 
     assert decision.rld_instance is not None
@@ -246,7 +250,7 @@ async def execute(
             async for delta in deltas:
                 outcome.tokens += len(delta.token_ids)
                 outcome.eager_tokens += len(delta.token_ids)
-                yield delta.token_ids
+                yield _given(outcome, delta)
         return
 
     assert decision.md_instance is not None
@@ -267,7 +271,7 @@ async def execute(
                     outcome.engine_wait_s += time.perf_counter() - asked
                 eager.extend(delta.token_ids)
                 outcome.tokens += len(delta.token_ids)
-                yield delta.token_ids
+                yield _given(outcome, delta)
             if delta.finished:
                 # RLD finished before the handoff: the request ends on RLD (odd traffic, or
                 # MD lost on the way)
@@ -332,7 +336,14 @@ async def execute(
     async with contextlib.aclosing(up.generate(md_id, ext, outcome)) as deltas:
         async for delta in deltas:
             outcome.tokens += len(delta.token_ids)
-            yield delta.token_ids
+            yield _given(outcome, delta)
+
+
+def _given(outcome: ExecutionResult, delta: TokenDelta) -> list[int]:
+    """The delta's token IDs for the client, their log probabilities kept in ``outcome``."""
+    if delta.logprobs:
+        outcome.logprobs.extend(delta.logprobs)
+    return delta.token_ids
 
 
 def _fault_of(task: asyncio.Task[None]) -> EngineError | None:

@@ -108,5 +108,5 @@ class AnswerParser:
                 self._sent_args[index] = len(call.arguments)
         if calls:
             self.called = True
-            out.append({"tool_calls": calls})
+            out.extend({"tool_calls": [call]} for call in calls)  # one chunk each, as OpenAI
         return out
