@@ -226,7 +226,7 @@ class GenerationFields(BaseModel):
         if name is not None:
             raise PydanticCustomError(
                 "unsupported", "{field} is not a field this router honours or passes on to "
-                "its engines (docs/security.md lists those it does)",
+                "its engines (docs/openai-fields.md lists those it does)",
                 {"param": name, "field": name},
             )  # fmt: skip
         for key, value in extra.items():
