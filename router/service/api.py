@@ -19,7 +19,8 @@ from router.hashing import HashExtras, chain_hashes
 from router.service.decide import check_prompt, decide
 from router.service.engine_support import require_feature
 from router.service.errors import ApiError
-from router.service.generation import Generation, Job, stream_events
+from router.service.event_stream import stream_events
+from router.service.generation import Generation, Job
 from router.service.logprob_format import completion_logprobs
 from router.service.models import ResolvedModel
 from router.service.prompt_budget import check_prompt_chars

@@ -9,12 +9,11 @@ request into a ``Job`` and the tokens into their response format.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from array import array
 from collections.abc import AsyncIterator, Awaitable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 import anyio
 import structlog
@@ -25,7 +24,7 @@ from policies.tiers import Tier
 from policies.types import Decision, RequestView
 from router.hashing import HashExtras, chain_hashes
 from router.service.decide import decide_around
-from router.service.errors import ApiError, error_body
+from router.service.errors import ApiError
 from router.service.experiments import Arm
 from router.service.models import ResolvedModel
 from router.service.orchestrator import ExecutionResult, Upstream, execute
@@ -35,15 +34,12 @@ from router.service.tenancy import PREDICTION_FIELDS, shows_predictions
 from router.service.text_stream import TextStream
 
 __all__ = [
-    "ChunkFormat",
     "ClientGone",
     "Generation",
     "Job",
     "out_of_vocabulary",
     "served",
-    "sse_data",
     "stream_error",
-    "stream_events",
 ]
 
 MAX_ATTEMPTS = 3
@@ -314,70 +310,6 @@ def stream_error(exc: EngineError) -> tuple[str, str, int]:
         (400, "invalid_request_error") if exc.cause == "request" else (502, "upstream_error")
     )
     return f"engine failed mid-stream: {exc.public}", kind, status
-
-
-class ChunkFormat(Protocol):
-    """How an endpoint writes its stream's choices."""
-
-    def opening(self) -> list[dict[str, Any]]:
-        """Choices sent before any token (chat: the assistant's role)."""
-        ...
-
-    async def delta(
-        self, text: str, ids: list[int], logprobs: list[TokenLogprob]
-    ) -> list[dict[str, Any]]:
-        """The choices (one chunk each) for new tokens, their text and log probabilities."""
-        ...
-
-    async def final(self, text: str, reason: str) -> list[dict[str, Any]]:
-        """The last choices: the text still held back; the last one has the finish reason."""
-        ...
-
-
-async def stream_events(
-    run: Generation,
-    text: TextStream,
-    head: dict[str, Any],
-    form: ChunkFormat,
-    include_usage: bool,
-) -> AsyncIterator[str]:
-    """A generation as server-sent events: the endpoint's chunks (``head`` plus choices),
-    the ``pdd`` field on the last one, usage when asked, an error event if an engine
-    fails on the way, and ``[DONE]``; the engines stop when the client leaves."""
-    sent = 0
-    try:
-        for opening in form.opening():
-            yield sse_data({**head, "choices": [opening]})
-        try:
-            async for delta_ids in run.deltas():
-                out, ids = await text.take(delta_ids)
-                sent += len(ids)
-                for choice in await form.delta(out, ids, run.take_logprobs(len(ids))):
-                    yield sse_data({**head, "choices": [choice]})
-                if text.stopped:
-                    break
-        except EngineError as exc:
-            message, kind, status = stream_error(exc)
-            yield sse_data(error_body(message, kind, None, status))
-            yield "data: [DONE]\n\n"
-            return
-        rest = await text.flush()
-        run.finish(stopped=text.stopped)
-        reason = "stop" if text.stopped else run.outcome.finish_reason or "length"
-        *choices, last = await form.final(rest, reason)
-        for choice in choices:
-            yield sse_data({**head, "choices": [choice]})
-        yield sse_data({**head, "choices": [last], "pdd": run.served()})
-        if include_usage:
-            yield sse_data({**head, "choices": [], "usage": run.usage(sent)})
-        yield "data: [DONE]\n\n"
-    finally:
-        await run.close()
-
-
-def sse_data(obj: object) -> str:
-    """One server-sent event carrying ``obj`` as JSON."""
-    return f"data: {json.dumps(obj, separators=(',', ':'))}\n\n"
 
 
 def _upstream(svc: ServiceState) -> Upstream:

@@ -16,7 +16,8 @@ from router.service.chat_answer import answer_plan
 from router.service.chat_prompt import chat_prompt
 from router.service.engine_support import require_feature
 from router.service.errors import ApiError
-from router.service.generation import Generation, stream_events
+from router.service.event_stream import stream_events
+from router.service.generation import Generation
 from router.service.logprob_format import chat_logprobs
 from router.service.schemas import ERROR_RESPONSES, ChatRequest
 from router.service.state import ServiceState

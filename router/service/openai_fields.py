@@ -122,6 +122,3 @@ def refusal_of(name: str, value: Any) -> str | None:
         return None
     return refusal.why
 
-
-ACCEPTED_AS_IS = frozenset(_REFUSED)
-"""Fields accepted at the values the router honours anyway, and not passed on."""
