@@ -1,6 +1,8 @@
 """A model's answer as OpenAI's chat message and chunk deltas: reasoning, content and tool
 calls, parsed from the whole text so far each time text arrives (the formats give only
-what can no longer change, so each delta extends what was sent).
+what can no longer change, so each delta extends what was sent). Parsing the whole text
+again costs time linear in the answer per delta; an answer read for nothing but content
+skips it.
 
 A streamed call comes as OpenAI sends one: a first delta with ``index``, ``id``, ``type``
 and ``function.name`` (arguments ``""``), then pieces of ``function.arguments`` that add up
@@ -74,11 +76,16 @@ class AnswerParser:
     def push(self, text: str) -> list[dict[str, Any]]:
         """The deltas (``{"content": ...}``, ``{"reasoning_content": ...}``,
         ``{"tool_calls": [...]}``) that ``text`` adds."""
+        if self._tools is None and self._reasoning is None:  # all content: nothing to hold
+            self._sent_content += len(text)
+            return [{"content": text}] if text else []
         self._text += text
         return self._deltas(final=False)
 
     def finish(self) -> list[dict[str, Any]]:
         """The deltas still held back, at the end of the answer."""
+        if self._tools is None and self._reasoning is None:
+            return []
         return self._deltas(final=True)
 
     def _deltas(self, final: bool) -> list[dict[str, Any]]:
