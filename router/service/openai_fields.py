@@ -121,4 +121,3 @@ def refusal_of(name: str, value: Any) -> str | None:
     if refusal is None or refusal.accepts(value):
         return None
     return refusal.why
-

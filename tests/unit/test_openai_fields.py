@@ -87,13 +87,8 @@ def test_every_openai_field_is_in_the_table_and_the_doc(
 
 @pytest.mark.parametrize("name", sorted(CHAT))
 def test_each_chat_field_is_served_or_refused_by_name(name: str) -> None:
-    accepted = ChatRequest.model_validate(
-        _body(
-            ChatRequest,
-            **{name: ACCEPTED[name]},
-            **({"logprobs": True} if name == "top_logprobs" else {}),
-        )  # fmt: skip
-    )
+    needs = {"logprobs": True} if name == "top_logprobs" else {}
+    accepted = ChatRequest.model_validate(_body(ChatRequest, **{name: ACCEPTED[name]}, **needs))
     _kept(accepted, name)
     if name in REFUSED:
         with pytest.raises(ValidationError) as caught:
