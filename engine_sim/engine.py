@@ -1,11 +1,6 @@
-"""An in-process simulated engine: the adapter contract with a toy model and a real prefix cache.
-
-No GPU, no network: a deterministic toy model (the next token is a function of the
-whole context, so extend-decode from prompt + eager tokens continues exactly), a
-block prefix cache with LRU eviction that reports cached prompt tokens and publishes
-KV events, optional timing (real asyncio sleeps only when configured), a bounded
-number of running requests (the rest wait), and fault injection for failover tests.
-Used by replay, by the demo server (behind ``sim_server``) and by the contract tests.
+"""An in-process simulated engine: the adapter contract with a toy model and a real prefix
+cache (LRU, cached-token counts, KV events), optional timing, bounded running requests and
+fault injection; used by replay, the demo server (``engine_sim.server``) and the tests.
 """
 
 from __future__ import annotations
@@ -16,13 +11,14 @@ import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
-
 from engine_sim.cache import ChainBlock, SimEngineCache
+from engine_sim.config import SimEngineConfig, SimFaults
+from engine_sim.outputs import TextEncoder, fake_logprob, forced_tokens
 from engine_sim.toy_model import ToyModel
 from engines_adapter.contract import (
     EngineError,
     EngineLoad,
+    Feature,
     GenerateRequest,
     KVEvent,
     KVEventBatch,
@@ -38,45 +34,6 @@ _REPICK = 0x5851F42D4C957F2D
 
 Sleep = Callable[[float], Awaitable[None]]
 Clock = Callable[[], float]
-
-
-class SimEngineConfig(BaseModel):
-    """How a simulated engine behaves; every instance of one deployment shares the model."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    block_size: int = Field(16, gt=0)
-    vocab_size: int = Field(512, ge=2)
-    cache_blocks: int = Field(4096, gt=0)  # KV capacity in blocks
-    max_running: int = Field(64, gt=0)  # more requests than this wait
-    prefill_s_per_token: float = Field(0.0, ge=0)  # per uncached prompt token
-    decode_s_per_token: float = Field(0.0, ge=0)
-    eos_token_id: int | None = None  # None: never stops before max_tokens
-    # the token IDs generation draws from, uniformly (repeat one to make it likelier; include
-    # eos_token_id to stop); None: the whole vocabulary
-    output_token_ids: list[int] | None = Field(None, min_length=1)
-    model_seed: int = 0  # the toy model; equal on every instance of a deployment
-    hash_seed: int = Field(0, ge=0)  # the cache's own block hashes, like an engine's
-    event_queue_size: int = Field(10_000, gt=0)  # per KV-event subscriber
-
-    @model_validator(mode="after")
-    def _outputs_in_vocabulary(self) -> SimEngineConfig:
-        bad = [t for t in self.output_token_ids or () if not 0 <= t < self.vocab_size]
-        if bad:
-            raise ValueError(f"output_token_ids: {bad[0]} is not below vocab_size")
-        return self
-
-
-class SimFaults(BaseModel):
-    """Faults to inject; change them on a running engine (``engine.faults.refuse = True``)."""
-
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
-
-    healthy: bool = True  # what health() reports
-    refuse: bool = False  # every new request fails with a retryable EngineError
-    fail_after_tokens: int | None = Field(None, ge=0)  # streams fail after this many tokens
-    hang: bool = False  # requests stall until aborted
-    busy_next: int = Field(0, ge=0)  # the server answers this many next completions 429
 
 
 @dataclass(slots=True)
@@ -119,8 +76,15 @@ class SimEngine:
         faults: SimFaults | None = None,
         sleep: Sleep = asyncio.sleep,
         clock: Clock = time.time,
+        text_encoder: TextEncoder | None = None,
     ) -> None:
+        """``text_encoder``: the model's tokenizer, for structured output (without one, the
+        engine does not offer it)."""
         self.instance_id = instance_id
+        self.text_encoder = text_encoder
+        self.features: frozenset[Feature] = frozenset(
+            {"logprobs", "structured_output"} if text_encoder is not None else {"logprobs"}
+        )
         self.config = config or SimEngineConfig()
         self.faults = faults or SimFaults()
         outputs = self.config.output_token_ids
@@ -176,44 +140,81 @@ class SimEngine:
             self._finish(run)
 
     async def generate(self, request: GenerateRequest) -> AsyncGenerator[TokenDelta, None]:
-        """Stream one token per delta; the first delta carries the cached prompt tokens."""
+        """Stream one token per delta; the first delta carries the cached prompt tokens.
+        Structured output writes a JSON value the schema accepts, then EOS."""
+        forced = self._forced(request)
         run = await self._start(request)
         try:
+            if forced == []:  # the first engine wrote the whole answer before the handoff
+                yield TokenDelta(token_ids=[], finished=True, finish_reason="stop")
+                return
             state = run.state
             for i in range(request.max_tokens):
-                if self.faults.hang:
-                    await run.aborted.wait()
-                if run.aborted.is_set():
+                if not await self._step_allowed(run, i):
                     yield TokenDelta(token_ids=[], finished=True, finish_reason="abort")
                     return
-                if self.faults.fail_after_tokens is not None and i >= self.faults.fail_after_tokens:
-                    raise EngineError(self.instance_id, f"injected failure after {i} tokens")
-                if self.config.decode_s_per_token > 0:
-                    await self._sleep(self.config.decode_s_per_token)
-                else:
-                    await asyncio.sleep(0)  # let other requests (and aborts) in
-                if run.aborted.is_set():
-                    yield TokenDelta(token_ids=[], finished=True, finish_reason="abort")
-                    return
-                opening = i == 0 and not request.ignore_eos
-                token = self._opening(state) if opening else self.model.next_token(state)
+                token = self._choose(request, state, i, forced)
+                logprobs = None
+                if request.logprobs is not None:
+                    top = fake_logprob(state, token, request.logprobs, self.config.vocab_size)
+                    logprobs = [top]
                 state = self.model.step(state, token)
                 self._append(run, token)
                 run.last_at = time.perf_counter()
                 if run.first_at is None:
                     run.first_at = run.last_at
                 stop = token == self.config.eos_token_id and not request.ignore_eos
+                stop = stop or (forced is not None and i == len(forced) - 1)
                 last = stop or i == request.max_tokens - 1
                 yield TokenDelta(
                     token_ids=[token],
                     finished=last,
                     finish_reason=("stop" if stop else "length") if last else None,
                     cached_tokens=run.cached_tokens if i == 0 else None,
+                    logprobs=logprobs,
                 )
                 if stop:
                     return
         finally:
             self._finish(run)
+
+    def _forced(self, request: GenerateRequest) -> list[int] | None:
+        """With structured output, the tokens still to write (None: free generation)."""
+        if request.structured is None:
+            return None
+        if self.text_encoder is None:
+            raise EngineError(self.instance_id, "structured output: no tokenizer",
+                              cause="request")  # fmt: skip
+        eos = self.config.eos_token_id
+        prompt = request.prompt_token_ids
+        forced, done = forced_tokens(request.structured, self.text_encoder, prompt, eos)
+        return forced[done:]
+
+    async def _step_allowed(self, run: _Run, i: int) -> bool:
+        """Wait out one decode step (or a hang); False when the request was aborted; an
+        injected failure raises."""
+        if self.faults.hang:
+            await run.aborted.wait()
+        if run.aborted.is_set():
+            return False
+        if self.faults.fail_after_tokens is not None and i >= self.faults.fail_after_tokens:
+            raise EngineError(self.instance_id, f"injected failure after {i} tokens")
+        if self.config.decode_s_per_token > 0:
+            await self._sleep(self.config.decode_s_per_token)
+        else:
+            await asyncio.sleep(0)  # let other requests (and aborts) in
+        return not run.aborted.is_set()
+
+    def _choose(
+        self, request: GenerateRequest, state: int, i: int, forced: list[int] | None
+    ) -> int:
+        """The ``i``-th output token: the structured answer's, else the model's (never
+        end-of-turn first, unless the request ignores it)."""
+        if forced is not None:
+            return forced[i]
+        if i == 0 and not request.ignore_eos:
+            return self._opening(state)
+        return self.model.next_token(state)
 
     async def abort(self, request_id: str) -> None:
         """Stop a running (or hung) request; unknown ids are ignored."""

@@ -28,7 +28,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from engine_sim.engine import SimEngine, SimEngineConfig, SimFaults
 from engine_sim.metrics import SimEngineCollector, render_metrics
-from engines_adapter.contract import EngineError, GenerateRequest, TokenDelta
+from engines_adapter.contract import (
+    EngineError,
+    GenerateRequest,
+    StructuredOutput,
+    TokenDelta,
+    TokenLogprob,
+)
 from engines_adapter.kv_events import WireForm
 from engines_adapter.kv_publisher import KVEventPublisher
 
@@ -70,6 +76,8 @@ class CompletionBody(BaseModel):
     kv_transfer_params: dict[str, Any] | None = None
     request_id: str | None = None
     cache_salt: str | None = None
+    logprobs: int | None = Field(None, ge=0)
+    response_format: dict[str, Any] | None = None
 
 
 class _State(TypedDict):
@@ -89,6 +97,30 @@ def _engine_error(exc: EngineError) -> JSONResponse:
     if exc.retryable:
         return _error(503, str(exc), "ServiceUnavailableError")
     return _error(400, str(exc), "BadRequestError")
+
+
+def _structured(response_format: dict[str, Any] | None) -> StructuredOutput | None:
+    """vLLM's ``response_format`` as the engine's structured output (``text``: none)."""
+    kind = (response_format or {}).get("type")
+    if kind == "json_object":
+        return StructuredOutput()
+    if kind == "json_schema":
+        schema = (response_format or {}).get("json_schema") or {}
+        return StructuredOutput(json_schema=schema.get("schema") or {"type": "object"})
+    return None
+
+
+def _logprobs(entries: list[TokenLogprob] | None) -> dict[str, Any] | None:
+    """Log probabilities as vLLM's completions write them with
+    ``return_tokens_as_token_ids`` (each token as ``token_id:N``)."""
+    if entries is None:
+        return None
+    return {
+        "tokens": [f"token_id:{e.token_id}" for e in entries],
+        "token_logprobs": [e.logprob for e in entries],
+        "top_logprobs": [{f"token_id:{t}": v for t, v in e.top} for e in entries],
+        "text_offset": [0] * len(entries),
+    }
 
 
 def _usage(prompt: int, completion: int, cached: int | None) -> dict[str, Any]:
@@ -209,6 +241,8 @@ def create_app(config: SimServerConfig, *, engine: SimEngine | None = None) -> F
             ignore_eos=body.ignore_eos,
             kv_transfer_params=body.kv_transfer_params,
             sampling={"cache_salt": body.cache_salt} if body.cache_salt else {},
+            logprobs=body.logprobs,
+            structured=_structured(body.response_format),
         )
         deltas = sim.generate(gen_request)
         try:
@@ -256,10 +290,13 @@ async def _complete(
     kv_out: dict[str, Any] | None,
 ) -> Response:
     out = list(first.token_ids)
+    logprobs = None if first.logprobs is None else list(first.logprobs)
     last = first
     try:
         async for delta in deltas:
             out.extend(delta.token_ids)
+            if logprobs is not None:
+                logprobs.extend(delta.logprobs or [])
             last = delta
     except EngineError as exc:
         return _error(500, str(exc), "InternalServerError")
@@ -268,7 +305,7 @@ async def _complete(
     choice = {
         "index": 0,
         "text": "",
-        "logprobs": None,
+        "logprobs": _logprobs(logprobs),
         "finish_reason": last.finish_reason,
         "stop_reason": None,
         "token_ids": out if want_ids else None,
@@ -302,7 +339,7 @@ async def _stream(
             choice: dict[str, Any] = {
                 "index": 0,
                 "text": "",
-                "logprobs": None,
+                "logprobs": _logprobs(delta.logprobs),
                 "finish_reason": delta.finish_reason,
                 "stop_reason": None,
             }

@@ -13,11 +13,14 @@ __all__ = [
     "EngineError",
     "EngineLoad",
     "ErrorCause",
+    "Feature",
     "GenerateRequest",
     "KVEvent",
     "KVEventBatch",
     "PrefillResult",
+    "StructuredOutput",
     "TokenDelta",
+    "TokenLogprob",
 ]
 
 
@@ -79,6 +82,24 @@ def _public(cause: ErrorCause, reason: str) -> str:
     )
 
 
+class StructuredOutput(BaseModel):
+    """Output constrained to JSON: any JSON object, or one that ``json_schema`` describes.
+    Each adapter writes it in its engine's own field."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    json_schema: dict[str, Any] | None = None
+
+
+class TokenLogprob(BaseModel):
+    """A generated token's log probability and, when asked, the likeliest alternatives
+    (token ID and log probability, likeliest first)."""
+
+    token_id: int
+    logprob: float
+    top: list[tuple[int, float]] = Field(default_factory=list)
+
+
 class GenerateRequest(BaseModel):
     """A generation on one engine: decode, or extend-decode (prompt + eager token IDs)."""
 
@@ -90,6 +111,11 @@ class GenerateRequest(BaseModel):
     temperature: float = 0.0
     ignore_eos: bool = False
     kv_transfer_params: dict[str, Any] | None = None  # from a prefill, for disaggregation
+    logprobs: int | None = Field(
+        None, ge=0, description="Each token's log probability with this many alternatives "
+        "(None: none asked)",
+    )  # fmt: skip
+    structured: StructuredOutput | None = None
     sampling: dict[str, Any] = Field(
         default_factory=dict,
         description="Further sampling fields of OpenAI's API (top_p, seed, ...), passed to "
@@ -127,6 +153,7 @@ class TokenDelta(BaseModel):
     finished: bool = False
     finish_reason: str | None = None
     cached_tokens: int | None = None  # reported once, when the engine says it (usage)
+    logprobs: list[TokenLogprob] | None = None  # one per token ID, when the request asked
 
 
 class EngineLoad(BaseModel):
@@ -169,6 +196,11 @@ class KVEventBatch(BaseModel):
     # simply applies events in order resyncs (under-counting rather than over-counting).
     gap: bool = False
     missed: int = 0  # batches lost, when known (0 after a publisher restart)
+
+
+Feature = Literal["logprobs", "structured_output"]
+"""What an engine may or may not do for a request; an adapter lists those it does in
+``features`` (an adapter without the attribute does neither)."""
 
 
 class EngineAdapter(Protocol):

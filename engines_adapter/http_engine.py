@@ -250,24 +250,31 @@ def _merged(delta: TokenDelta, queue: asyncio.Queue[_Item]) -> tuple[TokenDelta,
     to be handled next. The merged delta reports the cached tokens any of them reported
     (vLLM's last, SGLang's first)."""
     ids: list[int] | None = None
+    logprobs = None if delta.logprobs is None else list(delta.logprobs)
     cached = delta.cached_tokens
     while not delta.finished and not queue.empty():
         following = queue.get_nowait()
         if not isinstance(following, TokenDelta):
-            return _joined(delta, ids, cached), [following]
+            return _joined(delta, ids, cached, logprobs), [following]
         if ids is None:
             ids = list(delta.token_ids)
         ids.extend(following.token_ids)  # once each: a long backlog merges in linear time
+        if logprobs is not None and following.logprobs is not None:
+            logprobs.extend(following.logprobs)
         cached = cached if cached is not None else following.cached_tokens
         delta = following
-    return _joined(delta, ids, cached), []
+    return _joined(delta, ids, cached, logprobs), []
 
 
-def _joined(delta: TokenDelta, ids: list[int] | None, cached: int | None) -> TokenDelta:
-    """The last delta of a merge with all of its tokens and the cached tokens one reported."""
+def _joined(
+    delta: TokenDelta, ids: list[int] | None, cached: int | None, logprobs: list[Any] | None
+) -> TokenDelta:
+    """The last delta of a merge with all of its tokens (and their log probabilities) and
+    the cached tokens one reported."""
     if ids is None:
         return delta
-    return delta.model_copy(update={"token_ids": ids, "cached_tokens": cached})
+    update = {"token_ids": ids, "cached_tokens": cached, "logprobs": logprobs}
+    return delta.model_copy(update=update)
 
 
 class AbortableStreams:

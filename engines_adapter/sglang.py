@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import random
 from collections.abc import AsyncGenerator, Awaitable, Callable
@@ -36,6 +37,7 @@ import httpx
 from engines_adapter.contract import (
     EngineError,
     EngineLoad,
+    Feature,
     GenerateRequest,
     PrefillResult,
     TokenDelta,
@@ -80,7 +82,12 @@ def _new_tokens(output_ids: list[int], meta: dict[str, Any], seen: int) -> list[
 
 
 class SGLangAdapter(HttpEngineCommon):
-    """One SGLang server (``python -m sglang.launch_server``), optionally a PD prefill server."""
+    """One SGLang server (``python -m sglang.launch_server``), optionally a PD prefill server.
+
+    Log probabilities are not asked of it (its ``/generate`` reports them in a shape of its
+    own not yet read here): a request for them is refused by the router."""
+
+    features: frozenset[Feature] = frozenset({"structured_output"})
 
     def __init__(  # noqa: PLR0913 -- the engine's endpoints and timeouts, keyword-only
         self,
@@ -125,6 +132,9 @@ class SGLangAdapter(HttpEngineCommon):
             "rid": rid,
             "stream": stream,
         }
+        if request.structured is not None:  # SGLang takes the schema as JSON text
+            schema = request.structured.json_schema or {"type": "object"}
+            body["sampling_params"]["json_schema"] = json.dumps(schema)
         params = request.kv_transfer_params or {}
         body.update({k: params[k] for k in BOOTSTRAP_KEYS if k in params})
         return body

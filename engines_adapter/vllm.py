@@ -10,6 +10,9 @@
   ``kv_transfer_params`` are handed to the decode targets. Without a connector (CPU)
   vLLM ignores the field and the decode target recomputes from its prefix cache.
 - load: ``GET /metrics``; health: ``GET /health``; KV events: ZMQ (kv_subscriber).
+- logprobs: ``logprobs`` (the alternatives asked) with ``return_tokens_as_token_ids``, so
+  every token comes back as its ID for the router to decode; structured output:
+  ``response_format`` (``json_object``, or ``json_schema`` with the schema).
 - abort: close the HTTP stream (vLLM aborts a request whose client went away).
 """
 
@@ -24,9 +27,12 @@ import httpx
 from engines_adapter.contract import (
     EngineError,
     EngineLoad,
+    Feature,
     GenerateRequest,
     PrefillResult,
+    StructuredOutput,
     TokenDelta,
+    TokenLogprob,
 )
 from engines_adapter.engine_metrics import VLLM_METRICS, parse_load
 from engines_adapter.http_engine import (
@@ -68,8 +74,44 @@ def _usage_cached(chunk: dict[str, Any]) -> int | None:
     return None
 
 
+def response_format(structured: StructuredOutput) -> dict[str, Any]:
+    """OpenAI's ``response_format``, which vLLM's completions take for structured output."""
+    if structured.json_schema is None:
+        return {"type": "json_object"}
+    return {
+        "type": "json_schema",
+        "json_schema": {"name": "output", "schema": structured.json_schema},
+    }
+
+
+def _token_id(token: object) -> int:
+    """A token as ``return_tokens_as_token_ids`` writes it (``token_id:123``)."""
+    if isinstance(token, str) and token.startswith("token_id:"):
+        return int(token[len("token_id:") :])
+    raise ValueError(f"logprobs: {token!r} is not a token_id:N token")
+
+
+def _logprobs(given: object, ids: list[int]) -> list[TokenLogprob] | None:
+    """A completion chunk's ``logprobs`` (tokens, token_logprobs, top_logprobs) per token."""
+    if not isinstance(given, dict):
+        return None
+    values = given.get("token_logprobs") or []
+    tops = given.get("top_logprobs") or [None] * len(values)
+    if len(values) != len(ids) or len(tops) != len(ids):
+        raise ValueError(f"logprobs for {len(values)} tokens in a chunk of {len(ids)}")
+    out = []
+    for token, value, top in zip(ids, values, tops, strict=True):
+        alternatives = sorted(((_token_id(t), float(v)) for t, v in (top or {}).items()),
+                              key=lambda a: -a[1])  # fmt: skip
+        logprob = float(value) if value is not None else float("-inf")
+        out.append(TokenLogprob(token_id=token, logprob=logprob, top=alternatives))
+    return out
+
+
 class VLLMAdapter(HttpEngineCommon):
     """One vLLM server (``vllm serve`` / ``vllm.entrypoints.openai.api_server``)."""
+
+    features: frozenset[Feature] = frozenset({"logprobs", "structured_output"})
 
     def __init__(  # noqa: PLR0913 -- the engine's endpoints and timeouts, keyword-only
         self,
@@ -110,6 +152,11 @@ class VLLMAdapter(HttpEngineCommon):
         }
         if self.model is not None:
             body["model"] = self.model
+        if request.logprobs is not None:  # alternatives as token IDs, decoded by the router
+            body["logprobs"] = request.logprobs
+            body["return_tokens_as_token_ids"] = True
+        if request.structured is not None:
+            body["response_format"] = response_format(request.structured)
         if stream:
             body["stream_options"] = {"include_usage": True}
         if request.kv_transfer_params is not None:
@@ -185,10 +232,12 @@ class VLLMAdapter(HttpEngineCommon):
                         )
                     cached = _usage_cached(chunk) if cached is None else cached
                     for choice in chunk.get("choices") or []:
+                        ids = list(choice.get("token_ids") or [])
                         delta = TokenDelta(
-                            token_ids=list(choice.get("token_ids") or []),
+                            token_ids=ids,
                             finished=choice.get("finish_reason") is not None,
                             finish_reason=choice.get("finish_reason"),
+                            logprobs=_logprobs(choice.get("logprobs"), ids),
                         )
                         if delta.finished:
                             final = delta  # held until the usage chunk that follows it

@@ -13,11 +13,15 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import ValidationError
 
+from engines_adapter.contract import TokenLogprob
 from policies.types import Decision, RequestView
 from router.hashing import HashExtras, chain_hashes
 from router.service.decide import check_prompt
+from router.service.engine_support import require_feature
 from router.service.errors import ApiError
-from router.service.generation import Generation, Job, stream_events
+from router.service.event_stream import stream_events
+from router.service.generation import Generation, Job
+from router.service.logprob_format import completion_logprobs
 from router.service.models import ResolvedModel
 from router.service.prompt_budget import check_prompt_chars
 from router.service.route_body import FastRouteBody, decode_route_body
@@ -175,9 +179,15 @@ async def completions(body: CompletionRequest, request: Request) -> object:
         raise ApiError(400, "stream a single prompt per request (several prompts are served "
                        "without streaming)", param="prompt")  # fmt: skip
     jobs = [job_of(svc, body, model, p, body.max_tokens, tokenizer=tokenizer) for p in prompts]
+    if body.logprobs is not None:
+        require_feature(svc.pool, model, "logprobs", "logprobs")
+        for job in jobs:
+            job.logprobs = body.logprobs
     if body.stream:
         return await _stream_completion(svc, request, jobs[0], tokenizer, body)
-    runs = await asyncio.gather(*(_complete(svc, request, j, tokenizer, body) for j in jobs))
+    runs = await asyncio.gather(
+        *(_complete(svc, request, j, tokenizer, body, i) for i, j in enumerate(jobs))
+    )
     first = runs[0][0]
     choices = [{**choice, "index": i} for i, (_, choice, _) in enumerate(runs)]
     completion = sum(tokens for _, _, tokens in runs)
@@ -200,10 +210,10 @@ def _summed_usage(runs: list[tuple[Generation, dict[str, object], int]],
 
 async def _complete(
     svc: ServiceState, request: Request, job: Job, tokenizer: AsyncTokenizerLike | None,
-    body: CompletionRequest,
+    body: CompletionRequest, index: int,
 ) -> tuple[Generation, dict[str, object], int]:  # fmt: skip
     run = await Generation.start(svc, request, job)
-    text = TextStream(tokenizer, job.prompt, body.stops())
+    text = TextStream(tokenizer, job.prompt, body.stops(), body.stop_token_ids or ())
     tokens: list[int] = []
     try:
         async for ids in run.until_stopped(request, text):
@@ -212,33 +222,75 @@ async def _complete(
     finally:
         await run.close()  # after finish: an unfinished request stops being watched
     reason = "stop" if text.stopped else run.outcome.finish_reason
-    choice = {"index": 0, "text": text.text, "token_ids": tokens, "finish_reason": reason,
-              "logprobs": None}  # fmt: skip
+    echoed = await _echo(body, job, tokenizer, index)
+    logprobs = None
+    if body.logprobs is not None:
+        entries = run.take_logprobs(len(tokens))
+        logprobs = await completion_logprobs(tokenizer, entries, body.logprobs, len(echoed))
+    choice = {"index": 0, "text": echoed + text.text, "token_ids": tokens,
+              "finish_reason": reason, "logprobs": logprobs}  # fmt: skip
     return run, choice, len(tokens)
+
+
+async def _echo(
+    body: CompletionRequest, job: Job, tokenizer: AsyncTokenizerLike | None, index: int
+) -> str:
+    """The text of prompt ``index`` as given (token IDs decoded) when the request asks for
+    it back (``echo``), else ''."""
+    if not body.echo:
+        return ""
+    prompt = body.prompt
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt[index], str):
+        return str(prompt[index])
+    if tokenizer is None:
+        raise ApiError(400, "echo: the model has no tokenizer to write the prompt's text with",
+                       param="echo")  # fmt: skip
+    return await tokenizer.decode(list(job.prompt))
 
 
 async def _stream_completion(
     svc: ServiceState, request: Request, job: Job, tokenizer: AsyncTokenizerLike | None,
     body: CompletionRequest,
 ) -> StreamingResponse:  # fmt: skip
+    echoed = await _echo(body, job, tokenizer, 0)
     run = await Generation.start(svc, request, job)
-    text = TextStream(tokenizer, job.prompt, body.stops())
+    text = TextStream(tokenizer, job.prompt, body.stops(), body.stop_token_ids or ())
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
     head = {"id": run.request_id, "object": "text_completion", "created": int(time.time()),
             "model": job.model.name}  # fmt: skip
 
-    events = stream_events(run, text, head, _CompletionChunks(), include_usage)
+    top = body.logprobs
+    form = _CompletionChunks(echoed, tokenizer, top)
+    events = stream_events(run, text, head, form, include_usage)
     return StreamingResponse(events, media_type="text/event-stream", headers=run.headers())
 
 
 class _CompletionChunks:
-    """A completion stream's choices: text and the token IDs it came from."""
+    """A completion stream's choices: text, the token IDs it came from and their log
+    probabilities when asked (``top`` not None); the echoed prompt first."""
+
+    def __init__(self, echoed: str, tokenizer: AsyncTokenizerLike | None, top: int | None) -> None:
+        self._echoed, self._tokenizer, self._top = echoed, tokenizer, top or 0
+        self._offset = len(echoed)
+        self._asked = top is not None
 
     def opening(self) -> list[dict[str, Any]]:
-        return []
+        if not self._echoed:
+            return []
+        return [{"index": 0, "text": self._echoed, "token_ids": [], "finish_reason": None}]
 
-    def delta(self, text: str, ids: list[int]) -> dict[str, Any] | None:
-        return {"index": 0, "text": text, "token_ids": ids, "finish_reason": None}
+    async def delta(
+        self, text: str, ids: list[int], logprobs: list[TokenLogprob]
+    ) -> list[dict[str, Any]]:
+        choice: dict[str, Any] = {"index": 0, "text": text, "token_ids": ids,
+                                  "finish_reason": None}  # fmt: skip
+        if self._asked:
+            given = await completion_logprobs(self._tokenizer, logprobs, self._top, self._offset)
+            self._offset += sum(len(t) for t in given["tokens"])
+            choice["logprobs"] = given
+        return [choice]
 
-    def final(self, text: str, reason: str) -> dict[str, Any]:
-        return {"index": 0, "text": text, "token_ids": [], "finish_reason": reason}
+    async def final(self, text: str, reason: str) -> list[dict[str, Any]]:
+        return [{"index": 0, "text": text, "token_ids": [], "finish_reason": reason}]

@@ -37,6 +37,9 @@ async def chat_prompt(
     kwargs = dict(body.chat_template_kwargs or {})
     if body.chat_template is not None:
         kwargs["chat_template"] = body.chat_template
+    if body.reasoning_effort is not None:
+        kwargs.setdefault("reasoning_effort", body.reasoning_effort)
+    messages = _as_system(body.messages)
     limit = svc.settings.service.prompt_char_limit
     check_prompt_chars(text_chars([body.messages, body.tools, kwargs]), limit, "messages")
     field = template_field(body)
@@ -49,10 +52,10 @@ async def chat_prompt(
         )  # fmt: skip
     try:
         if field is not None and sandbox is not None and isinstance(tokenizer, AsyncTokenizer):
-            return await _sandboxed(sandbox, tokenizer, body, kwargs)
+            return await _sandboxed(sandbox, tokenizer, body, messages, kwargs)
         # the model's own template, or an engine that renders (its own limits apply there)
         return await tokenizer.encode_chat(
-            body.messages, add_generation_prompt=body.add_generation_prompt, tools=body.tools,
+            messages, add_generation_prompt=body.add_generation_prompt, tools=body.tools,
             **kwargs,
         )  # fmt: skip
     except ChatTemplateError as exc:
@@ -62,14 +65,22 @@ async def chat_prompt(
         raise ApiError(400, f"messages: {exc}", param="messages") from exc
 
 
+def _as_system(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """OpenAI's ``developer`` messages as ``system`` ones (what chat templates know)."""
+    if not any(m.get("role") == "developer" for m in messages):
+        return messages
+    return [{**m, "role": "system"} if m.get("role") == "developer" else m for m in messages]
+
+
 async def _sandboxed(
-    sandbox: TemplateSandbox, tokenizer: AsyncTokenizer, body: ChatRequest, kwargs: dict[str, Any]
-) -> list[int]:
+    sandbox: TemplateSandbox, tokenizer: AsyncTokenizer, body: ChatRequest,
+    messages: list[dict[str, Any]], kwargs: dict[str, Any],
+) -> list[int]:  # fmt: skip
     """The request's template rendered in the sandbox (time, output and memory budgets),
     then tokenized in the tokenizer's threads."""
     source = str(kwargs.pop("chat_template"))
     tok = tokenizer.tokenizer
-    messages = normalize_messages(body.messages, getattr(tok, "content_format", "string"))
+    messages = normalize_messages(messages, getattr(tok, "content_format", "string"))
     text = await sandbox.render(
         source, messages, special_tokens=getattr(tok, "special_tokens", None),
         add_generation_prompt=body.add_generation_prompt, tools=body.tools, **kwargs,

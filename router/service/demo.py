@@ -149,10 +149,14 @@ def demo_adapter_factory(settings: Settings) -> AdapterFactory:
     others as ``create_app`` builds them."""
     fallback = adapter_factory_for(settings)
     engine = demo_engine_config()
+    words = Tokenizer.from_file(str(builtin_tokenizer_dir() / "tokenizer.json"))
+
+    def encode(text: str) -> list[int]:  # structured output: JSON in the demo's tokens
+        return list(words.encode(text, add_special_tokens=False).ids)
 
     def build(config: InstanceConfig, client: httpx.AsyncClient) -> EngineAdapter:
         if config.adapter == "sim":
-            return SimEngine(config.instance_id, engine)
+            return SimEngine(config.instance_id, engine, text_encoder=encode)
         return fallback(config, client)
 
     return build

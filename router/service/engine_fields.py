@@ -3,7 +3,7 @@
 A request's fields beyond the router's own schema are sorted three ways:
 
 - ``CLIENT_ENGINE_FIELDS``: sampling and output-format fields of OpenAI's and vLLM's APIs
-  (``top_p``, ``seed``, ``response_format``, ...), passed to the engine as they came;
+  (``top_p``, ``seed``, ``top_k``, ...), passed to the engine as they came;
 - ``ROUTER_OWNED_FIELDS``: fields that steer an engine's scheduling, its KV transfer or
   its processing (``kv_transfer_params``, ``priority``, ``logits_processors``, ...),
   which the router sets itself or never: a request carrying one is refused (400);
@@ -28,10 +28,9 @@ __all__ = [
 ]
 
 CLIENT_ENGINE_FIELDS = frozenset({
-    # OpenAI's sampling and output fields
-    "top_p", "seed", "frequency_penalty", "presence_penalty", "logit_bias", "logprobs",
-    "top_logprobs", "response_format", "tool_choice", "parallel_tool_calls",
-    "reasoning_effort", "echo",
+    # OpenAI's sampling fields (its other fields the router honours itself:
+    # openai_fields.py lists what it does with each)
+    "top_p", "seed", "frequency_penalty", "presence_penalty", "logit_bias",
     # vLLM's extra sampling parameters
     "top_k", "min_p", "repetition_penalty", "length_penalty", "min_tokens",
     "stop_token_ids", "include_stop_str_in_output", "skip_special_tokens",
@@ -74,8 +73,9 @@ def router_owned(extra: Mapping[str, Any]) -> str | None:
     return next((name for name in extra if name in ROUTER_OWNED_FIELDS), None)
 
 
-def unknown_field(extra: Mapping[str, Any]) -> str | None:
-    """The first extra field that is neither passed on nor router-owned (None: none)."""
+def unknown_field(extra: Mapping[str, Any], honoured: frozenset[str] = frozenset()) -> str | None:
+    """The first extra field that is neither passed on, router-owned nor among
+    ``honoured`` (None: none)."""
     return next(
         (
             n
@@ -83,6 +83,7 @@ def unknown_field(extra: Mapping[str, Any]) -> str | None:
             if n not in CLIENT_ENGINE_FIELDS
             and n not in ROUTER_OWNED_FIELDS
             and n not in ROUTER_HONOURED_FIELDS
+            and n not in honoured
         ),
         None,
     )

@@ -9,22 +9,21 @@ request into a ``Job`` and the tokens into their response format.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from array import array
 from collections.abc import AsyncIterator, Awaitable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 import anyio
 import structlog
 from fastapi import Request
 
-from engines_adapter.contract import EngineError, GenerateRequest
+from engines_adapter.contract import EngineError, GenerateRequest, StructuredOutput, TokenLogprob
 from policies.tiers import Tier
 from policies.types import Decision, RequestView
 from router.hashing import HashExtras, chain_hashes
-from router.service.errors import ApiError, error_body
+from router.service.errors import ApiError
 from router.service.experiments import Arm
 from router.service.models import ResolvedModel
 from router.service.orchestrator import ExecutionResult, execute
@@ -35,15 +34,12 @@ from router.service.tenancy import PREDICTION_FIELDS, shows_predictions
 from router.service.text_stream import TextStream
 
 __all__ = [
-    "ChunkFormat",
     "ClientGone",
     "Generation",
     "Job",
     "out_of_vocabulary",
     "served",
-    "sse_data",
     "stream_error",
-    "stream_events",
 ]
 
 MAX_ATTEMPTS = 3
@@ -78,6 +74,8 @@ class Job:
     session_id: str | None = None
     extras: HashExtras | None = None
     vocab_end: int | None = None  # token IDs an engine sends must be below it
+    logprobs: int | None = None  # alternatives per token asked of the engines (None: none)
+    structured: StructuredOutput | None = None  # output constrained to JSON
 
 
 class Generation:
@@ -104,6 +102,7 @@ class Generation:
         self.timing = timing
         self.request_id = view.request_id or ""
         self.recorded = False
+        self._logprobs_taken = 0
 
     @classmethod
     async def start(cls, svc: ServiceState, request: Request, job: Job) -> Generation:
@@ -120,6 +119,7 @@ class Generation:
         client = GenerateRequest(
             request_id=request_id, prompt_token_ids=as_list(job.prompt), max_tokens=job.max_tokens,
             temperature=job.temperature, ignore_eos=job.ignore_eos, sampling=job.sampling,
+            logprobs=job.logprobs, structured=job.structured,
         )  # fmt: skip
         failed: set[str] = set()
         busy: set[str] = set()  # answered 429 to this request: elsewhere, or a bit later
@@ -202,6 +202,13 @@ class Generation:
                 raise ApiError(
                     502, f"engine failed mid-request: {exc.public}", type_="upstream_error"
                 ) from exc
+
+    def take_logprobs(self, count: int) -> list[TokenLogprob]:
+        """The log probabilities of the next ``count`` tokens given out (from whichever
+        engines made them; empty when the request asked for none)."""
+        start = self._logprobs_taken
+        self._logprobs_taken += count
+        return self.outcome.logprobs[start : start + count]
 
     def finish(self, *, stopped: bool = False) -> None:
         """The request ended well: record its outcome (history, metrics, decision log);
@@ -315,67 +322,6 @@ def stream_error(exc: EngineError) -> tuple[str, str, int]:
         (400, "invalid_request_error") if exc.cause == "request" else (502, "upstream_error")
     )
     return f"engine failed mid-stream: {exc.public}", kind, status
-
-
-class ChunkFormat(Protocol):
-    """How an endpoint writes its stream's choices."""
-
-    def opening(self) -> list[dict[str, Any]]:
-        """Choices sent before any token (chat: the assistant's role)."""
-        ...
-
-    def delta(self, text: str, ids: list[int]) -> dict[str, Any] | None:
-        """The choice for new tokens and their text (None: send nothing)."""
-        ...
-
-    def final(self, text: str, reason: str) -> dict[str, Any]:
-        """The last choice: the text still held back and the finish reason."""
-        ...
-
-
-async def stream_events(
-    run: Generation,
-    text: TextStream,
-    head: dict[str, Any],
-    form: ChunkFormat,
-    include_usage: bool,
-) -> AsyncIterator[str]:
-    """A generation as server-sent events: the endpoint's chunks (``head`` plus choices),
-    the ``pdd`` field on the last one, usage when asked, an error event if an engine
-    fails on the way, and ``[DONE]``; the engines stop when the client leaves."""
-    sent = 0
-    try:
-        for opening in form.opening():
-            yield sse_data({**head, "choices": [opening]})
-        try:
-            async for delta_ids in run.deltas():
-                out, ids = await text.take(delta_ids)
-                sent += len(ids)
-                choice = form.delta(out, ids)
-                if choice is not None:
-                    yield sse_data({**head, "choices": [choice]})
-                if text.stopped:
-                    break
-        except EngineError as exc:
-            run.metrics.failed(exc)
-            message, kind, status = stream_error(exc)
-            yield sse_data(error_body(message, kind, None, status))
-            yield "data: [DONE]\n\n"
-            return
-        rest = await text.flush()
-        run.finish(stopped=text.stopped)
-        reason = "stop" if text.stopped else run.outcome.finish_reason or "length"
-        yield sse_data({**head, "choices": [form.final(rest, reason)], "pdd": run.served()})
-        if include_usage:
-            yield sse_data({**head, "choices": [], "usage": run.usage(sent)})
-        yield "data: [DONE]\n\n"
-    finally:
-        await run.close()
-
-
-def sse_data(obj: object) -> str:
-    """One server-sent event carrying ``obj`` as JSON."""
-    return f"data: {json.dumps(obj, separators=(',', ':'))}\n\n"
 
 
 async def _unless_client_leaves(request: Request, work: Awaitable[T]) -> T:

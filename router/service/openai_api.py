@@ -10,14 +10,21 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from engines_adapter.contract import TokenLogprob
 from router.service.api import job_of
+from router.service.chat_answer import answer_plan
 from router.service.chat_prompt import chat_prompt
+from router.service.engine_support import require_feature
 from router.service.errors import ApiError
-from router.service.generation import Generation, stream_events
+from router.service.event_stream import stream_events
+from router.service.generation import Generation
+from router.service.logprob_format import chat_logprobs
 from router.service.schemas import ERROR_RESPONSES, ChatRequest
 from router.service.state import ServiceState
 from router.service.text_stream import TextStream
 from router.service.tokenize_api import model_vocabulary
+from router.tokenization.protocol import AsyncTokenizerLike
+from router.tool_calls.stream import AnswerParser
 
 __all__ = ["openai_router"]
 
@@ -63,24 +70,35 @@ def _card(svc: ServiceState, name: str) -> dict[str, Any]:
     },
 )
 async def chat_completions(body: ChatRequest, request: Request) -> object:
-    """OpenAI's chat completion: rendered and tokenized by the router, decided, executed."""
+    """OpenAI's chat completion: rendered and tokenized by the router, decided, executed;
+    the answer's text parsed into reasoning, content and tool calls."""
     svc = _state(request)
     model = svc.models.resolve(body.model, svc.pool)
     tokenizer = svc.models.tokenizer(model, svc.pool)
+    plan = answer_plan(body, model, tokenizer)
     with svc.tracer.start_as_current_span("pdd.tokenize"):
         prompt = await chat_prompt(svc, body, tokenizer)
     given = "max_tokens" if body.max_completion_tokens is None else "max_completion_tokens"
     max_tokens = body.max_completion_tokens or body.max_tokens
     job = job_of(svc, body, model, prompt, max_tokens, given, prompt_field="messages",
                  tokenizer=tokenizer)  # fmt: skip
+    job.session_id = body.session()
+    if body.logprobs:
+        require_feature(svc.pool, model, "logprobs", "logprobs")
+        job.logprobs = body.top_logprobs or 0
+    if plan.structured is not None:
+        field = "response_format" if body.response_format is not None else "tool_choice"
+        require_feature(svc.pool, model, "structured_output", field)
+        job.structured = plan.structured
     run = await Generation.start(svc, request, job)
-    text = TextStream(tokenizer, job.prompt, body.stops())
-    created = int(time.time())
-    head = {"id": run.request_id, "created": created, "model": model.name}
+    text = TextStream(tokenizer, job.prompt, body.stops(), body.stop_token_ids or ())
+    head = {"id": run.request_id, "created": int(time.time()), "model": model.name}
+    top = body.top_logprobs or 0
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         chunk = {**head, "object": "chat.completion.chunk"}
-        events = stream_events(run, text, chunk, _ChatChunks(), include_usage)
+        form = _ChatChunks(plan.parser(), tokenizer if body.logprobs else None, top)
+        events = stream_events(run, text, chunk, form, include_usage)
         return StreamingResponse(events, media_type="text/event-stream", headers=run.headers())
     tokens = 0
     try:
@@ -89,26 +107,54 @@ async def chat_completions(body: ChatRequest, request: Request) -> object:
         run.finish(stopped=text.stopped)
     finally:
         await run.close()
+    parser = plan.parser()
+    answer = parser.message(text.text)
     reason = "stop" if text.stopped else run.outcome.finish_reason
-    message = {"role": "assistant", "content": text.text}
+    message: dict[str, Any] = {"role": "assistant", "content": answer.content}
+    if answer.reasoning is not None:
+        message["reasoning_content"] = answer.reasoning
+    if answer.tool_calls:
+        message["tool_calls"] = answer.tool_calls
+        reason = "tool_calls"
+    logprobs = (
+        await chat_logprobs(tokenizer, run.take_logprobs(tokens), top) if body.logprobs else None
+    )
+    choice = {"index": 0, "message": message, "finish_reason": reason, "logprobs": logprobs}
     payload = {
-        **head, "object": "chat.completion",
-        "choices": [{"index": 0, "message": message, "finish_reason": reason, "logprobs": None}],
+        **head, "object": "chat.completion", "choices": [choice],
         "usage": run.usage(tokens), "pdd": run.served(),
     }  # fmt: skip
     return JSONResponse(payload, headers=run.headers())
 
 
 class _ChatChunks:
-    """A chat stream's choices: the assistant's role first, then content deltas."""
+    """A chat stream's choices: the assistant's role first, then deltas of reasoning,
+    content and tool calls as the parser gives them out, each token's log probabilities
+    on the first choice sent after it."""
+
+    def __init__(self, parser: AnswerParser, tokenizer: AsyncTokenizerLike | None, top: int):
+        self._parser, self._tokenizer, self._top = parser, tokenizer, top
+        self._pending: list[TokenLogprob] = []
 
     def opening(self) -> list[dict[str, Any]]:
         return [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]
 
-    def delta(self, text: str, ids: list[int]) -> dict[str, Any] | None:
-        if not text:
-            return None
-        return {"index": 0, "delta": {"content": text}, "finish_reason": None}
+    async def _choices(self, deltas: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        choices = [{"index": 0, "delta": d, "finish_reason": None} for d in deltas]
+        if choices and self._tokenizer is not None and self._pending:
+            choices[0]["logprobs"] = await chat_logprobs(self._tokenizer, self._pending, self._top)
+            self._pending = []
+        return choices
 
-    def final(self, text: str, reason: str) -> dict[str, Any]:
-        return {"index": 0, "delta": {"content": text} if text else {}, "finish_reason": reason}
+    async def delta(
+        self, text: str, ids: list[int], logprobs: list[TokenLogprob]
+    ) -> list[dict[str, Any]]:
+        self._pending.extend(logprobs)
+        return await self._choices(self._parser.push(text) if text else [])
+
+    async def final(self, text: str, reason: str) -> list[dict[str, Any]]:
+        deltas = (self._parser.push(text) if text else []) + self._parser.finish()
+        choices = await self._choices(deltas)
+        if self._parser.called:
+            reason = "tool_calls"
+        return [*choices, {"index": 0, "delta": {}, "finish_reason": reason}]

@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
-from contextvars import ContextVar
-from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
     BaseModel,
@@ -22,8 +18,12 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from policies.tiers import Tier
-from router.kv_relay.settings import INSTANCE_ID
+from router.service.chat_options import (
+    MAX_TOP_LOGPROBS,
+    NamedToolChoice,
+    ResponseFormat,
+    ToolChoice,
+)
 from router.service.engine_fields import (
     ROUTER_OWNED_FIELDS,
     engine_fields,
@@ -31,10 +31,24 @@ from router.service.engine_fields import (
     router_owned,
     unknown_field,
 )
-from router.settings import ServiceSettings
+from router.service.input_limits import (
+    BLOCK_ID_END,
+    MAX_TEMPERATURE,
+    TOKEN_ID_END,
+    BlockId,
+    InputLimits,
+    TokenId,
+    input_limits,
+    over_limit,
+    use_input_limits,
+)
+from router.service.instance_schemas import InstanceConfig, InstanceStatus, KVEventsBody
+from router.service.openai_fields import refusal_of
 
 __all__ = [
+    "BLOCK_ID_END",
     "ERROR_RESPONSES",
+    "TOKEN_ID_END",
     "ChatRequest",
     "CompletionChoice",
     "CompletionRequest",
@@ -50,56 +64,6 @@ __all__ = [
     "over_limit",
     "use_input_limits",
 ]
-
-TOKEN_ID_END = 1 << 63
-"""Token IDs are below it: numpy hashes them as int64, engines take them as int64."""
-BLOCK_ID_END = 1 << 64
-"""Block IDs are below it: the router's hashes are unsigned 64-bit, as the indexes store them."""
-MAX_TEMPERATURE = 2.0
-
-TokenId = Annotated[StrictInt, Field(ge=0, lt=TOKEN_ID_END)]
-BlockId = Annotated[StrictInt, Field(ge=0, lt=BLOCK_ID_END)]
-
-
-@dataclass(frozen=True, slots=True)
-class InputLimits:
-    """The configured bounds the request models check (from ServiceSettings)."""
-
-    max_prompt_tokens: int
-    max_hash_ids: int
-    max_tokens_limit: int
-
-    @classmethod
-    def of(cls, service: ServiceSettings) -> InputLimits:
-        return cls(service.max_prompt_tokens, service.max_hash_ids, service.max_tokens_limit)
-
-
-_DEFAULT_LIMITS = InputLimits.of(ServiceSettings())
-_LIMITS: ContextVar[InputLimits | None] = ContextVar("pdd_router_input_limits", default=None)
-
-
-def input_limits() -> InputLimits:
-    """The limits of the service handling the current request (the defaults outside one)."""
-    return _LIMITS.get() or _DEFAULT_LIMITS
-
-
-@contextlib.contextmanager
-def use_input_limits(service: ServiceSettings | None) -> Iterator[None]:
-    """Validate the request models of the enclosed code against ``service``'s limits."""
-    if service is None:
-        yield
-        return
-    token = _LIMITS.set(InputLimits.of(service))
-    try:
-        yield
-    finally:
-        _LIMITS.reset(token)
-
-
-def over_limit(message: str, param: str | None = None) -> PydanticCustomError:
-    """A value over a configured limit: the error handlers answer it with 400, naming
-    ``param`` when the error is not raised on the field itself."""
-    return PydanticCustomError("over_limit", message, {"param": param} if param else None)
 
 
 class ErrorDetail(BaseModel):
@@ -224,6 +188,13 @@ class GenerationFields(BaseModel):
     )
     user: str | None = Field(None, description="Used as the session id when no session_id")
     session_id: str | None = Field(None, max_length=256)
+    stop_token_ids: list[TokenId] | None = Field(
+        None, description="Token IDs that end the generation (the router stops on them, "
+        "and passes them on)",
+    )  # fmt: skip
+
+    REFUSED_AT_SOME_VALUES: ClassVar[frozenset[str]] = frozenset()
+    """OpenAI fields of this endpoint accepted only at values the router honours anyway."""
 
     @field_validator("n")
     @classmethod
@@ -238,17 +209,24 @@ class GenerationFields(BaseModel):
     def _checked_extras(self) -> GenerationFields:
         """Extra fields: engine fields only (others refused, named), all numbers finite."""
         extra = self.model_extra or {}
+        for key in self.REFUSED_AT_SOME_VALUES & extra.keys():
+            why = refusal_of(key, extra[key])
+            if why is not None:
+                raise PydanticCustomError(
+                    "unsupported", "{field}={value}: {why}",
+                    {"field": key, "value": repr(extra[key])[:60], "why": why, "param": key},
+                )  # fmt: skip
         name = router_owned(extra)
         if name is not None:
             raise PydanticCustomError(
                 "router_owned", "{field} may not be set by a client: {why}",
                 {"field": name, "why": ROUTER_OWNED_FIELDS[name], "param": name},
             )  # fmt: skip
-        name = unknown_field(extra)
+        name = unknown_field(extra, self.REFUSED_AT_SOME_VALUES)
         if name is not None:
             raise PydanticCustomError(
                 "unsupported", "{field} is not a field this router honours or passes on to "
-                "its engines (docs/security.md lists those it does)",
+                "its engines (docs/openai-fields.md lists those it does)",
                 {"param": name, "field": name},
             )  # fmt: skip
         for key, value in extra.items():
@@ -264,8 +242,11 @@ class GenerationFields(BaseModel):
 
     def passed_through(self) -> dict[str, Any]:
         """The request's fields beyond the schema that go on to the engine (the allowlisted
-        sampling and output fields; any other was refused)."""
-        return engine_fields(self.model_extra or {})
+        sampling and output fields; any other was refused), and the stop token IDs."""
+        fields = engine_fields(self.model_extra or {})
+        if self.stop_token_ids:
+            fields["stop_token_ids"] = list(self.stop_token_ids)
+        return fields
 
 
 def _prompt_kind(value: Any) -> str:
@@ -295,6 +276,22 @@ class CompletionRequest(GenerationFields):
         ],
         Discriminator(_prompt_kind),
     ] = Field(description="Text, a list of texts, token IDs, or a list of token-ID lists")
+    logprobs: int | None = Field(
+        None, ge=0, le=MAX_TOP_LOGPROBS, description="Each token's log probability and this "
+        "many likeliest alternatives",
+    )  # fmt: skip
+    echo: StrictBool = Field(False, description="The prompt's text leads the answer")
+
+    REFUSED_AT_SOME_VALUES: ClassVar[frozenset[str]] = frozenset({"best_of", "suffix"})
+
+    @model_validator(mode="after")
+    def _echo_without_logprobs(self) -> CompletionRequest:
+        if self.echo and self.logprobs is not None:
+            raise PydanticCustomError(
+                "unsupported", "echo with logprobs would need the prompt's log probabilities, "
+                "which are not asked of the engines: leave one of them out", {"param": "echo"},
+            )  # fmt: skip
+        return self
 
 
 class ChatRequest(GenerationFields):
@@ -305,12 +302,71 @@ class ChatRequest(GenerationFields):
     )
     max_completion_tokens: int | None = Field(None, gt=0)
     tools: list[dict[str, Any]] | None = None
+    tool_choice: ToolChoice | None = Field(
+        None, description='"none", "auto" (the default with tools), "required", or '
+        '{"type": "function", "function": {"name": ...}}',
+    )  # fmt: skip
+    parallel_tool_calls: StrictBool = True
+    response_format: ResponseFormat | None = None
+    logprobs: StrictBool = False
+    top_logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
+    reasoning_effort: str | None = Field(
+        None, max_length=64, description="Handed to the chat template (reasoning_effort)"
+    )
+    safety_identifier: str | None = Field(None, description="Taken as user")
+    prompt_cache_key: str | None = Field(
+        None, max_length=256, description="The session id when no session_id or user"
+    )
     add_generation_prompt: StrictBool = True
     chat_template: str | None = Field(
         None, description="The name of one of the model's chat templates, or a template of "
         "the request's own (refused unless the service allows request templates)",
     )  # fmt: skip
     chat_template_kwargs: dict[str, Any] | None = None
+
+    REFUSED_AT_SOME_VALUES: ClassVar[frozenset[str]] = frozenset({
+        "store", "metadata", "service_tier", "modalities", "audio", "prediction",
+        "functions", "function_call", "moderation", "verbosity", "web_search_options",
+        "prompt_cache_options", "prompt_cache_retention",
+    })  # fmt: skip
+
+    @field_validator("tools")
+    @classmethod
+    def _functions(cls, tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+        for i, tool in enumerate(tools or []):
+            function = tool.get("function")
+            name = function.get("name") if isinstance(function, dict) else None
+            if tool.get("type") != "function" or not isinstance(name, str) or not name:
+                raise PydanticCustomError(
+                    "unsupported", 'tools[{i}] is not {{"type": "function", "function": '
+                    '{{"name": ..., "parameters": {{...}}}}}}', {"i": i, "param": "tools"},
+                )  # fmt: skip
+        return tools
+
+    @model_validator(mode="after")
+    def _coherent(self) -> ChatRequest:
+        if self.top_logprobs is not None and not self.logprobs:
+            raise PydanticCustomError(
+                "unsupported", "top_logprobs needs logprobs: true", {"param": "top_logprobs"}
+            )
+        choice = self.tool_choice
+        if isinstance(choice, NamedToolChoice):
+            names = [((t.get("function") or {}).get("name")) for t in self.tools or []]
+            if choice.function.name not in names:
+                raise PydanticCustomError(
+                    "unsupported", "tool_choice names {name}, which is not among the tools",
+                    {"name": repr(choice.function.name), "param": "tool_choice"},
+                )  # fmt: skip
+        if choice in ("required",) and not self.tools:
+            raise PydanticCustomError(
+                "unsupported", "tool_choice required needs tools", {"param": "tool_choice"}
+            )
+        return self
+
+    def session(self) -> str | None:
+        """The session the request belongs to (its cache-affinity key)."""
+        return (self.session_id or self.user or self.safety_identifier
+                or self.prompt_cache_key)  # fmt: skip
 
 
 class Usage(BaseModel):
@@ -325,7 +381,7 @@ class CompletionChoice(BaseModel):
     text: str = ""
     token_ids: list[int] | None = None
     finish_reason: str | None = None
-    logprobs: None = None
+    logprobs: dict[str, Any] | None = None
 
 
 class CompletionResponse(BaseModel):
@@ -337,64 +393,4 @@ class CompletionResponse(BaseModel):
     usage: Usage
     pdd: dict[str, Any] = Field(
         default_factory=dict, description="Pipeline and instances that served the request"
-    )
-
-
-class InstanceConfig(BaseModel):
-    """An engine instance the router drives."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    instance_id: str = Field(pattern=rf"^{INSTANCE_ID.pattern}$")
-    tier: Tier
-    datacenter: str = Field("A", min_length=1, max_length=64)
-    url: str = Field("inproc://", description="Engine base URL; inproc:// for a built-in sim")
-    adapter: Literal["sim", "vllm", "sglang"] = "vllm"
-    capacity_tokens: StrictInt = Field(1_000_000, gt=0, description="KV capacity in tokens")
-    max_batch: StrictInt = Field(256, gt=0)
-    kv_events_endpoint: str | None = Field(None, description="ZMQ endpoint of KV events")
-    model: str | None = Field(
-        None, max_length=256, description="The model name it serves (OpenAI's `model`): a "
-        "request for a model goes only to its instances; none: the unnamed default model",
-    )  # fmt: skip
-
-    @field_validator("url")
-    @classmethod
-    def _engine_url(cls, url: str) -> str:
-        """http(s) with a host, or inproc:// (the built-in sim): the router sends prompts there."""
-        from urllib.parse import urlsplit
-
-        if url == "inproc://":
-            return url
-        parts = urlsplit(url)
-        if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
-            raise ValueError("must be an http:// or https:// URL with a host (inproc:// for sim)")
-        _ = parts.port  # ValueError when the port is not a number in range
-        return url
-
-
-class InstanceStatus(InstanceConfig):
-    healthy: bool
-    running: int
-    queued: int
-    indexed_blocks: int
-
-
-class KVEventsBody(BaseModel):
-    """A batch of KV events in vLLM's schema (events as maps or positional arrays).
-
-    Bounds (400 naming the value beyond them): at most ``service.max_kv_events_per_batch``
-    events, at most ``service.max_kv_event_tokens`` token IDs per event, each in
-    [0, 2**63) and below ``service.vocab_size`` when set; integer block hashes in the
-    signed or unsigned 64-bit range.
-    """
-
-    model_config = ConfigDict(strict=True)
-
-    instance_id: str
-    timestamp: StrictFloat = Field(0.0, allow_inf_nan=False)
-    events: list[dict[str, Any] | list[Any]] = Field(
-        description='Maps ({"type": "BlockStored", "block_hashes": [...], "parent_block_hash": '
-        '..., "token_ids": [...], "block_size": 16}) or tagged arrays (["BlockStored", '
-        "block_hashes, parent_block_hash, token_ids, block_size, ...])"
     )

@@ -9,7 +9,7 @@ after them is known; when one appears, the text before it is the last given out.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from router.tokenization.detokenizer import IncrementalDetokenizer
 from router.tokenization.protocol import AsyncTokenizerLike
@@ -25,7 +25,10 @@ class TextStream:
         tokenizer: AsyncTokenizerLike | None,
         prompt: Sequence[int],
         stop: Sequence[str] = (),
+        stop_ids: Collection[int] = (),
     ) -> None:
+        """``stop_ids``: token IDs that end the text (the token counts, its text is left
+        out, as vLLM's ``stop_token_ids``)."""
         self._tokenizer = tokenizer
         maker = getattr(tokenizer, "detokenizer", None)
         self._incremental: IncrementalDetokenizer | None = (
@@ -34,6 +37,7 @@ class TextStream:
         self._ids: list[int] = []
         self._decoded = ""  # without the incremental detokenizer: all decoded so far
         self._stops = [s for s in stop if s]
+        self._stop_ids = frozenset(stop_ids)
         self._hold = max((len(s) for s in self._stops), default=1) - 1
         self._pending = ""
         self.stopped = False
@@ -56,6 +60,15 @@ class TextStream:
         """``push`` of a delta that may hold several tokens: the text, and the token IDs up
         to the one that completed a stop string (all of them when none did), so that no
         token after a stop is counted or sent."""
+        if self._stop_ids and not self.stopped:
+            cut = next((i for i, t in enumerate(ids) if t in self._stop_ids), None)
+            if cut is not None:
+                text, kept = await self.take(ids[:cut]) if cut else ("", [])
+                if self.stopped:
+                    return text, kept
+                text += await self.flush()
+                self.stopped = True
+                return text, list(ids[: cut + 1])
         if not self._stops or self._tokenizer is None or len(ids) <= 1:
             return await self.push(ids), list(ids)
         text = ""

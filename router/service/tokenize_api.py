@@ -21,8 +21,9 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 
 from router.service.decide import check_prompt
 from router.service.errors import ApiError
+from router.service.input_limits import TokenId
 from router.service.prompt_budget import check_prompt_chars, text_chars
-from router.service.schemas import ERROR_RESPONSES, TokenId
+from router.service.schemas import ERROR_RESPONSES
 from router.service.state import ServiceState
 from router.tokenization.chat_template import ChatTemplateError, normalize_messages
 from router.tokenization.engine import EngineTokenizeError, EngineTokenizer

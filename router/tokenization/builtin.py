@@ -38,15 +38,23 @@ SPECIAL_TOKENS = (PAD_TOKEN, BOS_TOKEN, EOS_TOKEN, "<|im_start|>", "<|endoftext|
 CHAT_TEMPLATE = (
     "{{ bos_token }}"
     "{% if tools %}<|im_start|>system\n# Tools\n"
-    "{% for tool in tools %}{{ tool | tojson }}\n{% endfor %}<|im_end|>\n{% endif %}"
+    "{% for tool in tools %}{{ tool | tojson }}\n{% endfor %}"
+    'Call a tool as <tool_call>{"name": ..., "arguments": {...}}</tool_call>'
+    "<|im_end|>\n{% endif %}"
     "{% for message in messages %}"
     "{% if message['role'] not in ['system', 'user', 'assistant', 'tool'] %}"
     "{{ raise_exception('unknown role: ' + message['role']) }}{% endif %}"
-    "<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
+    "<|im_start|>{{ message['role'] }}\n"
+    "{% if message['content'] is not none %}{{ message['content'] }}{% endif %}"
+    "{% for call in message['tool_calls'] or [] %}"
+    '<tool_call>{"name": {{ call.function.name | tojson }}, '
+    '"arguments": {{ call.function.arguments | tojson }}}</tool_call>'
+    "{% endfor %}<|im_end|>\n"
     "{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
-"""ChatML with a leading BOS: the rendered text carries BOS itself, so it is tokenized
+"""ChatML with a leading BOS and Hermes tool calls (``<tool_call>{json}</tool_call>``): the
+rendered text carries BOS itself, so it is tokenized
 without adding special tokens (as transformers' ``apply_chat_template`` does)."""
 
 _WORD_TEXT = (

@@ -218,6 +218,14 @@ class HFTokenizer:
         (encoding,) = self._tok.encode_batch([text], add_special_tokens=add_special_tokens)
         return list(encoding.ids)
 
+    def template_source(self, *, has_tools: bool = True) -> str | None:
+        """The source of the template a request (with tools, by default) is rendered with
+        (None: the tokenizer has none); the tool-call format is read from it."""
+        try:
+            return select_template(self._templates, None, has_tools=has_tools)
+        except ChatTemplateError:
+            return None
+
     def template(self, name: str | None = None, *, has_tools: bool = False) -> ChatTemplate:
         """The compiled chat template (``name``: a named one, or a literal template)."""
         source = select_template(self._templates, name, has_tools=has_tools)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 __all__ = ["ModelSettings", "RequestTemplateSettings", "TokenizerSettings"]
@@ -31,14 +33,23 @@ class TokenizerSettings(BaseModel):
 
 
 class ModelSettings(BaseModel):
-    """A served model name: its tokenizer, and whether the name is a LoRA adapter
-    (its name is then folded into every block hash, as vLLM does)."""
+    """A served model name: its tokenizer, whether the name is a LoRA adapter (its name is
+    then folded into every block hash, as vLLM does), and how it writes tool calls and
+    reasoning."""
 
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(min_length=1)
     tokenizer: TokenizerSettings
     lora_adapter: bool = False
+    tool_call_format: Literal["hermes", "llama3_json", "mistral", "deepseek_v3"] | None = Field(
+        None, description="How the model writes tool calls (router/tool_calls/formats.py); "
+        "None: read from its chat template's markers",
+    )  # fmt: skip
+    reasoning_format: Literal["deepseek_r1", "qwen3"] | None = Field(
+        None, description="How the model writes its reasoning (<think>...</think>, given as "
+        "reasoning_content); None: all of the answer is content",
+    )  # fmt: skip
 
 
 class RequestTemplateSettings(BaseModel):

@@ -72,3 +72,30 @@ async def test_engine_tokenizer_against_vllm(engine: Endpoint, tok: HFTokenizer)
         assert await asking.encode_chat(CHAT) == tok.encode_chat(CHAT)
         assert asking.calls == 1
         assert asking.max_model_len == 4096
+
+
+TOOLS: list[dict[str, Any]] = [
+    {"type": "function", "function": {
+        "name": "get_weather", "description": "The weather in a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                       "required": ["city"]}}},
+]  # fmt: skip
+TOOL_LOOP: list[dict[str, Any]] = [
+    {"role": "user", "content": "Weather in Paris?"},
+    {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_1", "type": "function",
+         "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+    {"role": "tool", "tool_call_id": "call_1", "content": "sunny, 21 C"},
+]  # fmt: skip
+
+
+def test_a_tools_request_tokenizes_as_vllms(engine: Endpoint, tok: HFTokenizer) -> None:
+    """The tools rendered by the chat template, and a history holding a call (its
+    arguments as JSON text) and its result: the router's prompt is vLLM's."""
+    body = {"model": _model(engine), "messages": TOOL_LOOP, "tools": TOOLS,
+            "add_generation_prompt": True}  # fmt: skip
+    answer = httpx.post(f"{engine.url}/tokenize", json=body, timeout=30)
+    assert answer.status_code == 200, answer.text
+    router = tok.encode_chat(TOOL_LOOP, tools=TOOLS)
+    assert '<tool_call>{"name": "get_weather"' in tok.decode(router)
+    assert answer.json()["tokens"] == router

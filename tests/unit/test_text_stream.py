@@ -77,3 +77,30 @@ def test_a_delta_of_several_tokens_gives_none_after_the_stop(sizes: int) -> None
     assert " relay" in TOK.decode(kept)
     assert " relay" not in TOK.decode(kept[:-1])  # the last one completed it
     assert len(kept) < len(IDS)
+
+
+@pytest.mark.parametrize("sizes", [1, 4, 100])
+def test_a_stop_token_id_ends_the_text_before_it_and_counts_it(sizes: int) -> None:
+    stop_at = 10  # a token inside the text: what came before it is the whole answer
+    stop_id = IDS[stop_at]
+    assert stop_id not in IDS[:stop_at]
+
+    async def run() -> tuple[str, list[int], bool]:
+        tokenizer = AsyncTokenizer(TOK, pool_size=1)
+        try:
+            text = TextStream(tokenizer, [1, 3], stop_ids={stop_id})
+            kept: list[int] = []
+            for i in range(0, len(IDS), sizes):
+                _, ids = await text.take(IDS[i : i + sizes])
+                kept += ids
+                if text.stopped:
+                    break
+            await text.flush()
+            return text.text, kept, text.stopped
+        finally:
+            await tokenizer.aclose()
+
+    text, kept, stopped = asyncio.run(run())
+    assert stopped
+    assert kept == IDS[: stop_at + 1]
+    assert text == TOK.decode(IDS[:stop_at])

@@ -45,10 +45,9 @@ async def relay(
     closing it closes the engine's stream."""
     async with contextlib.aclosing(deltas):
         async for delta in deltas:
-            outcome.tokens += len(delta.token_ids)
             if eager:
                 outcome.eager_tokens += len(delta.token_ids)
-            yield delta.token_ids
+            yield outcome.given(delta)
 
 
 async def colocated(
@@ -67,8 +66,7 @@ async def colocated(
                 if queued and delta.token_ids:
                     up.pool.prefill_started(engine, -uncached)
                     queued = False
-                outcome.tokens += len(delta.token_ids)
-                yield delta.token_ids
+                yield outcome.given(delta)
     finally:
         if queued:
             up.pool.prefill_started(engine, -uncached)

@@ -91,8 +91,7 @@ class Handoff(ABC):
         if not self.eager:  # RLD's first token, the client's first
             self.outcome.engine_wait_s += time.perf_counter() - self.asked
         self.eager.extend(delta.token_ids)
-        self.outcome.tokens += len(delta.token_ids)
-        return delta.token_ids
+        return self.outcome.given(delta)
 
     def _md_sound(self) -> bool:
         """Whether MD is ready and has not failed (a fault found here is kept)."""

@@ -28,6 +28,7 @@ from engines_adapter.contract import (
     GenerateRequest,
     PrefillResult,
     TokenDelta,
+    TokenLogprob,
 )
 from policies.types import Pipeline
 from router.service.metrics import ServiceMetrics
@@ -53,6 +54,16 @@ class ExecutionResult:
     # wait for the first token of the stream the client reads (the router's own time is
     # the rest of its time to first token)
     engine_wait_s: float = 0.0
+    # the log probabilities of the tokens given out, in order, from every engine that made
+    # them (RLD's, then MD's after a handoff), when the request asked for them
+    logprobs: list[TokenLogprob] = field(default_factory=list)
+
+    def given(self, delta: TokenDelta) -> list[int]:
+        """The delta's token IDs for the client, counted, their log probabilities kept."""
+        self.tokens += len(delta.token_ids)
+        if delta.logprobs:
+            self.logprobs.extend(delta.logprobs)
+        return delta.token_ids
 
 
 @dataclass(slots=True)
