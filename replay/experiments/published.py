@@ -23,12 +23,13 @@ import math
 from collections.abc import Iterable
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
 from policies.registry import build_policy, parse_policy
 from replay.experiments.published_disagg import disagg_preset
+from replay.experiments.published_run import PublishedRun
 from replay.metrics.record import record_of
 from replay.presets.cluster_preset import ClusterPreset
 from replay.presets.loader import load_preset
@@ -53,34 +54,6 @@ __all__ = [
 
 BLOCK = 64  # tokens per block of the replayed prompts (no prefix is shared)
 _FP8 = ("fp8", "fp8_block", "fp8_static")
-
-
-class PublishedRun(BaseModel):
-    """One measured run at a fixed concurrency: a single engine (``mode`` agg, ``tp``) or
-    a prefill and a decode pool (``disagg``, the ``prefill_*`` and ``decode_*`` sizes)."""
-
-    id: str
-    engine: Literal["vllm", "sglang", "trtllm"]
-    engine_version: str | None = None
-    model: str  # the project's model preset
-    model_path: str
-    hardware: str
-    quant: str
-    mode: Literal["agg", "disagg"]
-    isl: int
-    osl: int
-    concurrency: int | None
-    tp: int | None
-    # a disaggregated run's pools: workers, tensor parallelism and batch of each
-    prefill_workers: int | None = None
-    prefill_tp: int | None = None
-    prefill_batch: int | None = None
-    decode_workers: int | None = None
-    decode_tp: int | None = None
-    decode_batch: int | None = None
-    ttft_ms: float
-    tpot_ms: float
-    measured: str | None = None
 
 
 class ClosedLoopResult(BaseModel):

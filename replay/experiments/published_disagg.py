@@ -16,7 +16,7 @@ from replay.presets.loader import load_preset
 from router.errors import UserError
 
 if TYPE_CHECKING:
-    from replay.experiments.published import PublishedRun
+    from replay.experiments.published_run import PublishedRun
 
 __all__ = ["NIC_GBPS", "disagg_overrides", "disagg_preset"]
 

@@ -8,9 +8,9 @@ import json
 from typing import Any
 
 import pytest
-from engine_sim.engine import SimEngine, SimEngineConfig
 from service_support import PROMPT, VOCAB, Engines, make_client, register
 
+from engine_sim.engine import SimEngine, SimEngineConfig
 from engines_adapter.contract import GenerateRequest
 
 TOPOLOGY = (("p0", "p", "A"), ("rld0", "rld", "A"), ("md0", "md", "B"))
