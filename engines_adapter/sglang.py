@@ -24,10 +24,8 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
-from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -40,12 +38,11 @@ from engines_adapter.contract import (
     PrefillResult,
     TokenDelta,
 )
-from engines_adapter.engine_metrics import SGLANG_METRICS, parse_load
+from engines_adapter.engine_metrics import SGLANG_METRICS
+from engines_adapter.http_adapter import Emit, HttpEngineCommon
 from engines_adapter.http_engine import (
     DEFAULT_TIMEOUT,
     PROBE_TIMEOUT,
-    AbortableStreams,
-    HttpEngineCommon,
     check_engine_prompt,
     engine_error,
     message_of,
@@ -54,7 +51,6 @@ from engines_adapter.http_engine import (
     run_scoped,
     sse_objects,
 )
-from engines_adapter.kv_subscriber import KVEventSubscriber
 
 __all__ = ["BOOTSTRAP_KEYS", "SGLangAdapter"]
 
@@ -96,19 +92,14 @@ class SGLangAdapter(HttpEngineCommon):
         probe_timeout: httpx.Timeout = PROBE_TIMEOUT,
         rng: random.Random | None = None,
     ) -> None:
-        self.instance_id = instance_id
-        self.base_url = base_url.rstrip("/")
+        super().__init__(
+            instance_id, base_url, client=client, kv_events_endpoint=kv_events_endpoint,
+            vocab_size=vocab_size, timeout=timeout, probe_timeout=probe_timeout,
+        )  # fmt: skip
         self.bootstrap_port = bootstrap_port
         self.bootstrap_host = bootstrap_host or urlsplit(self.base_url).hostname or "127.0.0.1"
-        self.kv_events_endpoint = kv_events_endpoint
-        self.vocab_size = vocab_size
-        self._client = client
-        self._timeout = timeout
-        self._probe_timeout = probe_timeout
         self._rng = rng or random.Random()
-        self._streams = AbortableStreams()
         self._prefills: dict[str, asyncio.Task[None]] = {}
-        self._subscribers: set[KVEventSubscriber] = set()
 
     def _body(
         self, request: GenerateRequest, *, rid: str, max_new_tokens: int, stream: bool
@@ -193,22 +184,13 @@ class SGLangAdapter(HttpEngineCommon):
         finally:
             self._prefills.pop(rid, None)
 
-    async def generate(self, request: GenerateRequest) -> AsyncGenerator[TokenDelta, None]:
-        """Stream ``/generate``; joins a bootstrap room when the params carry one."""
-        body = self._body(
+    def _generate_body(self, request: GenerateRequest) -> dict[str, Any]:
+        """A streamed ``/generate``; it joins a bootstrap room when the params carry one."""
+        return self._body(
             request, rid=request.request_id, max_new_tokens=request.max_tokens, stream=True
         )
 
-        async def produce(emit: Callable[[TokenDelta], Awaitable[None]]) -> None:
-            await self._stream(body, emit)
-
-        async with contextlib.aclosing(self._streams.run(request.request_id, produce)) as deltas:
-            async for delta in deltas:
-                yield delta
-
-    async def _stream(
-        self, body: dict[str, Any], emit: Callable[[TokenDelta], Awaitable[None]]
-    ) -> None:
+    async def _stream(self, request_id: str, body: dict[str, Any], emit: Emit) -> None:
         seen = 0
         cached: int | None = None
         finished = False
@@ -252,28 +234,16 @@ class SGLangAdapter(HttpEngineCommon):
 
     async def abort(self, request_id: str) -> None:
         """Close the request's stream (SGLang aborts it); cancel its PD prefills."""
-        await self._streams.abort(request_id)
+        await super().abort(request_id)
         for rid, task in list(self._prefills.items()):
             if rid.startswith(f"{request_id}-p"):
                 task.cancel()
 
     async def load(self) -> EngineLoad:
         """Figures from ``/metrics`` (SGLang started with ``--enable-metrics``)."""
-        try:
-            response = await run_scoped(
-                lambda: self._client.get(self._url("/metrics"), timeout=self._probe_timeout)
-            )
-        except httpx.HTTPError as exc:
-            raise engine_error(self.instance_id, exc, "load") from exc
-        if response.status_code == 404:
-            raise EngineError(
-                self.instance_id, "load: no /metrics (start SGLang with --enable-metrics)"
-            )
-        await raise_for_status(self.instance_id, response, "load")
-        try:
-            return parse_load(response.text, SGLANG_METRICS)
-        except ValueError as exc:
-            raise EngineError(self.instance_id, f"load: {exc}") from exc
+        return await self._metrics_load(
+            SGLANG_METRICS, missing="start SGLang with --enable-metrics"
+        )
 
     async def aclose(self) -> None:
         """Abort streams and PD prefills, close KV-event sockets (the client is the caller's)."""
@@ -281,4 +251,4 @@ class SGLangAdapter(HttpEngineCommon):
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        await self._close_streams_and_sockets()
+        await super().aclose()
