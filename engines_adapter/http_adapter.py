@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator, Awaitable, Callable
-from typing import Any
+from typing import Any, TypedDict
 
 import httpx
 
@@ -33,9 +33,19 @@ from engines_adapter.http_engine import (
 )
 from engines_adapter.kv_subscriber import KVEventSubscriber
 
-__all__ = ["HttpEngineCommon"]
+__all__ = ["Emit", "HttpEngineCommon", "HttpEngineOptions"]
 
 Emit = Callable[[TokenDelta], Awaitable[None]]
+
+
+class HttpEngineOptions(TypedDict, total=False):
+    """The optional settings of ``HttpEngineCommon``, for adapters that pass them on."""
+
+    kv_events_endpoint: str | None
+    kv_replay_endpoint: str | None
+    vocab_size: int | None
+    timeout: httpx.Timeout
+    probe_timeout: httpx.Timeout
 
 
 class HttpEngineCommon(ABC):

@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from typing import Any
+from typing import Any, Unpack
 from urllib.parse import urlsplit
 
 import httpx
@@ -39,10 +39,8 @@ from engines_adapter.contract import (
     TokenDelta,
 )
 from engines_adapter.engine_metrics import SGLANG_METRICS
-from engines_adapter.http_adapter import Emit, HttpEngineCommon
+from engines_adapter.http_adapter import Emit, HttpEngineCommon, HttpEngineOptions
 from engines_adapter.http_engine import (
-    DEFAULT_TIMEOUT,
-    PROBE_TIMEOUT,
     check_engine_prompt,
     engine_error,
     message_of,
@@ -78,7 +76,7 @@ def _new_tokens(output_ids: list[int], meta: dict[str, Any], seen: int) -> list[
 class SGLangAdapter(HttpEngineCommon):
     """One SGLang server (``python -m sglang.launch_server``), optionally a PD prefill server."""
 
-    def __init__(  # noqa: PLR0913 -- the engine's endpoints and timeouts, keyword-only
+    def __init__(
         self,
         instance_id: str,
         base_url: str,
@@ -86,16 +84,10 @@ class SGLangAdapter(HttpEngineCommon):
         client: httpx.AsyncClient,
         bootstrap_port: int | None = None,
         bootstrap_host: str | None = None,
-        kv_events_endpoint: str | None = None,
-        vocab_size: int | None = None,
-        timeout: httpx.Timeout = DEFAULT_TIMEOUT,
-        probe_timeout: httpx.Timeout = PROBE_TIMEOUT,
         rng: random.Random | None = None,
+        **options: Unpack[HttpEngineOptions],
     ) -> None:
-        super().__init__(
-            instance_id, base_url, client=client, kv_events_endpoint=kv_events_endpoint,
-            vocab_size=vocab_size, timeout=timeout, probe_timeout=probe_timeout,
-        )  # fmt: skip
+        super().__init__(instance_id, base_url, client=client, **options)
         self.bootstrap_port = bootstrap_port
         self.bootstrap_host = bootstrap_host or urlsplit(self.base_url).hostname or "127.0.0.1"
         self._rng = rng or random.Random()

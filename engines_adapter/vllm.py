@@ -15,7 +15,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Unpack
 
 import httpx
 
@@ -27,10 +27,8 @@ from engines_adapter.contract import (
     TokenDelta,
 )
 from engines_adapter.engine_metrics import VLLM_METRICS
-from engines_adapter.http_adapter import Emit, HttpEngineCommon
+from engines_adapter.http_adapter import Emit, HttpEngineCommon, HttpEngineOptions
 from engines_adapter.http_engine import (
-    DEFAULT_TIMEOUT,
-    PROBE_TIMEOUT,
     cause_of_status,
     check_engine_prompt,
     engine_error,
@@ -67,24 +65,16 @@ def _usage_cached(chunk: dict[str, Any]) -> int | None:
 class VLLMAdapter(HttpEngineCommon):
     """One vLLM server (``vllm serve`` / ``vllm.entrypoints.openai.api_server``)."""
 
-    def __init__(  # noqa: PLR0913 -- the engine's endpoints and timeouts, keyword-only
+    def __init__(
         self,
         instance_id: str,
         base_url: str,
         *,
         client: httpx.AsyncClient,
-        kv_events_endpoint: str | None = None,
-        kv_replay_endpoint: str | None = None,
         model: str | None = None,
-        vocab_size: int | None = None,
-        timeout: httpx.Timeout = DEFAULT_TIMEOUT,
-        probe_timeout: httpx.Timeout = PROBE_TIMEOUT,
+        **options: Unpack[HttpEngineOptions],
     ) -> None:
-        super().__init__(
-            instance_id, base_url, client=client, kv_events_endpoint=kv_events_endpoint,
-            kv_replay_endpoint=kv_replay_endpoint, vocab_size=vocab_size, timeout=timeout,
-            probe_timeout=probe_timeout,
-        )  # fmt: skip
+        super().__init__(instance_id, base_url, client=client, **options)
         self.model = model
 
     def _body(self, request: GenerateRequest, *, max_tokens: int, stream: bool) -> dict[str, Any]:

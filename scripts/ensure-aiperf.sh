@@ -26,15 +26,13 @@ AIPERF_VERSION="0.13.0"
 NAME=aiperf
 LABEL="aiperf venv"
 VENV="${PDD_ROUTER_AIPERF_VENV:-$HOME/.cache/pdd-router/aiperf-venv}"
-STAMP="$VENV/.pdd-router-aiperf-stamp"
 WANT_STAMP="aiperf==${AIPERF_VERSION}"
 RESULT="$VENV/bin/aiperf"
 # shellcheck source=scripts/venv-lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/venv-lib.sh"
 
 stamp_ok() {
-    [ -x "$VENV/bin/aiperf" ] && [ -f "$STAMP" ] || return 1
-    [ "$(head -1 "$STAMP")" = "$WANT_STAMP" ] || return 1
+    stamp_current || return 1
     "$VENV/bin/python" - "$AIPERF_VERSION" <<'PY' >/dev/null 2>&1
 import sys
 from importlib.metadata import version

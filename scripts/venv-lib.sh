@@ -5,12 +5,21 @@
 #   NAME        the tool's name in log lines ("ensure-NAME: ...")
 #   LABEL       how log lines name the venv ("aiperf venv", "vLLM venv")
 #   VENV        where the venv lives
-#   STAMP       the stamp file written once an install is complete
 #   WANT_STAMP  the stamp's first line for the wanted versions
 #   RESULT      the path printed as the last line on stdout (the venv's executable)
-# and defines `stamp_ok` (true when the venv at $VENV is complete and current).
+# and defines `stamp_ok` (true when the venv at $VENV is complete and current), which
+# may start with `stamp_current` (below). The stamp, written once an install is
+# complete, is $STAMP.
+
+STAMP="$VENV/.pdd-router-$NAME-stamp"
 
 log() { echo "ensure-$NAME: $*" >&2; }
+
+# True when $RESULT is executable and the stamp names the wanted versions.
+stamp_current() {
+    [ -x "$RESULT" ] && [ -f "$STAMP" ] || return 1
+    [ "$(head -1 "$STAMP")" = "$WANT_STAMP" ]
+}
 
 venv_report_ready() {
     log "$LABEL ready at $VENV ($(head -1 "$STAMP"))"
