@@ -8,7 +8,7 @@ import pytest
 
 from cli.app import main
 
-__all__ = ["run_cli", "synth_agentic"]
+__all__ = ["cli", "run_cli", "synth_agentic"]
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -16,6 +16,13 @@ def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, s
     code = main(list(argv))
     out, err = capsys.readouterr()
     return code, out, err
+
+
+def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    """``pdd-router ARGV``, which must succeed: its stdout."""
+    code, out, err = run_cli(capsys, *argv)
+    assert code == 0, err
+    return out
 
 
 def synth_agentic(path: Path, *, seed: int, requests: int = 300, rate: float = 5.0) -> Path:

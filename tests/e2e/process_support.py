@@ -3,6 +3,7 @@ process started from the CLI, stopped (or broken: SIGKILL, SIGSTOP) by PID."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -104,12 +105,7 @@ class RedisServer:
 
     def stop(self) -> None:
         self.proc.send_signal(signal.SIGCONT)
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=5)
+        terminate(self.proc)
 
 
 @dataclass
@@ -199,12 +195,7 @@ class Stack:
     def stop(self, proc: subprocess.Popen[bytes]) -> None:
         """Stop one of the stack's processes (SIGTERM, then SIGKILL after 15 s)."""
         self.procs = [(p, log) for p, log in self.procs if p is not proc]
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
+        terminate(proc, timeout=15)
 
     def healthy(self) -> dict[str, bool]:
         """Which instances the router sends requests to (``GET /v1/instances``)."""
@@ -218,11 +209,7 @@ class Stack:
                 proc.send_signal(signal.SIGCONT)
                 proc.terminate()
         for proc, _ in self.procs:
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=5)
+            wait_or_kill(proc, timeout=15)
 
 
 def stream_tokens(response: httpx.Response) -> tuple[list[int], list[dict[str, Any]]]:
@@ -236,24 +223,37 @@ def stream_tokens(response: httpx.Response) -> tuple[list[int], list[dict[str, A
 
 
 @contextmanager
-def three_tier_stack(folder: Path, env: dict[str, str]) -> Iterator[Stack]:
-    """One engine of each tier (p0, rld0 in A; md0 in B) and a router with ``env``;
-    everything stopped on the way out."""
+def running_stack(
+    folder: Path, env: dict[str, str], tiers: tuple[str, ...], *engine_args: str
+) -> Iterator[Stack]:
+    """One engine-sim per tier (``p0`` for p, ``md0`` for md, ...) with ``engine_args``, and
+    a router with ``env``; everything stopped on the way out."""
     stack = Stack(folder)
     try:
-        for iid, tier in (("p0", "p"), ("rld0", "rld"), ("md0", "md")):
-            stack.engine(iid, tier)
+        for tier in tiers:
+            stack.engine(f"{tier}0", tier, *engine_args)
         stack.start_router(env)
         yield stack
     finally:
         stack.close()
 
 
-def terminate(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM, then SIGKILL if the process has not ended within 10 s."""
+def three_tier_stack(folder: Path, env: dict[str, str]) -> contextlib.AbstractContextManager[Stack]:
+    """One engine of each tier (p0, rld0 in A; md0 in B) and a router with ``env``;
+    everything stopped on the way out."""
+    return running_stack(folder, env, ("p", "rld", "md"))
+
+
+def terminate(proc: subprocess.Popen[bytes], timeout: float = 10) -> None:
+    """SIGTERM, then SIGKILL if the process has not ended within ``timeout`` s."""
     proc.terminate()
+    wait_or_kill(proc, timeout)
+
+
+def wait_or_kill(proc: subprocess.Popen[bytes], timeout: float) -> None:
+    """Wait up to ``timeout`` s for the process to end, then SIGKILL it."""
     try:
-        proc.wait(timeout=10)
+        proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait(timeout=5)

@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_support import run_cli
-from process_support import Stack
+from cli_support import cli
+from process_support import Stack, running_stack
 
 from router.tokenization.builtin import builtin_tokenizer_dir
 
@@ -98,22 +98,11 @@ def aiperf() -> str:
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    stack = Stack(tmp_path_factory.mktemp("aiperf"))
-    try:
-        stack.engine("p0", "p", *ENGINE_COSTS)
-        stack.engine("md0", "md", *ENGINE_COSTS)
-        models = [{"name": MODEL, "tokenizer": {"builtin": True}}]  # text prompts need one
-        stack.start_router({"PDD_ROUTER_POLICY__NAME": "idc-pd",
-                            "PDD_ROUTER_MODELS": json.dumps(models)})  # fmt: skip
+    models = [{"name": MODEL, "tokenizer": {"builtin": True}}]  # text prompts need one
+    env = {"PDD_ROUTER_POLICY__NAME": "idc-pd", "PDD_ROUTER_MODELS": json.dumps(models)}
+    folder = tmp_path_factory.mktemp("aiperf")
+    with running_stack(folder, env, ("p", "md"), *ENGINE_COSTS) as stack:
         yield stack
-    finally:
-        stack.close()
-
-
-def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
-    code, out, err = run_cli(capsys, *argv)
-    assert code == 0, err
-    return out
 
 
 def run_aiperf(aiperf: str, url: str, trace: Path, out: Path, home: Path) -> float:

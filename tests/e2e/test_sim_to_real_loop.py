@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 import yaml
-from cli_support import run_cli
-from process_support import Stack
+from cli_support import cli
+from process_support import Stack, running_stack
 
 pytestmark = pytest.mark.slow
 
@@ -35,20 +35,9 @@ def write_trace(path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    stack = Stack(tmp_path_factory.mktemp("loop"))
-    try:
-        stack.engine("p0", "p", *ENGINE_COSTS)
-        stack.engine("md0", "md", *ENGINE_COSTS)
-        stack.start_router({"PDD_ROUTER_POLICY__NAME": "idc-pd"})
+    env = {"PDD_ROUTER_POLICY__NAME": "idc-pd"}
+    with running_stack(tmp_path_factory.mktemp("loop"), env, ("p", "md"), *ENGINE_COSTS) as stack:
         yield stack
-    finally:
-        stack.close()
-
-
-def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
-    code, out, err = run_cli(capsys, *argv)
-    assert code == 0, err
-    return out
 
 
 def test_a_calibrated_replay_lands_near_what_the_router_measured(
