@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, TypeVar, cast
+from typing import Any, TypedDict, TypeVar, cast
 
 from redis.exceptions import RedisError
 
@@ -28,11 +28,26 @@ from router.index.mirror import (
     instances_of,
 )
 
-__all__ = ["OutageRecovery"]
+__all__ = ["OutageRecovery", "RecoveryOptions"]
 
 _OUTAGE = (RedisError, UserError, OSError)
 _BLOCK_LIMIT = 1 << 64  # the Redis index takes block ids in [0, 2**64)
 T = TypeVar("T")
+
+
+class RecoveryOptions(TypedDict, total=False):
+    """The keyword-only settings of ``OutageRecovery``, for the facade that passes them on."""
+
+    default_capacity_blocks: int | None
+    ttl_s: float | None
+    retry_after_s: float
+    verify_every_s: float
+    step_s: float
+    batch_blocks: int
+    max_pending: int
+    clock: Clock
+    timer: Clock
+    on_state_change: Callable[[bool], None] | None
 
 
 class OutageRecovery:
@@ -72,7 +87,7 @@ class OutageRecovery:
         self._verify_every = verify_every_s
         self._step_s = step_s
         self._batch = batch_blocks
-        self._clock = clock
+        self.clock = clock
         self._timer = timer
         self._known: dict[str, IndexedInstance] = {}
         self._forgotten: set[str] = set()  # unregistered while only a rebuild could tell
@@ -128,7 +143,7 @@ class OutageRecovery:
         if not self._down:
             self.stats.outages += 1
         self._down = True
-        self._next_try = self._clock() + self._retry_after
+        self._next_try = self.clock() + self._retry_after
         if self._rebuild is not None:  # what it wrote may be gone again: start over then
             self._rebuild = None
             self._must_rebuild = True
@@ -140,10 +155,10 @@ class OutageRecovery:
         when due, and does one bounded step of replay or rebuild."""
         try:
             if self._down:
-                if self._clock() < self._next_try:
+                if self.clock() < self._next_try:
                     return False
                 self._resume()
-            elif self._clock() >= self._next_verify:
+            elif self.clock() >= self._next_verify:
                 self._verify()
             if self._rebuild is not None or self._pending:
                 self._step()
@@ -157,7 +172,7 @@ class OutageRecovery:
         if not self._generational:
             return None
         token = cast(Generational, self._contents).generation()
-        self._next_verify = self._clock() + self._verify_every
+        self._next_verify = self.clock() + self._verify_every
         return token
 
     def _replaced(self, token: str | None) -> bool:
