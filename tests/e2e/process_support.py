@@ -14,13 +14,14 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
+from wan_proxy import WanProxy
 
 _GIVEN: set[int] = set()  # ports handed out in this test session, not handed out again
 
@@ -138,12 +139,32 @@ class Engine:
 
 @dataclass
 class Stack:
-    """Engines and one router in front of them, as processes; ``close`` stops them all."""
+    """Engines and one router in front of them, as processes, with the Redis servers and
+    lines they use; ``close`` (or leaving ``with``) stops them all."""
 
     folder: Path
     engines: dict[str, Engine] = field(default_factory=dict)
     router: str = ""
     procs: list[tuple[subprocess.Popen[bytes], Path]] = field(default_factory=list)
+    closers: list[Callable[[], None]] = field(default_factory=list)
+
+    def __enter__(self) -> Stack:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def redis(self) -> RedisServer:
+        """A private redis-server, stopped with the stack."""
+        server = RedisServer.start()
+        self.closers.append(server.stop)
+        return server
+
+    def wan_proxy(self, target: int, delay_s: float) -> WanProxy:
+        """A line with ``delay_s`` each way to the local port ``target``, closed with the stack."""
+        proxy = WanProxy(free_port(), target, delay_s)
+        self.closers.append(proxy.close)
+        return proxy
 
     def engine(self, instance_id: str, tier: str, *extra: str) -> Engine:
         port, events = free_port(), free_port()
@@ -210,6 +231,8 @@ class Stack:
                 proc.terminate()
         for proc, _ in self.procs:
             wait_or_kill(proc, timeout=15)
+        for close in reversed(self.closers):  # what was started last first
+            close()
 
 
 def stream_tokens(response: httpx.Response) -> tuple[list[int], list[dict[str, Any]]]:
@@ -228,14 +251,11 @@ def running_stack(
 ) -> Iterator[Stack]:
     """One engine-sim per tier (``p0`` for p, ``md0`` for md, ...) with ``engine_args``, and
     a router with ``env``; everything stopped on the way out."""
-    stack = Stack(folder)
-    try:
+    with Stack(folder) as stack:
         for tier in tiers:
             stack.engine(f"{tier}0", tier, *engine_args)
         stack.start_router(env)
         yield stack
-    finally:
-        stack.close()
 
 
 def three_tier_stack(folder: Path, env: dict[str, str]) -> contextlib.AbstractContextManager[Stack]:

@@ -73,30 +73,20 @@ def start_router(stack: Stack, name: str, redis: RedisServer, crossing: dict[str
 
 @pytest.fixture
 def two_dcs(tmp_path: Path) -> Iterator[TwoDatacenters]:
-    stack = Stack(tmp_path)
-    servers: list[RedisServer] = []
-    proxies: list[WanProxy] = []
-    try:
+    with Stack(tmp_path) as stack:
         p0 = stack.engine("p0", "p")
         md0 = stack.engine("md0", "md")
         for engine in (p0, md0):
             wait_for(f"{engine.url}/health", stack.procs)
-        servers = [RedisServer.start(), RedisServer.start()]
+        servers = [stack.redis(), stack.redis()]
         port_of = {e.instance_id: int(e.events.rsplit(":", 1)[1]) for e in (p0, md0)}
-        to_a = WanProxy(free_port(), port_of["md0"], DELAY_S)  # B's MD events, towards A
-        to_b = WanProxy(free_port(), port_of["p0"], DELAY_S)  # A's P events, towards B
-        proxies = [to_a, to_b]
+        to_a = stack.wan_proxy(port_of["md0"], DELAY_S)  # B's MD events, towards A
+        to_b = stack.wan_proxy(port_of["p0"], DELAY_S)  # A's P events, towards B
         routers = {
             "A": start_router(stack, "A", servers[0], {"md0": to_a.port}),
             "B": start_router(stack, "B", servers[1], {"p0": to_b.port}),
         }
         yield TwoDatacenters(stack, routers, to_a)
-    finally:
-        stack.close()
-        for proxy in proxies:
-            proxy.close()
-        for server in servers:
-            server.stop()
 
 
 def md_blocks(client: httpx.Client, router: str) -> int:
