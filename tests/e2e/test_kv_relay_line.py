@@ -23,7 +23,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from index_watch import Watcher, indexed_blocks
+from index_watch import Watcher, block_lags, indexed_blocks
 from process_support import Stack, free_port, spawn, wait_for
 from wan_proxy import WanProxy
 
@@ -151,15 +151,10 @@ def _measure(line: Line, client: httpx.Client, shape: str, first: int) -> Figure
     bytes_before = (line.md_events.to_client, line.relay_events.to_client)
     lags: dict[str, list[float]] = {name: [] for name in routers}
     for k in range(first, first + REQUESTS):
-        for name, watcher in watchers.items():
-            watcher.watch(indexed_blocks(client, routers[name]) + PROMPT_TOKENS // 16)
         body = {"prompt": _prompt(shape, k), "max_tokens": 2, "ignore_eos": True}
-        response = client.post(f"{line.direct}/v1/completions", json=body, timeout=30)
-        done = time.monotonic()
-        assert response.status_code == 200, response.text
-        assert response.json()["pdd"]["instances"]["md"] == "md0"
-        for name, watcher in watchers.items():
-            lags[name].append(watcher.wait() - done)
+        new = block_lags(client, line.direct, body, watchers, PROMPT_TOKENS // 16)
+        for name, lag in new.items():
+            lags[name].append(lag)
     for watcher in watchers.values():
         watcher.close()
     time.sleep(3 * DELAY_S)  # anything still on the line arrives
