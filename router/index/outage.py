@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, TypedDict, TypeVar, cast
+from typing import Any, TypeVar, cast
 
 from redis.exceptions import RedisError
 
@@ -28,26 +28,11 @@ from router.index.mirror import (
     instances_of,
 )
 
-__all__ = ["OutageRecovery", "RecoveryOptions"]
+__all__ = ["OutageRecovery"]
 
 _OUTAGE = (RedisError, UserError, OSError)
 _BLOCK_LIMIT = 1 << 64  # the Redis index takes block ids in [0, 2**64)
 T = TypeVar("T")
-
-
-class RecoveryOptions(TypedDict, total=False):
-    """The keyword-only settings of ``OutageRecovery``, for the facade that passes them on."""
-
-    default_capacity_blocks: int | None
-    ttl_s: float | None
-    retry_after_s: float
-    verify_every_s: float
-    step_s: float
-    batch_blocks: int
-    max_pending: int
-    clock: Clock
-    timer: Clock
-    on_state_change: Callable[[bool], None] | None
 
 
 class OutageRecovery:

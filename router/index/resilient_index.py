@@ -35,16 +35,31 @@ for a take-over).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, Unpack
+from collections.abc import Callable, Sequence
+from typing import Any, TypedDict, Unpack
 
 from policies.tiers import Tier
-from router.index.base import IndexedInstance, PrefixIndex, UnknownInstanceError
+from router.index.base import Clock, IndexedInstance, PrefixIndex, UnknownInstanceError
 from router.index.handover import ReplicaHandover
 from router.index.mirror import Mirror, RecoveryStats
-from router.index.outage import OutageRecovery, RecoveryOptions
+from router.index.outage import OutageRecovery
 
-__all__ = ["RecoveryStats", "ResilientIndex"]
+__all__ = ["RecoveryOptions", "RecoveryStats", "ResilientIndex"]
+
+
+class RecoveryOptions(TypedDict, total=False):
+    """The keyword-only settings of ``OutageRecovery``, which ``ResilientIndex`` passes on."""
+
+    default_capacity_blocks: int | None
+    ttl_s: float | None
+    retry_after_s: float
+    verify_every_s: float
+    step_s: float
+    batch_blocks: int
+    max_pending: int
+    clock: Clock
+    timer: Clock
+    on_state_change: Callable[[bool], None] | None
 
 
 class ResilientIndex:
