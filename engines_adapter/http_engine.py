@@ -21,8 +21,7 @@ import anyio
 import httpx
 import msgspec
 
-from engines_adapter.contract import EngineError, ErrorCause, KVEventBatch, TokenDelta
-from engines_adapter.kv_subscriber import KVEventSubscriber
+from engines_adapter.contract import EngineError, ErrorCause, TokenDelta
 
 T = TypeVar("T")
 
@@ -30,7 +29,6 @@ __all__ = [
     "DEFAULT_TIMEOUT",
     "PROBE_TIMEOUT",
     "AbortableStreams",
-    "HttpEngineCommon",
     "cause_of_status",
     "check_engine_prompt",
     "decode_json",
@@ -343,50 +341,3 @@ class AbortableStreams:
         """Cancel every running stream."""
         for request_id in list(self._tasks):
             await self.abort(request_id)
-
-
-class HttpEngineCommon:
-    """What every HTTP engine adapter shares: URLs, ``GET /health``, KV events over ZMQ
-    and closing. The adapter sets the attributes below in its constructor."""
-
-    instance_id: str
-    base_url: str
-    kv_events_endpoint: str | None
-    kv_replay_endpoint: str | None = None
-    _client: httpx.AsyncClient
-    _probe_timeout: httpx.Timeout
-    _streams: AbortableStreams
-    _subscribers: set[KVEventSubscriber]
-
-    def _url(self, path: str) -> str:
-        return f"{self.base_url}{path}"
-
-    async def health(self) -> bool:
-        """``GET /health`` answers 200."""
-        try:
-            response = await run_scoped(
-                lambda: self._client.get(self._url("/health"), timeout=self._probe_timeout)
-            )
-        except httpx.HTTPError:
-            return False
-        return response.status_code == 200
-
-    async def kv_events(self) -> AsyncGenerator[KVEventBatch, None]:
-        """KV events from the engine's ZMQ publisher (``--kv-events-config``)."""
-        if self.kv_events_endpoint is None:
-            raise EngineError(self.instance_id, "no KV-event endpoint configured")
-        subscriber = KVEventSubscriber(
-            self.instance_id, self.kv_events_endpoint, replay_endpoint=self.kv_replay_endpoint
-        )
-        self._subscribers.add(subscriber)
-        try:
-            async for batch in subscriber.batches():
-                yield batch
-        finally:
-            self._subscribers.discard(subscriber)
-            subscriber.close()
-
-    async def _close_streams_and_sockets(self) -> None:
-        await self._streams.aclose()
-        for subscriber in list(self._subscribers):
-            subscriber.close()

@@ -20,7 +20,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import Generic, Protocol, TypeVar
+from typing import Generic, Protocol, TypedDict, TypeVar, Unpack
 
 import zmq
 import zmq.asyncio
@@ -28,7 +28,14 @@ import zmq.asyncio
 from engines_adapter.contract import KVEventBatch
 from engines_adapter.kv_events import KVEventDecoder, decode_sequence, encode_sequence, with_gap
 
-__all__ = ["HEARTBEAT_S", "KVEventSubscriber", "Sequenced", "SequencedSubscriber", "follow"]
+__all__ = [
+    "HEARTBEAT_S",
+    "KVEventSubscriber",
+    "Sequenced",
+    "SequencedSubscriber",
+    "SubscriptionOptions",
+    "follow",
+]
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +58,18 @@ class Sequenced(Protocol):
 
 
 BatchT = TypeVar("BatchT", bound=Sequenced)
+
+
+class SubscriptionOptions(TypedDict, total=False):
+    """The keyword-only settings of ``SequencedSubscriber``, for subclasses that pass them on."""
+
+    replay_endpoint: str | None
+    topic: bytes
+    context: zmq.asyncio.Context | None
+    idle_reconnect_s: float | None
+    retry_s: float
+    replay_timeout_s: float
+    heartbeat_s: float | None
 
 
 class SequencedSubscriber(Generic[BatchT]):
@@ -244,24 +263,10 @@ class SequencedSubscriber(Generic[BatchT]):
 class KVEventSubscriber(SequencedSubscriber[KVEventBatch]):
     """Subscribes to one instance's KV-event publisher; iterate ``batches()``."""
 
-    def __init__(  # noqa: PLR0913 -- keyword-only settings of one subscription, each with a default
-        self,
-        instance_id: str,
-        endpoint: str,
-        *,
-        replay_endpoint: str | None = None,
-        topic: bytes = b"",
-        context: zmq.asyncio.Context | None = None,
-        idle_reconnect_s: float | None = None,
-        retry_s: float = 0.5,
-        replay_timeout_s: float = 1.0,
-        heartbeat_s: float | None = HEARTBEAT_S,
+    def __init__(
+        self, instance_id: str, endpoint: str, **options: Unpack[SubscriptionOptions]
     ) -> None:
-        super().__init__(
-            instance_id, endpoint, replay_endpoint=replay_endpoint, topic=topic,
-            context=context, idle_reconnect_s=idle_reconnect_s, retry_s=retry_s,
-            replay_timeout_s=replay_timeout_s, heartbeat_s=heartbeat_s,
-        )  # fmt: skip
+        super().__init__(instance_id, endpoint, **options)
         self.instance_id = instance_id
         self.decoder = KVEventDecoder(instance_id)
 

@@ -24,12 +24,10 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import random
-from collections.abc import AsyncGenerator, Awaitable, Callable
-from typing import Any
+from typing import Any, Unpack
 from urllib.parse import urlsplit
 
 import httpx
@@ -42,12 +40,9 @@ from engines_adapter.contract import (
     PrefillResult,
     TokenDelta,
 )
-from engines_adapter.engine_metrics import SGLANG_METRICS, parse_load
+from engines_adapter.engine_metrics import SGLANG_METRICS
+from engines_adapter.http_adapter import Emit, HttpEngineCommon, HttpEngineOptions
 from engines_adapter.http_engine import (
-    DEFAULT_TIMEOUT,
-    PROBE_TIMEOUT,
-    AbortableStreams,
-    HttpEngineCommon,
     check_engine_prompt,
     engine_error,
     message_of,
@@ -56,7 +51,6 @@ from engines_adapter.http_engine import (
     run_scoped,
     sse_objects,
 )
-from engines_adapter.kv_subscriber import KVEventSubscriber
 
 __all__ = ["BOOTSTRAP_KEYS", "SGLangAdapter"]
 
@@ -89,7 +83,7 @@ class SGLangAdapter(HttpEngineCommon):
 
     features: frozenset[Feature] = frozenset({"structured_output"})
 
-    def __init__(  # noqa: PLR0913 -- the engine's endpoints and timeouts, keyword-only
+    def __init__(
         self,
         instance_id: str,
         base_url: str,
@@ -97,25 +91,14 @@ class SGLangAdapter(HttpEngineCommon):
         client: httpx.AsyncClient,
         bootstrap_port: int | None = None,
         bootstrap_host: str | None = None,
-        kv_events_endpoint: str | None = None,
-        vocab_size: int | None = None,
-        timeout: httpx.Timeout = DEFAULT_TIMEOUT,
-        probe_timeout: httpx.Timeout = PROBE_TIMEOUT,
         rng: random.Random | None = None,
+        **options: Unpack[HttpEngineOptions],
     ) -> None:
-        self.instance_id = instance_id
-        self.base_url = base_url.rstrip("/")
+        super().__init__(instance_id, base_url, client=client, **options)
         self.bootstrap_port = bootstrap_port
         self.bootstrap_host = bootstrap_host or urlsplit(self.base_url).hostname or "127.0.0.1"
-        self.kv_events_endpoint = kv_events_endpoint
-        self.vocab_size = vocab_size
-        self._client = client
-        self._timeout = timeout
-        self._probe_timeout = probe_timeout
         self._rng = rng or random.Random()
-        self._streams = AbortableStreams()
         self._prefills: dict[str, asyncio.Task[None]] = {}
-        self._subscribers: set[KVEventSubscriber] = set()
 
     def _body(
         self, request: GenerateRequest, *, rid: str, max_new_tokens: int, stream: bool
@@ -203,22 +186,13 @@ class SGLangAdapter(HttpEngineCommon):
         finally:
             self._prefills.pop(rid, None)
 
-    async def generate(self, request: GenerateRequest) -> AsyncGenerator[TokenDelta, None]:
-        """Stream ``/generate``; joins a bootstrap room when the params carry one."""
-        body = self._body(
+    def _generate_body(self, request: GenerateRequest) -> dict[str, Any]:
+        """A streamed ``/generate``; it joins a bootstrap room when the params carry one."""
+        return self._body(
             request, rid=request.request_id, max_new_tokens=request.max_tokens, stream=True
         )
 
-        async def produce(emit: Callable[[TokenDelta], Awaitable[None]]) -> None:
-            await self._stream(body, emit)
-
-        async with contextlib.aclosing(self._streams.run(request.request_id, produce)) as deltas:
-            async for delta in deltas:
-                yield delta
-
-    async def _stream(
-        self, body: dict[str, Any], emit: Callable[[TokenDelta], Awaitable[None]]
-    ) -> None:
+    async def _stream(self, request_id: str, body: dict[str, Any], emit: Emit) -> None:
         seen = 0
         cached: int | None = None
         finished = False
@@ -262,28 +236,16 @@ class SGLangAdapter(HttpEngineCommon):
 
     async def abort(self, request_id: str) -> None:
         """Close the request's stream (SGLang aborts it); cancel its PD prefills."""
-        await self._streams.abort(request_id)
+        await super().abort(request_id)
         for rid, task in list(self._prefills.items()):
             if rid.startswith(f"{request_id}-p"):
                 task.cancel()
 
     async def load(self) -> EngineLoad:
         """Figures from ``/metrics`` (SGLang started with ``--enable-metrics``)."""
-        try:
-            response = await run_scoped(
-                lambda: self._client.get(self._url("/metrics"), timeout=self._probe_timeout)
-            )
-        except httpx.HTTPError as exc:
-            raise engine_error(self.instance_id, exc, "load") from exc
-        if response.status_code == 404:
-            raise EngineError(
-                self.instance_id, "load: no /metrics (start SGLang with --enable-metrics)"
-            )
-        await raise_for_status(self.instance_id, response, "load")
-        try:
-            return parse_load(response.text, SGLANG_METRICS)
-        except ValueError as exc:
-            raise EngineError(self.instance_id, f"load: {exc}") from exc
+        return await self._metrics_load(
+            SGLANG_METRICS, missing="start SGLang with --enable-metrics"
+        )
 
     async def aclose(self) -> None:
         """Abort streams and PD prefills, close KV-event sockets (the client is the caller's)."""
@@ -291,4 +253,4 @@ class SGLangAdapter(HttpEngineCommon):
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        await self._close_streams_and_sockets()
+        await super().aclose()

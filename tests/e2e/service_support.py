@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import httpx
@@ -15,6 +16,8 @@ from router.settings import Settings
 
 VOCAB = 512
 PROMPT = [(7 * i + 3) % VOCAB for i in range(640)]  # 40 blocks of 16
+TOPOLOGY = (("p0", "p", "A"), ("rld0", "rld", "A"), ("md0", "md", "B"))
+"""One instance of each tier: P and RLD in datacenter A, MD in B."""
 
 
 class Engines:
@@ -78,3 +81,14 @@ def register(client: TestClient, *specs: tuple[str, str, str], key: str | None =
         body = {"instance_id": iid, "tier": tier, "datacenter": dc, "adapter": "sim"}
         response = client.post("/v1/instances", json=body, headers=headers)
         assert response.status_code == 201, response.text
+
+
+def sse_events(client: TestClient, body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The chunks of a streamed completion of ``body`` (which must be accepted)."""
+    events = []
+    with client.stream("POST", "/v1/completions", json={**body, "stream": True}) as response:
+        assert response.status_code == 200
+        for line in response.iter_lines():
+            if line.startswith("data: ") and line != "data: [DONE]":
+                events.append(json.loads(line[6:]))
+    return events

@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_support import run_cli
-from process_support import Stack
+from cli_support import calibrate_p_and_md, cli, replay_one_each
+from process_support import Stack, running_stack
 
 from router.tokenization.builtin import builtin_tokenizer_dir
 
@@ -56,6 +56,14 @@ def aiperf_executable() -> str | None:
     if venv.is_file():
         return str(venv)
     return shutil.which("aiperf")
+
+
+def installed_aiperf() -> str:
+    """aiperf's executable; without one the calling test is skipped."""
+    found = aiperf_executable()
+    if found is None:
+        pytest.skip("aiperf is not installed (make aiperf: scripts/ensure-aiperf.sh)")
+    return found
 
 
 def hf_cache_with_builtin_tokenizer(home: Path) -> str:
@@ -90,30 +98,16 @@ def write_slice(trace: Path, out: Path) -> list[dict[str, Any]]:
 @pytest.fixture(scope="module")
 def aiperf() -> str:
     """aiperf's executable (the test is skipped, before any process starts, without one)."""
-    found = aiperf_executable()
-    if found is None:
-        pytest.skip("aiperf is not installed (make test installs it: scripts/ensure-aiperf.sh)")
-    return found
+    return installed_aiperf()
 
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    stack = Stack(tmp_path_factory.mktemp("aiperf"))
-    try:
-        stack.engine("p0", "p", *ENGINE_COSTS)
-        stack.engine("md0", "md", *ENGINE_COSTS)
-        models = [{"name": MODEL, "tokenizer": {"builtin": True}}]  # text prompts need one
-        stack.start_router({"PDD_ROUTER_POLICY__NAME": "idc-pd",
-                            "PDD_ROUTER_MODELS": json.dumps(models)})  # fmt: skip
+    models = [{"name": MODEL, "tokenizer": {"builtin": True}}]  # text prompts need one
+    env = {"PDD_ROUTER_POLICY__NAME": "idc-pd", "PDD_ROUTER_MODELS": json.dumps(models)}
+    folder = tmp_path_factory.mktemp("aiperf")
+    with running_stack(folder, env, ("p", "md"), *ENGINE_COSTS) as stack:
         yield stack
-    finally:
-        stack.close()
-
-
-def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
-    code, out, err = run_cli(capsys, *argv)
-    assert code == 0, err
-    return out
 
 
 def run_aiperf(aiperf: str, url: str, trace: Path, out: Path, home: Path) -> float:
@@ -144,25 +138,15 @@ def test_aiperf_mooncake_replay_through_the_router_validates_against_a_replay(
 ) -> None:
     rows = write_slice(conversation_trace, tmp_path / "slice.jsonl")
 
-    probes = ("--vocab-size", str(VOCAB), "--max-prompt", "2048", "--max-batch", "4",
-              "--repeats", "1", "--no-progress")  # fmt: skip
-    cli(capsys, "calibrate", "--url", stack.engines["p0"].url, "--preset", "idc-pd-small",
-        "--pool", "p", "--out", str(tmp_path / "p.yaml"), *probes)  # fmt: skip
-    cli(capsys, "calibrate", "--url", stack.engines["md0"].url, "--preset",
-        str(tmp_path / "p.yaml"), "--pool", "md", "--out", str(tmp_path / "cluster.yaml"),
-        *probes)  # fmt: skip
+    cluster = calibrate_p_and_md(capsys, stack.engines["p0"].url, stack.engines["md0"].url,
+                                 tmp_path, vocab=VOCAB)  # fmt: skip
 
     took = run_aiperf(aiperf, stack.router, tmp_path / "slice.jsonl", tmp_path / "aiperf",
                       tmp_path / "hf")  # fmt: skip
     export = tmp_path / "aiperf" / "profile_export.jsonl"
     assert len(export.read_text().splitlines()) == REQUESTS
 
-    one_each = [f"pools.{p}.{k}={v}" for p in ("p", "md")
-                for k, v in (("instances", 1), ("kv_capacity_tokens", 262144),
-                             ("max_batch", 64))]  # fmt: skip
-    cli(capsys, "replay", "run", str(tmp_path / "slice.jsonl"), "--preset",
-        str(tmp_path / "cluster.yaml"), *(a for s in one_each for a in ("--set", s)),
-        "--out", str(tmp_path / "sim"), "--no-progress")  # fmt: skip
+    replay_one_each(capsys, tmp_path / "slice.jsonl", cluster, tmp_path / "sim", 262144)
     printed = cli(capsys, "replay", "validate", str(tmp_path / "aiperf"), str(tmp_path / "sim"),
                   "--out", str(tmp_path / "validate"))  # fmt: skip
     data: dict[str, Any] = json.loads((tmp_path / "validate" / "validate.json").read_text())

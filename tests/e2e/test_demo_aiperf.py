@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from demo_support import Demo, demo_server
-from test_aiperf_replay import aiperf_executable
+from test_aiperf_replay import installed_aiperf
 
 from router.service.demo import DEMO_MODEL
 
@@ -29,10 +29,7 @@ CONCURRENCY = 8
 
 @pytest.fixture(scope="module")
 def aiperf() -> str:
-    found = aiperf_executable()
-    if found is None:
-        pytest.skip("aiperf is not installed (make aiperf: scripts/ensure-aiperf.sh)")
-    return found
+    return installed_aiperf()
 
 
 @pytest.fixture(scope="module")

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from index_watch import Watcher, indexed_blocks
-from process_support import RedisServer, Stack, free_port, spawn, wait_for
+from index_watch import Watcher, block_lags, indexed_blocks
+from process_support import Stack, free_port, spawn, wait_for
 from wan_proxy import WanProxy
 
 pytestmark = pytest.mark.slow
@@ -97,21 +97,17 @@ def _start_relay(stack: Stack, args: list[str], log: Path) -> None:
 
 @pytest.fixture
 def line(tmp_path: Path) -> Iterator[Line]:
-    stack = Stack(tmp_path)
-    servers: list[RedisServer] = []
-    proxies: list[WanProxy] = []
-    try:
+    with Stack(tmp_path) as stack:
         stack.engine("p0", "p", "--vocab-size", str(VOCAB))
         md0 = stack.engine("md0", "md", "--vocab-size", str(VOCAB))
         for engine in stack.engines.values():
             wait_for(f"{engine.url}/health", stack.procs)
         publish, replay = free_port(), free_port()
         relay_args = _relay(stack, publish, replay)
-        servers = [RedisServer.start(), RedisServer.start()]
-        md_events = WanProxy(free_port(), int(md0.events.rsplit(":", 1)[1]), DELAY_S)
-        relay_events = WanProxy(free_port(), publish, DELAY_S)
-        relay_replay = WanProxy(free_port(), replay, DELAY_S)
-        proxies = [md_events, relay_events, relay_replay]
+        servers = [stack.redis(), stack.redis()]
+        md_events = stack.wan_proxy(int(md0.events.rsplit(":", 1)[1]), DELAY_S)
+        relay_events = stack.wan_proxy(publish, DELAY_S)
+        relay_replay = stack.wan_proxy(replay, DELAY_S)
         common = {
             "PDD_ROUTER_INDEX__BACKEND": "redis",
             "PDD_ROUTER_POLICY__NAME": "pdd",
@@ -130,12 +126,6 @@ def line(tmp_path: Path) -> Iterator[Line]:
              "PDD_ROUTER_SERVICE__KV_RELAYS": json.dumps([source])},
         )  # fmt: skip
         yield Line(stack, direct, relayed, md_events, relay_events, relay_args)
-    finally:
-        stack.close()
-        for proxy in proxies:
-            proxy.close()
-        for server in servers:
-            server.stop()
 
 
 @dataclass
@@ -161,15 +151,10 @@ def _measure(line: Line, client: httpx.Client, shape: str, first: int) -> Figure
     bytes_before = (line.md_events.to_client, line.relay_events.to_client)
     lags: dict[str, list[float]] = {name: [] for name in routers}
     for k in range(first, first + REQUESTS):
-        for name, watcher in watchers.items():
-            watcher.watch(indexed_blocks(client, routers[name]) + PROMPT_TOKENS // 16)
         body = {"prompt": _prompt(shape, k), "max_tokens": 2, "ignore_eos": True}
-        response = client.post(f"{line.direct}/v1/completions", json=body, timeout=30)
-        done = time.monotonic()
-        assert response.status_code == 200, response.text
-        assert response.json()["pdd"]["instances"]["md"] == "md0"
-        for name, watcher in watchers.items():
-            lags[name].append(watcher.wait() - done)
+        new = block_lags(client, line.direct, body, watchers, PROMPT_TOKENS // 16)
+        for name, lag in new.items():
+            lags[name].append(lag)
     for watcher in watchers.values():
         watcher.close()
     time.sleep(3 * DELAY_S)  # anything still on the line arrives

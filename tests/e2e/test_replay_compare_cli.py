@@ -19,6 +19,12 @@ def trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+@pytest.fixture
+def columns_80(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CLI's tables laid out for an 80-column terminal."""
+    monkeypatch.setenv("COLUMNS", "80")
+
+
 def _json(path: Path) -> dict[str, Any]:
     data: dict[str, Any] = json.loads(path.read_text())
     return data
@@ -28,13 +34,10 @@ def _table_lines(stdout: str) -> list[str]:
     return [line for line in stdout.splitlines() if line[:1] in "┏┃┡│├└"]
 
 
+@pytest.mark.usefixtures("columns_80")
 def test_compare_writes_json_report_and_one_folder_per_policy(
-    capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
-    tmp_path: Path,
-    trace: Path,
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, trace: Path
 ) -> None:
-    monkeypatch.setenv("COLUMNS", "80")
     out = tmp_path / "cmp"
     code, stdout, err = run_cli(
         capsys, "replay", "compare", str(trace), "--preset", "pdd-small",
@@ -120,13 +123,10 @@ def test_compare_refuses_an_unknown_policy_in_one_line(
     assert not (tmp_path / "x").exists()
 
 
+@pytest.mark.usefixtures("columns_80")
 def test_sweep_finds_the_rate_that_keeps_the_sla(
-    capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
-    tmp_path: Path,
-    trace: Path,
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, trace: Path
 ) -> None:
-    monkeypatch.setenv("COLUMNS", "80")
     out = tmp_path / "sweep"
     code, stdout, err = run_cli(
         capsys, "replay", "sweep", str(trace), "--preset", "pdd-small", "--policy", "pdd",
@@ -258,13 +258,10 @@ def test_run_writes_a_report_next_to_its_summary(
     assert max(backlog) == summary["wan_backlog_gb_peak"]
 
 
+@pytest.mark.usefixtures("columns_80")
 def test_compare_deployments_each_policy_on_its_own_cluster(
-    capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
-    tmp_path: Path,
-    trace: Path,
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, trace: Path
 ) -> None:
-    monkeypatch.setenv("COLUMNS", "80")
     out = tmp_path / "deploy"
     code, stdout, err = run_cli(
         capsys, "replay", "compare", str(trace),

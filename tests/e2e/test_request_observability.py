@@ -4,7 +4,6 @@ request with a span per stage, against in-process simulated engines."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,12 +13,11 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client.parser import text_string_to_metric_families
-from service_support import PROMPT, VOCAB, Engines, make_client, register
+from service_support import PROMPT, TOPOLOGY, VOCAB, Engines, make_client, register, sse_events
 
 from router.service.app import create_app
 from router.settings import Settings
 
-TOPOLOGY = (("p0", "p", "A"), ("rld0", "rld", "A"), ("md0", "md", "B"))
 P_MD = {"model": "pdd-router", "pipeline": "P-MD"}
 
 
@@ -33,16 +31,6 @@ def sample(text: str, name: str, **labels: str) -> float | None:
     return None
 
 
-def stream(client: TestClient, body: dict[str, Any]) -> list[dict[str, Any]]:
-    events = []
-    with client.stream("POST", "/v1/completions", json={**body, "stream": True}) as response:
-        assert response.status_code == 200
-        for line in response.iter_lines():
-            if line.startswith("data: ") and line != "data: [DONE]":
-                events.append(json.loads(line[6:]))
-    return events
-
-
 @pytest.fixture
 def client() -> Iterator[TestClient]:
     with make_client(Engines()) as c:
@@ -52,8 +40,8 @@ def client() -> Iterator[TestClient]:
 
 def test_served_requests_are_counted_per_model_and_pipeline(client: TestClient) -> None:
     whole = client.post("/v1/completions", json={"prompt": PROMPT, "max_tokens": 8}).json()
-    events = stream(client, {"prompt": PROMPT, "max_tokens": 6,
-                             "stream_options": {"include_usage": True}})  # fmt: skip
+    events = sse_events(client, {"prompt": PROMPT, "max_tokens": 6,
+                                 "stream_options": {"include_usage": True}})  # fmt: skip
     usages = [whole["usage"], events[-1]["usage"]]
     text = client.get("/metrics").text
 
@@ -105,7 +93,7 @@ def test_a_stream_broken_by_its_engine_counts_as_an_engine_error() -> None:
     with make_client(engines) as c:
         register(c, *TOPOLOGY)
         engines.by_id["md0"].faults.fail_after_tokens = 3
-        events = stream(c, {"prompt": PROMPT, "max_tokens": 10})
+        events = sse_events(c, {"prompt": PROMPT, "max_tokens": 10})
         assert "error" in events[-1]
         text = c.get("/metrics").text
     assert sample(text, "pdd_router_requests_total", **P_MD, outcome="engine_error") == 1
@@ -127,7 +115,7 @@ def traced_request(policy: dict[str, Any], engines: Engines, max_tokens: int) ->
     with TestClient(create_app(settings, adapter_factory=engines, tracer_provider=provider)) as c:
         register(c, *TOPOLOGY)
         exporter.clear()  # the registrations' spans
-        stream(c, {"prompt": PROMPT, "max_tokens": max_tokens})
+        sse_events(c, {"prompt": PROMPT, "max_tokens": max_tokens})
     return list(exporter.get_finished_spans())
 
 

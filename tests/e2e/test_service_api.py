@@ -8,12 +8,19 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from service_support import PROMPT, VOCAB, Engines, make_client, reference, register
+from service_support import (
+    PROMPT,
+    TOPOLOGY,
+    VOCAB,
+    Engines,
+    make_client,
+    reference,
+    register,
+    sse_events,
+)
 
 from router.service.app import create_app
 from router.settings import Settings
-
-TOPOLOGY = (("p0", "p", "A"), ("rld0", "rld", "A"), ("md0", "md", "B"))
 
 
 @pytest.fixture
@@ -21,16 +28,6 @@ def client() -> Iterator[TestClient]:
     with make_client(Engines()) as c:
         register(c, *TOPOLOGY)
         yield c
-
-
-def sse_events(client: TestClient, body: dict[str, Any]) -> list[dict[str, Any]]:
-    events = []
-    with client.stream("POST", "/v1/completions", json={**body, "stream": True}) as response:
-        assert response.status_code == 200
-        for line in response.iter_lines():
-            if line.startswith("data: ") and line != "data: [DONE]":
-                events.append(json.loads(line[6:]))
-    return events
 
 
 def test_readyz_waits_for_every_tier() -> None:

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 import yaml
-from cli_support import run_cli
-from process_support import Stack
+from cli_support import calibrate_p_and_md, cli, replay_one_each
+from process_support import Stack, running_stack
 
 pytestmark = pytest.mark.slow
 
@@ -35,44 +35,23 @@ def write_trace(path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    stack = Stack(tmp_path_factory.mktemp("loop"))
-    try:
-        stack.engine("p0", "p", *ENGINE_COSTS)
-        stack.engine("md0", "md", *ENGINE_COSTS)
-        stack.start_router({"PDD_ROUTER_POLICY__NAME": "idc-pd"})
+    env = {"PDD_ROUTER_POLICY__NAME": "idc-pd"}
+    with running_stack(tmp_path_factory.mktemp("loop"), env, ("p", "md"), *ENGINE_COSTS) as stack:
         yield stack
-    finally:
-        stack.close()
-
-
-def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
-    code, out, err = run_cli(capsys, *argv)
-    assert code == 0, err
-    return out
 
 
 def test_a_calibrated_replay_lands_near_what_the_router_measured(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, stack: Stack
 ) -> None:
     write_trace(tmp_path / "trace.jsonl")
-    probes = ("--vocab-size", str(VOCAB), "--max-prompt", "2048", "--max-batch", "4",
-              "--repeats", "1", "--no-progress")  # fmt: skip
-    cli(capsys, "calibrate", "--url", stack.engines["p0"].url, "--preset", "idc-pd-small",
-        "--pool", "p", "--out", str(tmp_path / "p.yaml"), *probes)  # fmt: skip
-    cli(capsys, "calibrate", "--url", stack.engines["md0"].url, "--preset",
-        str(tmp_path / "p.yaml"), "--pool", "md", "--out", str(tmp_path / "cluster.yaml"),
-        "--router", stack.router, *probes)  # fmt: skip
+    cluster = calibrate_p_and_md(capsys, stack.engines["p0"].url, stack.engines["md0"].url,
+                                 tmp_path, "--router", stack.router, vocab=VOCAB)  # fmt: skip
     # the router's own time before a first token, measured through it: a few ms at most
-    router_s = yaml.safe_load((tmp_path / "cluster.yaml").read_text())["timing"]["router_s"]
+    router_s = yaml.safe_load(cluster.read_text())["timing"]["router_s"]
     assert 0 < router_s < 0.05, router_s
     cli(capsys, "replay", "live", str(tmp_path / "trace.jsonl"), "--url", stack.router,
         "--vocab-size", str(VOCAB), "--out", str(tmp_path / "live"), "--no-progress")  # fmt: skip
-    one_each = [f"pools.{p}.{k}={v}" for p in ("p", "md")
-                for k, v in (("instances", 1), ("kv_capacity_tokens", 65536),
-                             ("max_batch", 64))]  # fmt: skip
-    cli(capsys, "replay", "run", str(tmp_path / "trace.jsonl"), "--preset",
-        str(tmp_path / "cluster.yaml"), *(a for s in one_each for a in ("--set", s)),
-        "--out", str(tmp_path / "sim"), "--no-progress")  # fmt: skip
+    replay_one_each(capsys, tmp_path / "trace.jsonl", cluster, tmp_path / "sim", 65536)
     printed = cli(capsys, "replay", "validate", str(tmp_path / "live"), str(tmp_path / "sim"),
                   "--out", str(tmp_path / "validate"))  # fmt: skip
     data: dict[str, Any] = json.loads((tmp_path / "validate" / "validate.json").read_text())

@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import json
 import statistics
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import pytest
-from index_watch import Watcher, indexed_blocks
+from index_watch import Watcher, block_lags, indexed_blocks
 from process_support import RedisServer, Stack, free_port, spawn, wait_for
 from wan_proxy import WanProxy
 
@@ -73,30 +72,20 @@ def start_router(stack: Stack, name: str, redis: RedisServer, crossing: dict[str
 
 @pytest.fixture
 def two_dcs(tmp_path: Path) -> Iterator[TwoDatacenters]:
-    stack = Stack(tmp_path)
-    servers: list[RedisServer] = []
-    proxies: list[WanProxy] = []
-    try:
+    with Stack(tmp_path) as stack:
         p0 = stack.engine("p0", "p")
         md0 = stack.engine("md0", "md")
         for engine in (p0, md0):
             wait_for(f"{engine.url}/health", stack.procs)
-        servers = [RedisServer.start(), RedisServer.start()]
+        servers = [stack.redis(), stack.redis()]
         port_of = {e.instance_id: int(e.events.rsplit(":", 1)[1]) for e in (p0, md0)}
-        to_a = WanProxy(free_port(), port_of["md0"], DELAY_S)  # B's MD events, towards A
-        to_b = WanProxy(free_port(), port_of["p0"], DELAY_S)  # A's P events, towards B
-        proxies = [to_a, to_b]
+        to_a = stack.wan_proxy(port_of["md0"], DELAY_S)  # B's MD events, towards A
+        to_b = stack.wan_proxy(port_of["p0"], DELAY_S)  # A's P events, towards B
         routers = {
             "A": start_router(stack, "A", servers[0], {"md0": to_a.port}),
             "B": start_router(stack, "B", servers[1], {"p0": to_b.port}),
         }
         yield TwoDatacenters(stack, routers, to_a)
-    finally:
-        stack.close()
-        for proxy in proxies:
-            proxy.close()
-        for server in servers:
-            server.stop()
 
 
 def md_blocks(client: httpx.Client, router: str) -> int:
@@ -109,16 +98,11 @@ def test_a_sees_bs_mds_cache_one_line_delay_after_b(two_dcs: TwoDatacenters) -> 
     watchers = {dc: Watcher(url) for dc, url in routers.items()}
     with httpx.Client() as client:
         for k in range(REQUESTS):
-            for dc, watcher in watchers.items():
-                watcher.watch(md_blocks(client, routers[dc]) + PROMPT_TOKENS // 16)
             prompt = [(97 * k + 7 * i + 1) % 512 for i in range(PROMPT_TOKENS)]
             body = {"prompt": prompt, "max_tokens": 2, "ignore_eos": True}
-            response = client.post(f"{routers['A']}/v1/completions", json=body, timeout=30)
-            done = time.monotonic()
-            assert response.status_code == 200, response.text
-            assert response.json()["pdd"]["instances"]["md"] == "md0"
-            for dc, watcher in watchers.items():
-                lags[dc].append(watcher.wait() - done)
+            new = block_lags(client, routers["A"], body, watchers, PROMPT_TOKENS // 16)
+            for dc, lag in new.items():
+                lags[dc].append(lag)
         final = {dc: md_blocks(client, url) for dc, url in routers.items()}
     for watcher in watchers.values():
         watcher.close()

@@ -33,13 +33,13 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from cli_support import cli
 from process_support import free_port, spawn, wait_for
 from prometheus_client.parser import text_string_to_metric_families
 from vllm_loop_support import (
     MAX_LEN,
     MAX_SEQS,
     REQUESTS,
-    cli,
     cpu_steal,
     engine_counters,
     errors,

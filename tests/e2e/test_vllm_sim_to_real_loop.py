@@ -28,12 +28,12 @@ from typing import Any
 
 import pytest
 import yaml
+from cli_support import cli
 from vllm_loop_support import (
     ENGINE_LATENCIES,
     MAX_SEQS,
     REQUESTS,
     STEP_TOKENS,
-    cli,
     cpu_steal,
     engine_counters,
     errors,

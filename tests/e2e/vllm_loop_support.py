@@ -10,8 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
-from cli_support import run_cli
 from prometheus_client.parser import text_string_to_metric_families
 
 REQUESTS = 150  # the trace's first 54 s
@@ -77,12 +75,6 @@ def cpu_steal() -> tuple[int, int]:
     this machine's CPUs to others, which slows a run without anything here being busy."""
     fields = [int(x) for x in Path("/proc/stat").read_text().split("\n")[0].split()[1:9]]
     return fields[7], sum(fields)
-
-
-def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
-    code, out, err = run_cli(capsys, *argv)
-    assert code == 0, err
-    return out
 
 
 def errors(folder: Path) -> dict[str, Any]:

@@ -4,12 +4,11 @@ simulator charges."""
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
-from typing import Any
 
 import httpx
 import numpy as np
 import pytest
+from replay_support import replay
 
 from replay.presets.loader import load_preset
 from replay.presets.schema import FittedTiming
@@ -21,23 +20,11 @@ from replay.runner.calibrate import (
     probe_count,
 )
 from replay.runner.calibration_fit import DecodeProbe, PrefillProbe, fit_decode, fit_prefill
-from replay.runner.config import ReplayConfig
 from replay.runner.engine_clock import DECODE, PREFILL, read_totals
 from replay.runner.probe_client import ProbeClient
-from replay.runner.run import ReplayResult, run_replay
 from replay.sim.roofline import Roofline
 from replay.trace.record import TraceRequest
 from router.errors import UserError
-
-
-def replay(
-    trace: Path | list[TraceRequest], preset: str, policy: str | None = None, **fields: Any
-) -> ReplayResult:
-    """``run_replay`` of a trace file, or of requests in memory."""
-    if isinstance(trace, Path):
-        return run_replay(ReplayConfig(trace=str(trace), preset=preset, policy=policy, **fields))
-    config = ReplayConfig(trace="<memory>", preset=preset, policy=policy, **fields)
-    return run_replay(config, requests=trace)
 
 
 def test_the_prefill_fit_recovers_overhead_per_token_and_per_pair_costs() -> None:

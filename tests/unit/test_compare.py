@@ -4,31 +4,20 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
+from replay_support import replay
 
 from replay.experiments.compare import CompareConfig, auto_window, compare_results, run_compare
 from replay.experiments.compare_stats import metric_specs, point_values, policy_data, window_of
 from replay.experiments.policy_spec import parse_policy_spec, parse_policy_specs
 from replay.metrics.hit_buckets import BUCKET_LABELS, bucket_index, request_hit_rates
-from replay.runner.config import ReplayConfig
-from replay.runner.run import ReplayResult, run_replay
+from replay.runner.run import ReplayResult
 from replay.trace.mooncake import write_mooncake
 from replay.trace.record import TraceRequest
 from replay.trace.synth import make_profile, synthesize
 from router.errors import UserError
-
-
-def replay(
-    trace: Path | list[TraceRequest], preset: str, policy: str | None = None, **fields: Any
-) -> ReplayResult:
-    """``run_replay`` of a trace file, or of requests in memory."""
-    if isinstance(trace, Path):
-        return run_replay(ReplayConfig(trace=str(trace), preset=preset, policy=policy, **fields))
-    config = ReplayConfig(trace="<memory>", preset=preset, policy=policy, **fields)
-    return run_replay(config, requests=trace)
 
 
 @pytest.fixture(scope="module")

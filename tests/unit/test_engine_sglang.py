@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 import pytest
 import respx
+from adapter_errors import errors_of
 
 from engines_adapter.contract import EngineError, GenerateRequest, TokenDelta
 from engines_adapter.sglang import SGLangAdapter
@@ -162,18 +163,10 @@ async def test_pd_prefill_opens_one_bootstrap_room_per_decode_target(
 async def test_errors_map_to_engine_errors(
     client: httpx.AsyncClient, response: httpx.Response | Exception, retryable: bool
 ) -> None:
-    route = respx.post(GENERATE)
-    if isinstance(response, Exception):
-        route.mock(side_effect=response)
-    else:
-        route.mock(return_value=response)
     adapter = SGLangAdapter("s0", BASE, client=client)
-    with pytest.raises(EngineError) as from_generate:
-        await _collect(adapter, _req())
-    with pytest.raises(EngineError) as from_prefill:
-        await adapter.prefill(_req())
-    assert from_generate.value.retryable is retryable
-    assert from_prefill.value.retryable is retryable
+    from_generate, from_prefill = await errors_of(adapter, respx.post(GENERATE), response, _req())
+    assert from_generate.retryable is retryable
+    assert from_prefill.retryable is retryable
 
 
 @respx.mock

@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 import pytest
 import respx
+from adapter_errors import errors_of
 
 from engines_adapter.contract import EngineError, GenerateRequest, TokenDelta
 from engines_adapter.engine_metrics import parse_load
@@ -186,18 +187,12 @@ async def test_an_error_body_that_is_not_openai_shaped_is_not_shown(adapter: VLL
 async def test_errors_map_to_engine_errors(
     adapter: VLLMAdapter, response: httpx.Response | Exception, retryable: bool
 ) -> None:
-    route = respx.post(COMPLETIONS)
-    if isinstance(response, Exception):
-        route.mock(side_effect=response)
-    else:
-        route.mock(return_value=response)
-    with pytest.raises(EngineError) as from_generate:
-        await _collect(adapter, _req())
-    with pytest.raises(EngineError) as from_prefill:
-        await adapter.prefill(_req())
-    assert from_generate.value.retryable is retryable
-    assert from_prefill.value.retryable is retryable
-    assert from_generate.value.instance_id == "v0"
+    from_generate, from_prefill = await errors_of(
+        adapter, respx.post(COMPLETIONS), response, _req()
+    )
+    assert from_generate.retryable is retryable
+    assert from_prefill.retryable is retryable
+    assert from_generate.instance_id == "v0"
 
 
 @respx.mock

@@ -136,6 +136,16 @@ class Tap:
         self.subscriber.close()
 
 
+async def _until_heard(publisher: KVEventPublisher, tap: Tap) -> None:
+    """Publish until the subscription hears a batch (a slow joiner misses the first ones)."""
+    async with asyncio.timeout(10):
+        while True:
+            await _relayed(publisher)
+            with contextlib.suppress(TimeoutError):
+                await tap.get(0.05)
+                return
+
+
 @contextlib.asynccontextmanager
 async def relay_and_tap(*, replay: bool) -> AsyncIterator[tuple[KVEventPublisher, Tap]]:
     publisher = KVEventPublisher(
@@ -145,12 +155,7 @@ async def relay_and_tap(*, replay: bool) -> AsyncIterator[tuple[KVEventPublisher
                            replay_endpoint=publisher.replay_endpoint)  # fmt: skip
     tap = Tap(RelaySubscriber(source, hashing=HASHING))
     try:
-        async with asyncio.timeout(10):  # until the subscription is heard (slow joiner)
-            while True:
-                await _relayed(publisher)
-                with contextlib.suppress(TimeoutError):
-                    await tap.get(0.05)
-                    break
+        await _until_heard(publisher, tap)
         await asyncio.sleep(0.1)
         while not tap.queue.empty():
             tap.queue.get_nowait()
@@ -293,12 +298,7 @@ async def test_a_connection_gone_dead_without_closing_is_dropped_and_made_again(
     source = KVRelaySource(endpoint=f"tcp://127.0.0.1:{proxy.port}", instances=SOURCE_INSTANCES)
     tap = Tap(RelaySubscriber(source, hashing=HASHING, heartbeat_s=0.1))
     try:
-        async with asyncio.timeout(10):  # until the subscription is heard (slow joiner)
-            while True:
-                await _relayed(publisher)
-                with contextlib.suppress(TimeoutError):
-                    await tap.get(0.05)
-                    break
+        await _until_heard(publisher, tap)
         proxy.kill_connections()
         async with asyncio.timeout(5):
             while True:

@@ -2,27 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
+from replay_support import replay
 
 from replay.report import load_cost
 from replay.report.plots_time import timeline_figure
-from replay.runner.config import ReplayConfig
-from replay.runner.run import ReplayResult, run_replay
-from replay.trace.record import TraceRequest
 from replay.trace.synth import make_profile, synthesize
-
-
-def replay(
-    trace: Path | list[TraceRequest], preset: str, policy: str | None = None, **fields: Any
-) -> ReplayResult:
-    """``run_replay`` of a trace file, or of requests in memory."""
-    if isinstance(trace, Path):
-        return run_replay(ReplayConfig(trace=str(trace), preset=preset, policy=policy, **fields))
-    config = ReplayConfig(trace="<memory>", preset=preset, policy=policy, **fields)
-    return run_replay(config, requests=trace)
 
 
 def test_a_cluster_in_one_datacenter_shows_no_line_and_prices_only_its_gpus(

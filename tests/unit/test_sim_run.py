@@ -8,25 +8,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from replay_support import replay
 
 from replay.metrics import write_run
 from replay.presets import load_preset, preset_names
-from replay.runner.config import ReplayConfig
-from replay.runner.run import ReplayResult, run_replay
+from replay.runner.run import ReplayResult
 from replay.trace.record import TraceRequest
 from replay.trace.synth import make_profile, synthesize
 from router.errors import UserError
-
-
-def replay(
-    trace: Path | list[TraceRequest], preset: str, policy: str | None = None, **fields: Any
-) -> ReplayResult:
-    """``run_replay`` of a trace file, or of requests in memory."""
-    if isinstance(trace, Path):
-        return run_replay(ReplayConfig(trace=str(trace), preset=preset, policy=policy, **fields))
-    config = ReplayConfig(trace="<memory>", preset=preset, policy=policy, **fields)
-    return run_replay(config, requests=trace)
-
 
 WEATHER = {"links.wan.fluctuation": {"period_s": 5.0, "low": 0.3, "high": 1.0}}
 
