@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("policies", "engines_adapter", "router", "replay", "cli")
+PACKAGES = ("policies", "engines_adapter", "engine_sim", "router", "bench", "replay", "cli")
 
 pytestmark = pytest.mark.slow
 
