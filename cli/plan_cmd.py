@@ -19,6 +19,8 @@ from cli.progress import progress_bars
 from router.sla import SLA_TPOT_S, SLA_TTFT_S
 
 if TYPE_CHECKING:
+    from rich.progress import TaskID
+
     from replay.experiments.plan import PlanResult
     from replay.experiments.plan_space import PlanSpace
     from replay.presets.cluster_preset import ClusterPreset
@@ -68,42 +70,35 @@ def _space(
 
 
 def _print(console: Console, plan: PlanResult, written: list[Path]) -> None:
-    from replay.experiments.plan_output import bcr_ratio, front_table
+    from replay.experiments.plan_output import front_table, verdict_table
 
     pruned = plan.pruned_by()
-    evaluated = sum(r.status == "evaluated" for r in plan.results)
+    measured = sum(r.status != "pruned" for r in plan.results)
     reasons = ", ".join(f"{n} by {why}" for why, n in sorted(pruned.items())) or "none"
+    families = ", ".join(
+        f"{sum(r.family == f for r in plan.results)} {f}"
+        for f in ("pdd", "intra-dc-pd", "colocated")
+    )
     console.print(
-        f"{len(plan.results)} candidates: {evaluated} swept, {sum(pruned.values())} pruned "
-        f"({reasons}); target {plan.target_rate_rps:.3f} req/s (the trace's rate x "
-        f"{plan.settings.min_rate_scale:g})",
+        f"{len(plan.results)} deployments ({families}): {measured} measured, "
+        f"{sum(pruned.values())} pruned ({reasons}); target {plan.target_rate_req_s:.3f} "
+        f"req/s (the trace's rate x {plan.settings.min_rate_scale:g})",
         highlight=False, soft_wrap=True,
     )  # fmt: skip
-    if plan.best is None:
+    if plan.best_of("pdd") is None:
         console.print(
-            "no candidate met the SLA at the target rate: widen the ranges (--p, --md, "
+            "no PDD deployment met the SLA at the target rate: widen the ranges (--p, --md, "
             "--wan-gbps) or lower --min-rate-scale",
             highlight=False,
             soft_wrap=True,
         )
     else:
         console.print(front_table(plan))
-        best = plan.results[plan.best]
-        console.print(
-            f"best BCR: {best.candidate.label}: {best.goodput_rps:.3f} req/s at "
-            f"{best.cost_per_hour:.2f} USD/h, BCR {best.bcr * 1000:.2f} per 1000 USD/h",
-            highlight=False, soft_wrap=True,
-        )  # fmt: skip
-    base = plan.baseline
-    ratio = bcr_ratio(plan)
-    if base is not None:
-        console.print(
-            f"intra-DC baseline of about the same cost ({base.preset}: P {base.p}, decode "
-            f"{base.md} instances of 8 H100): {base.outcome.sla_goodput_rps:.3f} req/s at "
-            f"{base.cost_per_hour:.2f} USD/h, BCR {base.bcr * 1000:.2f}"
-            + (f"; best / baseline BCR = {ratio:.3f}" if ratio is not None else ""),
-            highlight=False, soft_wrap=True,
-        )  # fmt: skip
+    if plan.best:
+        console.print(verdict_table(plan))
+    for r in plan.results:
+        for warning in r.confirmed.warnings if r.confirmed is not None else []:
+            console.print(f"warning: {r.label}: {warning}", highlight=False, soft_wrap=True)
     console.print("wrote " + ", ".join(str(p) for p in written), highlight=False, soft_wrap=True)
 
 
@@ -139,13 +134,25 @@ def plan(
         1.0, "--min-rate-scale", help="Serve at least the trace's rate times this (target rate)"
     ),
     target: float = typer.Option(0.9, "--target", help="SLA attainment to sustain"),
-    tolerance: float = typer.Option(0.05, "--tolerance", help="Sweep bracket, relative"),
-    max_probes: int = typer.Option(8, "--max-probes", help="Most replays per candidate"),
-    no_baseline: bool = typer.Option(False, "--no-baseline", help="Skip the intra-DC baseline"),
+    tolerance: float = typer.Option(
+        0.02, "--tolerance", help="Capacity bracket of each family's best, relative"
+    ),
+    screen_tolerance: float = typer.Option(
+        0.1, "--screen-tolerance", help="Capacity bracket of the screening, relative"
+    ),
+    max_probes: int = typer.Option(14, "--max-probes", help="Most replays per seed and search"),
+    seeds: int = typer.Option(2, "--seeds", help="Seeds of the best's capacity (--seed, +1, ...)"),
+    window: float = typer.Option(
+        300.0, "--window", help="Steady-state seconds judged at each rate (after --warmup)"
+    ),
+    warmup: float = typer.Option(60.0, "--warmup", help="Seconds left out at each rate"),
+    no_baseline: bool = typer.Option(
+        False, "--no-baseline", help="Skip the intra-DC PD and colocated baselines"
+    ),
     overrides: list[str] = typer.Option(
         [], "--set", metavar="KEY=VALUE", help="Override on the base preset (repeatable)"
     ),
-    seed: int = typer.Option(0, "--seed", help="Seed of every replay"),
+    seed: int = typer.Option(0, "--seed", help="First seed (screening runs on it alone)"),
     sla_ttft: float = typer.Option(SLA_TTFT_S, "--sla-ttft", help="SLA threshold on TTFT, seconds"),
     sla_tpot: float = typer.Option(SLA_TPOT_S, "--sla-tpot", help="SLA threshold on TPOT, seconds"),
     executor: str = EXECUTOR,
@@ -154,17 +161,19 @@ def plan(
     out: Path = typer.Option(Path("plan-out"), "--out", help="Directory to write"),
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar"),
 ) -> None:
-    """Search pool sizes, GPUs, line bandwidth (and thresholds) for the best SLA goodput
-    per cost on TRACE; print the Pareto front and write plan.json, plan.csv and the best
-    deployment as a preset file."""
+    """Search PDD deployments (pool sizes, GPUs, line bandwidth, thresholds) and, over the
+    same budget, intra-DC PD and colocated ones for the best BCR on TRACE, each measured as
+    capacity at steady state; print PDD's front and the verdict against each family's best,
+    and write plan.json, plan.csv and the best PDD deployment as a preset file."""
     import math
 
     from policies.registry import UnknownPolicyError, parse_policy
-    from replay.experiments.plan import PlanSettings, run_plan
+    from replay.experiments.plan import PlanSettings, run_plan, screen_window_of
     from replay.experiments.plan_bounds import load_trace_load
     from replay.experiments.plan_output import write_plan
     from replay.experiments.plan_space import line_price_of
     from replay.experiments.policy_spec import parse_policy_spec
+    from replay.experiments.steady_replay import SteadyWindow
     from replay.metrics.summary import SlaThresholds
     from replay.presets.loader import load_preset, parse_overrides
     from router.errors import UserError
@@ -177,8 +186,14 @@ def plan(
         raise UserError(f"--wan-price must be 0 or more USD per Gbps-month, got {wan_price}")
     if not 0.0 < target <= 1.0:
         raise UserError(f"--target must be within (0, 1], got {target}")
-    if tolerance <= 0 or max_probes < 2:
-        raise UserError("--tolerance must be positive and --max-probes at least 2")
+    if tolerance <= 0 or screen_tolerance <= 0 or max_probes < 2:
+        raise UserError(
+            "--tolerance and --screen-tolerance must be positive and --max-probes at least 2"
+        )
+    if seeds < 1:
+        raise UserError(f"--seeds must be at least 1, got {seeds}")
+    if not (math.isfinite(window) and window > 0 and math.isfinite(warmup) and warmup >= 0):
+        raise UserError("--window must be positive and --warmup 0 or more seconds")
     if not trace.is_file():
         raise UserError(f"{trace}: no such trace file")
     cluster = parse_overrides(overrides)
@@ -193,10 +208,13 @@ def plan(
             parse_policy(name, values)
         except UnknownPolicyError as exc:
             raise UserError(f"--param: {exc}") from None
+    steady = SteadyWindow(warmup_s=warmup, window_s=window)
     settings = PlanSettings(
-        trace=str(trace), preset=preset, policy=name, overrides=cluster, seed=seed,
-        target=target, tolerance=tolerance, max_probes=max_probes,
+        trace=str(trace), preset=preset, policy=name, overrides=cluster,
+        seeds=tuple(range(seed, seed + seeds)), target=target, tolerance=tolerance,
+        screen_tolerance=screen_tolerance, max_probes=max_probes,
         min_rate_scale=min_rate_scale, sla=SlaThresholds(ttft_s=sla_ttft, tpot_s=sla_tpot),
+        window=steady, screen_window=screen_window_of(steady),
     )  # fmt: skip
     load = load_trace_load(trace)
     console = Console()
@@ -204,12 +222,14 @@ def plan(
         open_executor(executor, workers, ray_address) as pool,
         progress_bars(not no_progress) as bars,
     ):
-        advance: Callable[[int, int], None] | None = None
+        advance: Callable[[str, int, int], None] | None = None
         if bars is not None:
-            task = bars.add_task("candidates", total=space.size)
+            tasks: dict[str, TaskID] = {}
 
-            def advance(done: int, total: int) -> None:
-                bars.update(task, completed=done, total=total)
+            def advance(stage: str, done: int, total: int) -> None:
+                if stage not in tasks:
+                    tasks[stage] = bars.add_task(stage, total=total)
+                bars.update(tasks[stage], completed=done, total=total)
 
         result = run_plan(settings, space, load, pool, baseline=not no_baseline, advance=advance)
     written = write_plan(result, out)

@@ -74,6 +74,7 @@ class CapacitySettings(BaseModel):
     seeds: tuple[int, ...] = (0, 1)
     start_req_s: float = Field(1.0, gt=0)
     step: float = Field(2.0, gt=1)
+    floor_req_s: float = Field(0.0, ge=0)  # a rate at or below this failing ends the search
 
 
 class CapacityProbe(BaseModel):
@@ -112,6 +113,25 @@ def _crossing(rates: Sequence[float], att: Sequence[float], target: float) -> tu
     return max(passing, default=(0.0, 0.0))
 
 
+def _resampled_crossing(
+    rates: Sequence[float], att: Sequence[float], target: float
+) -> tuple[float, float]:
+    """``_crossing``, except when a resampled seed fails at its lowest probe: then the
+    crossing is below what was probed, extrapolated along the attainment's slope between
+    the two lowest probes (or in proportion to the attainment when it does not fall)."""
+    cap, got = _crossing(rates, att, target)
+    if cap > 0 or not rates:
+        return cap, got
+    order = sorted(range(len(rates)), key=lambda i: rates[i])
+    r0, a0 = rates[order[0]], att[order[0]]
+    slope = 0.0
+    if len(order) > 1:
+        r1, a1 = rates[order[1]], att[order[1]]
+        slope = (a1 - a0) / (r1 - r0) if r1 > r0 else 0.0
+    below = r0 + (target - a0) / slope if slope < 0 else r0 * a0 / target
+    return max(below, 0.0), target
+
+
 def _search_seed(
     measure: Measure, seed: int, start: float, step: float, s: CapacitySettings
 ) -> list[CapacityProbe]:
@@ -133,7 +153,7 @@ def _search_seed(
             if (high - low) / low <= s.tolerance:
                 break
             rate = (low + high) / 2.0
-        elif steps >= MAX_BRACKET_STEPS:
+        elif steps >= MAX_BRACKET_STEPS or (not passed and rate <= s.floor_req_s):
             break
         else:
             steps += 1
@@ -157,7 +177,10 @@ def _bootstrap(
                 met = np.asarray(p.windows.met)[pick].sum()
                 total = np.asarray(p.windows.total)[pick].sum()
                 att.append(float(met / total) if total else 0.0)
-            cap, a = _crossing([p.rate_req_s for p in probes], att, target)
+            rates = [p.rate_req_s for p in probes]
+            found = _crossing(rates, [p.attainment for p in probes], target)[0] > 0
+            crossing = _resampled_crossing if found else _crossing
+            cap, a = crossing(rates, att, target)
             cap_sum, good_sum = cap_sum + cap, good_sum + cap * a
         caps[b], goods[b] = cap_sum / len(by_seed), good_sum / len(by_seed)
     return caps, goods
