@@ -188,6 +188,11 @@ def sweep(
     ),
     max_probes: int = typer.Option(16, "--max-probes", help="Most replays to run"),
     start_scale: float = typer.Option(1.0, "--start-scale", help="First --rate-scale to try"),
+    window: float = typer.Option(
+        300.0, "--window", help="Steady-state seconds judged per rate for the capacity (0: none)"
+    ),
+    warmup: float = typer.Option(60.0, "--warmup", help="Seconds left out at each rate"),
+    seeds: int = typer.Option(2, "--seeds", help="Seeds of the capacity (--seed, +1, ...)"),
     overrides: list[str] = _SET,
     out: Path = typer.Option(Path("sweep-out"), "--out", help="Directory to write"),
     no_progress: bool = _QUIET,
@@ -205,6 +210,7 @@ def sweep(
     process or ray and W workers, each round replays the next probe and the ones that may
     follow it, so the same probes take about 1/log2(W+1) of the rounds.
     """
+    from replay.experiments.steady_replay import SteadyWindow
     from replay.experiments.sweep import run_sweep
     from replay.metrics.summary import SlaThresholds
     from replay.metrics.writers import write_requests, write_summary
@@ -214,6 +220,9 @@ def sweep(
 
     if sla_ttft <= 0 or sla_tpot <= 0:
         raise UserError("--sla-ttft and --sla-tpot must be positive")
+    if window < 0 or warmup < 0 or seeds < 1:
+        raise UserError("--window and --warmup must be 0 or more seconds, --seeds at least 1")
+    steady = SteadyWindow(warmup_s=warmup, window_s=window) if window > 0 else None
     cluster_overrides = parse_overrides(overrides)
     with (
         open_executor(executor_kind, workers, ray_address) as executor,
@@ -234,7 +243,8 @@ def sweep(
             max_probes=max_probes, start_scale=start_scale, overrides=cluster_overrides,
             kv_event_delay_s=kv_event_delay,
             sla=SlaThresholds(ttft_s=sla_ttft, tpot_s=sla_tpot), progress=observer,
-            executor=executor, on_replays=count,
+            executor=executor, on_replays=count, steady=steady,
+            seeds=tuple(range(seed, seed + seeds)),
         )  # fmt: skip
     result.write_json(out / "sweep.json")
     result.write_probes_csv(out / "probes.csv")
@@ -280,11 +290,28 @@ def sweep(
         highlight=False,
         soft_wrap=True,
     )
+    _print_capacity(console, result)
     console.print(
         f"wrote {out / 'sweep.json'}, {out / 'probes.csv'} and {out / 'report.html'}",
         highlight=False,
         soft_wrap=True,
     )
+
+
+def _print_capacity(console: Console, result: SweepResult) -> None:
+    c = result.steady
+    if c is None:
+        return
+    console.print(
+        f"capacity at steady state: {c.capacity_req_s:.3f} req/s [{c.capacity_low_req_s:.3f}, "
+        f"{c.capacity_high_req_s:.3f}] (95%, over seeds and windows), SLA goodput there "
+        f"{c.goodput_req_s:.3f} req/s, BCR "
+        f"{c.goodput_req_s / result.cost_per_hour * 1000:.3f} per 1000 USD/h",
+        highlight=False,
+        soft_wrap=True,
+    )
+    for warning in result.warnings():
+        console.print(f"[yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)
 
 
 def _sweep_table(result: SweepResult) -> Table:
