@@ -70,7 +70,7 @@ def _space(
 
 
 def _print(console: Console, plan: PlanResult, written: list[Path]) -> None:
-    from replay.experiments.plan_output import front_table, verdict_table
+    from replay.experiments.plan_output import front_table, verdict_lines, verdict_table
 
     pruned = plan.pruned_by()
     measured = sum(r.status != "pruned" for r in plan.results)
@@ -96,6 +96,8 @@ def _print(console: Console, plan: PlanResult, written: list[Path]) -> None:
         console.print(front_table(plan))
     if plan.best:
         console.print(verdict_table(plan))
+        for line in verdict_lines(plan):
+            console.print(line, highlight=False, soft_wrap=True)
     for r in plan.results:
         for warning in r.confirmed.warnings if r.confirmed is not None else []:
             console.print(f"warning: {r.label}: {warning}", highlight=False, soft_wrap=True)

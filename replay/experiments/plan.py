@@ -112,6 +112,17 @@ class CandidateResult(BaseModel):
         return self.result.goodput_req_s if self.result is not None else 0.0
 
     @property
+    def screened_req_s(self) -> float:
+        """The screening's capacity (every measured deployment has one, the same way)."""
+        return self.screen.capacity_req_s if self.screen is not None else 0.0
+
+    @property
+    def screened_bcr(self) -> float:
+        cost = self.cost_usd_h
+        good = self.screen.goodput_req_s if self.screen is not None else 0.0
+        return good / cost if cost > 0 else 0.0
+
+    @property
     def bcr(self) -> float:
         """SLA goodput at capacity per USD/h."""
         cost = self.cost_usd_h
@@ -250,7 +261,7 @@ def _confirm(
     for family in families:
         kin = [i for i, r in enumerate(plan.results) if r.family == family and plan.feasible(r)]
         if kin:
-            picks[family] = max(kin, key=lambda i: (plan.results[i].bcr, -i))
+            picks[family] = max(kin, key=lambda i: (plan.results[i].screened_bcr, -i))
     jobs = []
     for i in picks.values():
         r = plan.results[i]
@@ -270,14 +281,17 @@ def _confirm(
 
 
 def _front(plan: PlanResult) -> list[int]:
-    """Feasible PDD deployments no other beats on both cost and capacity, cheapest first."""
+    """PDD deployments no other beats on both cost and screened capacity (the figure every
+    one of them has), cheapest first; the best BCR is always on it."""
+    target = plan.target_rate_req_s * (1 - 1e-6)
     ranked = sorted(
-        (i for i, r in enumerate(plan.results) if r.family == "pdd" and plan.feasible(r)),
-        key=lambda i: (plan.results[i].cost_usd_h, -plan.results[i].capacity_req_s),
-    )
+        (i for i, r in enumerate(plan.results)
+         if r.family == "pdd" and r.screen is not None and r.screened_req_s >= target),
+        key=lambda i: (plan.results[i].cost_usd_h, -plan.results[i].screened_req_s),
+    )  # fmt: skip
     front: list[int] = []
     for i in ranked:
-        if not front or plan.results[i].capacity_req_s > plan.results[front[-1]].capacity_req_s:
+        if not front or plan.results[i].screened_req_s > plan.results[front[-1]].screened_req_s:
             front.append(i)
     return front
 

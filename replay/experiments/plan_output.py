@@ -39,7 +39,14 @@ from replay.experiments.plan import CandidateResult, PlanResult
 from replay.experiments.plan_verdict import comparisons, sensitivity
 from replay.presets.loader import load_preset
 
-__all__ = ["front_table", "limit_shown", "plan_json", "verdict_table", "write_plan"]
+__all__ = [
+    "front_table",
+    "limit_shown",
+    "plan_json",
+    "verdict_lines",
+    "verdict_table",
+    "write_plan",
+]
 
 SCHEMA = "pdd-router/plan/2"
 LIMIT_WITHIN = 2.0  # a bound more than this many times the capacity is not named the limit
@@ -172,12 +179,12 @@ def _interval(r: CandidateResult) -> str:
 
 
 def front_table(plan: PlanResult) -> Table:
-    """PDD's Pareto front, cheapest first (fits 80 columns)."""
+    """PDD's Pareto front on the screening's figures, cheapest first (fits 80 columns)."""
     table = Table(
-        title="PDD: cost against capacity",
-        caption="capacity: req/s at which the target share meets the SLA (steady state); "
-        "BCR: SLA goodput per 1000 USD/h; * best BCR, confirmed [95% interval]; limit: "
-        "the tightest bound, when within 2x of the capacity",
+        title="PDD: cost against capacity (screened)",
+        caption="capacity: req/s at which the target share meets the SLA (steady state, "
+        "screened); BCR: SLA goodput per 1000 USD/h; * best BCR (confirmed in the verdict); "
+        "limit: the tightest bound, when within 2x of the capacity",
     )
     for name in ("USD/h", "capacity", "BCR", "P", "RLD", "MD", "Gbps", "limit"):
         table.add_column(name, justify="right" if name != "limit" else "left")
@@ -187,25 +194,30 @@ def front_table(plan: PlanResult) -> Table:
         c = r.candidate
         assert c is not None
         table.add_row(
-            f"{r.cost_usd_h:.2f}", f"{r.capacity_req_s:.2f}" + _interval(r),
-            f"{r.bcr * 1000:.1f}" + ("*" if i == best else ""),
+            f"{r.cost_usd_h:.2f}", f"{r.screened_req_s:.2f}",
+            f"{r.screened_bcr * 1000:.1f}" + ("*" if i == best else ""),
             f"{c.p}x{c.gpu_p}", f"{c.rld}x{c.gpu_rld}", f"{c.md}x{c.gpu_md}",
             f"{c.wan_gbps:g}", limit_shown(r) or "-",
         )  # fmt: skip
     return table
 
 
+FAMILY_NAMES = {"pdd": "PDD", "intra-dc-pd": "intra-DC PD", "colocated": "colocated"}
+
+
 def verdict_table(plan: PlanResult) -> Table:
-    """Each family's confirmed best, and PDD's BCR over it with the factors."""
+    """Each family's confirmed best, and PDD's BCR over it with the factors (80 columns)."""
     table = Table(
-        title="Verdict: the best of each family over the same budget",
-        caption="ratio: PDD's BCR over the row's [95%]; = goodput x hardware x line factors",
+        title="Verdict: each family's best over the same budget (confirmed)",
+        caption="capacity, goodput: req/s [95%]; BCR per 1000 USD/h; ratio: PDD's BCR over "
+        "the row's = goodput x hardware x line factors",
     )
     for name in ("family", "USD/h", "capacity", "goodput", "BCR", "ratio", "factors"):
         table.add_column(name, justify="left" if name in ("family", "factors") else "right")
     by_family = {c.baseline: c for c in comparisons(plan)}
     for family, i in plan.best.items():
         r = plan.results[i]
+        got = r.confirmed
         c = by_family.get(family)
         ratio = (
             ""
@@ -217,8 +229,18 @@ def verdict_table(plan: PlanResult) -> Table:
             else f"{c.goodput_factor:.2f} x {c.hardware_factor:.2f} x {c.line_factor:.2f}"
         )  # fmt: skip
         table.add_row(
-            f"{family}: {r.label.split(': ', 1)[-1]}", f"{r.cost_usd_h:.2f}",
-            f"{r.capacity_req_s:.2f}" + _interval(r), f"{r.goodput_req_s:.2f}",
+            FAMILY_NAMES.get(family, family), f"{r.cost_usd_h:.2f}",
+            f"{r.capacity_req_s:.2f}" + _interval(r),
+            f"{r.goodput_req_s:.2f}" + ("" if got is None else
+                f" [{got.goodput_low_req_s:.2f}, {got.goodput_high_req_s:.2f}]"),
             f"{r.bcr * 1000:.1f}", ratio, factors,
         )  # fmt: skip
     return table
+
+
+def verdict_lines(plan: PlanResult) -> list[str]:
+    """The deployment behind each row of the verdict table."""
+    return [
+        f"{FAMILY_NAMES.get(f, f)}: {plan.results[i].label.split(': ', 1)[-1]}"
+        for f, i in plan.best.items()
+    ]

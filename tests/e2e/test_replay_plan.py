@@ -45,16 +45,19 @@ def test_plan_writes_a_front_a_verdict_and_a_preset_that_replays(
     # the line is priced per Gbps-month: 40 Gbps costs 30 x 72.4 / 730 more than 10
     cost = {(r["pdd"]["p"], r["pdd"]["wan_gbps"]): r["cost_usd_h"] for r in pdd}
     assert cost[(1, 40.0)] - cost[(1, 10.0)] == pytest.approx(30 * 72.4 / 730, rel=1e-6)
-    # the front: feasible PDD deployments, cheapest first, none beaten on both
+    # the front: PDD deployments at the target rate, cheapest first, none beaten on both
+    # (on the screening's capacity, which every measured deployment has)
     front = [r for r in rows if r["on_front"]]
     assert front
     assert [r["label"] for r in front] == data["front"]
+    assert data["best"]["pdd"] in data["front"]
+    screened = [r for r in pdd if r["screen"] is not None]
     for point in front:
-        assert point["capacity_req_s"] >= data["target_rate_req_s"]
-        for other in (r for r in pdd if r["feasible"] and r["label"] != point["label"]):
+        assert point["screen"]["capacity_req_s"] >= data["target_rate_req_s"]
+        for other in (r for r in screened if r["label"] != point["label"]):
             assert not (
                 other["cost_usd_h"] < point["cost_usd_h"]
-                and other["capacity_req_s"] > point["capacity_req_s"]
+                and other["screen"]["capacity_req_s"] > point["screen"]["capacity_req_s"]
             )
     # each family's best is confirmed over both seeds, its capacity inside its interval
     for family, label in data["best"].items():
