@@ -11,8 +11,9 @@ the trace tiled to a window past a warm-up at each rate):
    a loose tolerance (``screen_tolerance``); a deployment whose bound is no higher than the
    capacity already measured for a cheaper one of its family is dominated and skipped,
    and one that fails at the target rate stops there (below the target);
-2. **confirm**: the best BCR of each family is measured again on the full window over
-   every seed, bisected to ``tolerance``, with a 95% interval.
+2. **confirm**: the best BCR of each family (and its runner-up, when the screening put
+   them within its tolerance) is measured again on the full window over every seed,
+   bisected to ``tolerance``, with a 95% interval; the better is the family's best.
 
 BCR is SLA goodput at capacity per USD/h (shown per 1000 USD/h). The Pareto front of
 PDD's cost against capacity, the confirmed best of each family and the verdict
@@ -256,14 +257,21 @@ def _confirm(
     settings: PlanSettings, plan: PlanResult, executor: Executor, families: tuple[Family, ...],
     advance: Advance | None,
 ) -> None:  # fmt: skip
-    """The best screened BCR of each family, measured again over every seed."""
-    picks: dict[Family, int] = {}
+    """The best screened BCR of each family, and the runner-up when the screening cannot
+    tell them apart (within its tolerance), measured again over every seed; the better
+    confirmed BCR is the family's best."""
+    picks: dict[Family, list[int]] = {}
     for family in families:
         kin = [i for i, r in enumerate(plan.results) if r.family == family and plan.feasible(r)]
+        kin.sort(key=lambda i: (-plan.results[i].screened_bcr, i))
         if kin:
-            picks[family] = max(kin, key=lambda i: (plan.results[i].screened_bcr, -i))
+            top = plan.results[kin[0]].screened_bcr
+            close = [i for i in kin[1:2] if plan.results[i].screened_bcr >= top * (
+                1 - settings.screen_tolerance)]  # fmt: skip
+            picks[family] = [kin[0], *close]
+    chosen = [i for group in picks.values() for i in group]
     jobs = []
-    for i in picks.values():
+    for i in chosen:
         r = plan.results[i]
         capacity = CapacitySettings(
             target=settings.target, tolerance=settings.tolerance, max_probes=settings.max_probes,
@@ -273,9 +281,10 @@ def _confirm(
         jobs.append(_job(settings, r, capacity, settings.window))
     if advance is not None:
         advance("confirming", 0, len(jobs))
-    for i, outcome in zip(picks.values(), executor.map(run_capacity_job, jobs), strict=True):
+    for i, outcome in zip(chosen, executor.map(run_capacity_job, jobs), strict=True):
         plan.results[i].status, plan.results[i].confirmed = "confirmed", outcome
-    plan.best = {str(f): i for f, i in picks.items()}
+    best = {f: max(group, key=lambda i: (plan.results[i].bcr, -i)) for f, group in picks.items()}
+    plan.best = {str(f): i for f, i in best.items()}
     if advance is not None:
         advance("confirming", len(jobs), len(jobs))
 

@@ -146,3 +146,37 @@ def test_pruning_by_bounds_and_by_cost(monkeypatch: pytest.MonkeyPatch) -> None:
     assert plan.pruned_by() == {"prefill": 1, "dominated": 1}
     assert plan.front == [plan.results.index(by_p[2])]
     assert plan.best == {"pdd": plan.front[0]}
+
+
+def test_a_runner_up_the_screening_cannot_tell_apart_is_confirmed_too(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """2 and 3 prefill instances screen 5% apart in BCR (within the 10% tolerance): both
+    are confirmed, and the one whose confirmed BCR is higher is the best."""
+    screen_bcr = {2: 0.100, 3: 0.095}  # req/s per USD/h
+    confirmed_bcr = {2: 0.090, 3: 0.100}
+
+    def fake_capacity(job: CapacityJob) -> CapacityResult:
+        p = job.overrides["pools.p.instances"]
+        bcr = (screen_bcr if len(job.settings.seeds) == 1 else confirmed_bcr)[p]
+        rate = bcr * load_preset(job.preset, job.overrides).cost_per_hour()
+        return CapacityResult(
+            capacity_req_s=rate, capacity_low_req_s=rate, capacity_high_req_s=rate,
+            goodput_req_s=rate, goodput_low_req_s=rate, goodput_high_req_s=rate,
+            per_seed_req_s=[rate], bracketed=True, monotone=True, probes=[], warnings=[],
+        )  # fmt: skip
+
+    monkeypatch.setattr(plan_module, "run_capacity_job", fake_capacity)
+    space = PlanSpace(
+        p=(2, 3), rld=(1,), md=(1,), gpu_p=("h100",), gpu_rld=("h100",), gpu_md=("h200",),
+        wan_gbps=(400.0,), wan_price_per_gbps_month=72.4,
+    )  # fmt: skip
+    settings = PlanSettings(
+        trace="t", preset="pdd-small", policy="pdd", min_rate_scale=5.0, target=1.0, sla=SLA,
+        overrides=ROOFLINE,
+    )  # fmt: skip
+    plan = run_plan(settings, space, cold_load(n=100), SerialExecutor(), baseline=False)
+    by_p = {r.candidate.p: r for r in plan.results if r.candidate is not None}
+    assert by_p[2].status == by_p[3].status == "confirmed"
+    assert plan.best == {"pdd": plan.results.index(by_p[3])}
+    assert by_p[3].bcr == pytest.approx(0.100)
