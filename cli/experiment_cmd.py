@@ -227,11 +227,31 @@ def _print_sweep(result: SweepResult, config: SweepConfig, out: Path) -> bool:
         f"of {there.goodput_rps:.3f} req/s)",
         f"BCR: {bcr:.3f} req/s per 1000 USD/h (the SLA goodput over "
         f"{result.cost_per_hour:.2f} USD/h)",
-        f"wrote {out / 'sweep.json'}, {out / 'probes.csv'} and {out / 'report.html'}",
     )
     for line in lines:
         console.print(line, highlight=False, soft_wrap=True)
+    _print_capacity(console, result)
+    console.print(
+        f"wrote {out / 'sweep.json'}, {out / 'probes.csv'} and {out / 'report.html'}",
+        highlight=False, soft_wrap=True,
+    )  # fmt: skip
     return True
+
+
+def _print_capacity(console: Console, result: SweepResult) -> None:
+    c = result.steady
+    if c is None:
+        return
+    console.print(
+        f"capacity at steady state: {c.capacity_req_s:.3f} req/s [{c.capacity_low_req_s:.3f}, "
+        f"{c.capacity_high_req_s:.3f}] (95%, over seeds and windows), SLA goodput there "
+        f"{c.goodput_req_s:.3f} req/s, BCR "
+        f"{c.goodput_req_s / result.cost_per_hour * 1000:.3f} per 1000 USD/h",
+        highlight=False,
+        soft_wrap=True,
+    )
+    for warning in result.warnings():
+        console.print(f"[yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)
 
 
 def _write_best(result: SweepResult, config: SweepConfig, out: Path) -> None:

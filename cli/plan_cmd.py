@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 from rich.console import Console
+from rich.progress import TaskID
 
 from cli.config_options import OutputOptions, with_options
 from cli.executor_options import EXECUTOR, RAY_ADDRESS, WORKERS, open_executor
@@ -68,9 +69,19 @@ class PlanOptions(BaseModel):
         1.0, gt=0, description="Serve at least the trace's rate times this (target rate)"
     )
     target: float = Field(0.9, gt=0, le=1, description="SLA attainment to sustain")
-    tolerance: float = Field(0.05, gt=0, description="Sweep bracket, relative")
-    max_probes: int = Field(8, ge=2, description="Most replays per candidate")
-    no_baseline: bool = Field(False, description="Skip the intra-DC baseline")
+    tolerance: float = Field(
+        0.02, gt=0, description="Capacity bracket of each family's best, relative"
+    )
+    screen_tolerance: float = Field(
+        0.1, gt=0, description="Capacity bracket of the screening, relative"
+    )
+    max_probes: int = Field(14, ge=2, description="Most replays per seed and search")
+    seeds: int = Field(2, ge=1, description="Seeds of the best's capacity (--seed, +1, ...)")
+    window: float = Field(
+        300.0, gt=0, description="Steady-state seconds judged at each rate (after --warmup)"
+    )
+    warmup: float = Field(60.0, ge=0, description="Seconds left out at each rate")
+    no_baseline: bool = Field(False, description="Skip the intra-DC PD and colocated baselines")
 
 
 def _space(base: ClusterPreset, price: float, o: PlanOptions) -> PlanSpace:
@@ -103,42 +114,37 @@ def _space(base: ClusterPreset, price: float, o: PlanOptions) -> PlanSpace:
 
 
 def _print(console: Console, plan: PlanResult, written: list[Path]) -> None:
-    from replay.experiments.plan_output import bcr_ratio, front_table
+    from replay.experiments.plan_output import front_table, verdict_lines, verdict_table
 
     pruned = plan.pruned_by()
-    evaluated = sum(r.status == "evaluated" for r in plan.results)
+    measured = sum(r.status != "pruned" for r in plan.results)
     reasons = ", ".join(f"{n} by {why}" for why, n in sorted(pruned.items())) or "none"
+    families = ", ".join(
+        f"{sum(r.family == f for r in plan.results)} {f}"
+        for f in ("pdd", "intra-dc-pd", "colocated")
+    )
     console.print(
-        f"{len(plan.results)} candidates: {evaluated} swept, {sum(pruned.values())} pruned "
-        f"({reasons}); target {plan.target_rate_rps:.3f} req/s (the trace's rate x "
-        f"{plan.settings.min_rate_scale:g})",
+        f"{len(plan.results)} deployments ({families}): {measured} measured, "
+        f"{sum(pruned.values())} pruned ({reasons}); target {plan.target_rate_req_s:.3f} "
+        f"req/s (the trace's rate x {plan.settings.min_rate_scale:g})",
         highlight=False, soft_wrap=True,
     )  # fmt: skip
-    if plan.best is None:
+    if plan.best_of("pdd") is None:
         console.print(
-            "no candidate met the SLA at the target rate: widen the ranges (--p, --md, "
+            "no PDD deployment met the SLA at the target rate: widen the ranges (--p, --md, "
             "--wan-gbps) or lower --min-rate-scale",
             highlight=False,
             soft_wrap=True,
         )
     else:
         console.print(front_table(plan))
-        best = plan.results[plan.best]
-        console.print(
-            f"best BCR: {best.candidate.label}: {best.goodput_rps:.3f} req/s at "
-            f"{best.cost_per_hour:.2f} USD/h, BCR {best.bcr * 1000:.2f} per 1000 USD/h",
-            highlight=False, soft_wrap=True,
-        )  # fmt: skip
-    base = plan.baseline
-    ratio = bcr_ratio(plan)
-    if base is not None:
-        console.print(
-            f"intra-DC baseline of about the same cost ({base.preset}: P {base.p}, decode "
-            f"{base.md} instances of 8 H100): {base.outcome.sla_goodput_rps:.3f} req/s at "
-            f"{base.cost_per_hour:.2f} USD/h, BCR {base.bcr * 1000:.2f}"
-            + (f"; best / baseline BCR = {ratio:.3f}" if ratio is not None else ""),
-            highlight=False, soft_wrap=True,
-        )  # fmt: skip
+    if plan.best:
+        console.print(verdict_table(plan))
+        for line in verdict_lines(plan):
+            console.print(line, highlight=False, soft_wrap=True)
+    for r in plan.results:
+        for warning in r.confirmed.warnings if r.confirmed is not None else []:
+            console.print(f"warning: {r.label}: {warning}", highlight=False, soft_wrap=True)
     console.print("wrote " + ", ".join(str(p) for p in written), highlight=False, soft_wrap=True)
 
 
@@ -154,9 +160,11 @@ def plan(
     settings: ReplaySettings,
     output: OutputOptions,
 ) -> None:
-    """Search pool sizes, GPUs, line bandwidth (and thresholds) for the best SLA goodput
-    per cost on TRACE; print the Pareto front and write plan.json, plan.csv and the best
-    deployment as a preset file. Every replay has the replay options given."""
+    """Search PDD deployments (pool sizes, GPUs, line bandwidth, thresholds) and, over the
+    same budget, intra-DC PD and colocated ones for the best BCR on TRACE, each measured as
+    capacity at steady state; print PDD's front and the verdict against each family's best,
+    and write plan.json, plan.csv and the best PDD deployment as a preset file. Every
+    replay has the replay options given."""
     from replay.experiments.plan import run_plan
     from replay.experiments.plan_bounds import load_trace_load
     from replay.experiments.plan_output import write_plan
@@ -167,12 +175,14 @@ def plan(
         open_executor(executor, workers, ray_address) as pool,
         progress_bars(not output.no_progress) as bars,
     ):
-        advance: Callable[[int, int], None] | None = None
+        advance: Callable[[str, int, int], None] | None = None
         if bars is not None:
-            task = bars.add_task("candidates", total=space.size)
+            tasks: dict[str, TaskID] = {}
 
-            def advance(done: int, total: int) -> None:
-                bars.update(task, completed=done, total=total)
+            def advance(stage: str, done: int, total: int) -> None:
+                if stage not in tasks:
+                    tasks[stage] = bars.add_task(stage, total=total)
+                bars.update(tasks[stage], completed=done, total=total)
 
         result = run_plan(
             settings_of_plan, space, load, pool, baseline=not options.no_baseline,
@@ -186,9 +196,10 @@ def _plan_of(o: PlanOptions, settings: ReplaySettings) -> tuple[PlanSettings, Pl
     """The plan's settings and search space; a bad policy or threshold is refused before
     any replay."""
     from policies.registry import UnknownPolicyError, parse_policy
-    from replay.experiments.plan import PlanSettings
+    from replay.experiments.plan import PlanSettings, screen_window_of
     from replay.experiments.plan_space import line_price_of
     from replay.experiments.policy_spec import parse_policy_spec
+    from replay.experiments.steady_replay import SteadyWindow
     from replay.presets.loader import load_preset
     from router.errors import UserError
 
@@ -205,8 +216,11 @@ def _plan_of(o: PlanOptions, settings: ReplaySettings) -> tuple[PlanSettings, Pl
             parse_policy(name, values)
         except UnknownPolicyError as exc:
             raise UserError(f"--param: {exc}") from None
+    steady = SteadyWindow(warmup_s=o.warmup, window_s=o.window)
     plan_settings = PlanSettings(
-        trace=str(o.trace), preset=o.preset, policy=name, replay=settings, target=o.target,
-        tolerance=o.tolerance, max_probes=o.max_probes, min_rate_scale=o.min_rate_scale,
+        trace=str(o.trace), preset=o.preset, policy=name, replay=settings,
+        seeds=tuple(range(settings.seed, settings.seed + o.seeds)), target=o.target,
+        tolerance=o.tolerance, screen_tolerance=o.screen_tolerance, max_probes=o.max_probes,
+        min_rate_scale=o.min_rate_scale, window=steady, screen_window=screen_window_of(steady),
     )  # fmt: skip
     return plan_settings, space

@@ -11,9 +11,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from replay.experiments.steady_replay import SteadyWindow
 from replay.runner.config import ReplaySettings
 
-__all__ = ["CompareConfig", "OverloadConfig", "SweepConfig", "SweepSearch"]
+__all__ = ["CompareConfig", "OverloadConfig", "SteadyOptions", "SweepConfig", "SweepSearch"]
 
 _STRICT = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 _TRACE = "Trace file (format detected: mooncake, bailian, ...)"
@@ -67,6 +68,26 @@ class SweepSearch(BaseModel):
     start_scale: float = Field(1.0, gt=0, description="First --rate-scale to try")
 
 
+class SteadyOptions(BaseModel):
+    """How capacity at steady state is measured after the sweep's search."""
+
+    model_config = _STRICT
+
+    window_s: float = Field(
+        300.0, ge=0, description="Steady-state seconds judged per rate for the capacity, "
+        "after --warmup (0: no capacity at steady state)",
+        json_schema_extra={"flags": ["--window"]},
+    )  # fmt: skip
+    warmup_s: float = Field(
+        60.0, ge=0, description="Seconds left out at each rate",
+        json_schema_extra={"flags": ["--warmup"]},
+    )  # fmt: skip
+    seeds: int = Field(2, ge=1, description="Seeds of the capacity (--seed, +1, ...)")
+
+    def window(self) -> SteadyWindow:
+        return SteadyWindow(warmup_s=self.warmup_s, window_s=self.window_s)
+
+
 class SweepConfig(BaseModel):
     """Each policy's SLA goodput on a trace, by bisection of the rate scale."""
 
@@ -81,6 +102,7 @@ class SweepConfig(BaseModel):
     )
     replay: ReplaySettings = ReplaySettings()
     search: SweepSearch = SweepSearch()
+    steady: SteadyOptions = SteadyOptions()
 
 
 class OverloadConfig(BaseModel):

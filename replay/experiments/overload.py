@@ -29,7 +29,12 @@ from pathlib import Path
 from typing import Any
 
 from replay.experiments.executor import Executor, OnDone
-from replay.experiments.experiment_config import OverloadConfig, SweepConfig, SweepSearch
+from replay.experiments.experiment_config import (
+    OverloadConfig,
+    SteadyOptions,
+    SweepConfig,
+    SweepSearch,
+)
 from replay.experiments.policy_spec import PolicySpec, parse_policy_spec
 from replay.experiments.replay_job import run_jobs
 from replay.experiments.sweep import SweepResult, run_sweep
@@ -147,6 +152,7 @@ def run_overload(
             policies=[config.policy],
             replay=config.replay,
             search=SweepSearch(target=target),
+            steady=SteadyOptions(window_s=0.0),  # the multiples are of the sweep's answer
         ),
         executor=executor,
         on_replays=on_replays,

@@ -1,195 +1,141 @@
-"""`replay plan`: search deployments for the best SLA goodput per cost on a trace.
+"""`replay plan`: the best PDD deployment for a trace, against the best of what teams run.
 
-The candidates (``plan_space``) are priced, bounded (``plan_bounds``) and pruned: a
-candidate whose bound is below the target rate (by default the trace's own rate) cannot
-serve the trace, and a candidate whose bound is no higher than the SLA goodput measured
-for a candidate that costs no more is dominated on cost. The rest are judged in order of
-cost by ``replay sweep``'s SLA goodput (``run_sweep``: the highest arrival rate meeting
-the target SLA attainment), a few at a time on an ``Executor``, so that each batch's
-results prune the next. The Pareto front of cost against SLA goodput, the best BCR and an
-intra-DC baseline of about the same cost (H100s only, prefill and decode in one
-datacenter) are the answer; ``plan_output`` writes and prints it.
+Three families are searched over the same budget: PDD (``plan_space``: pool sizes, GPUs,
+line, policy thresholds), intra-DC PD and colocated engines (``baselines``). Every
+deployment is priced and bounded (``plan_bounds``); one whose bound is below the target
+rate (by default the trace's own rate) cannot serve the trace and is pruned. The rest are
+measured by the same method, capacity at steady state (``capacity``, ``steady_replay``:
+the trace tiled to a window past a warm-up at each rate):
+
+1. **screen**: cheapest first, a batch per executor worker, one seed, a short window and
+   a loose tolerance (``screen_tolerance``); a deployment whose bound is no higher than the
+   capacity already measured for a cheaper one of its family is dominated and skipped,
+   and one that fails at the target rate stops there (below the target);
+2. **confirm**: the best BCR of each family (and its runner-up, when the screening put
+   them within its tolerance) is measured again on the full window over every seed,
+   bisected to ``tolerance``, with a 95% interval; the better is the family's best.
+
+BCR is SLA goodput at capacity per USD/h (shown per 1000 USD/h). The Pareto front of
+PDD's cost against capacity, the confirmed best of each family and the verdict
+(``plan_verdict``) are the answer; ``plan_output`` writes and prints it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from replay.experiments.baselines import Deployment, Family, baseline_deployments, deployment_of
+from replay.experiments.capacity import CapacityResult, CapacitySettings
+from replay.experiments.capacity_job import CapacityJob, run_capacity_job
 from replay.experiments.executor import Executor
-from replay.experiments.experiment_config import SweepConfig, SweepSearch
 from replay.experiments.plan_bounds import Bounds, TraceLoad, bounds_of
 from replay.experiments.plan_space import (
     Candidate,
     Layout,
     PlanSpace,
-    candidate_preset,
+    candidate_overrides,
     enumerate_candidates,
 )
-from replay.experiments.policy_spec import parse_policy_spec
-from replay.experiments.sweep import run_sweep
+from replay.experiments.steady_replay import SteadyWindow
 from replay.metrics.summary import SlaThresholds
 from replay.presets.loader import load_preset
 from replay.runner.config import ReplaySettings
-from replay.runner.run import run_replay
 
-__all__ = [
-    "Baseline",
-    "CandidateResult",
-    "PlanResult",
-    "PlanSettings",
-    "SweepJob",
-    "SweepOutcome",
-    "run_job",
-    "run_plan",
-]
+__all__ = ["CandidateResult", "PlanResult", "PlanSettings", "run_plan", "screen_window_of"]
 
-BASELINE_PRESET = "idc-pd"
-_SHARED_PREFIXES = ("timing.", "handoff.", "hardware.", "models.")  # --set keys the baseline gets
+Status = Literal["confirmed", "screened", "pruned"]
+Advance = Callable[[str, int, int], None]  # stage ("screening", "confirming"), done, total
+
+
+def screen_window_of(window: SteadyWindow) -> SteadyWindow:
+    """The screening's shorter window: half the warm-up, 40% of the window and tail."""
+    return SteadyWindow(
+        warmup_s=window.warmup_s / 2, window_s=window.window_s * 0.4, windows=4,
+        tail_s=window.tail_s / 2,
+    )  # fmt: skip
 
 
 class PlanSettings(BaseModel):
-    """What every sweep of the plan shares."""
+    """What every measurement of the plan shares."""
 
     model_config = ConfigDict(frozen=True)
 
     trace: str
     preset: str
     policy: str
-    replay: ReplaySettings = ReplaySettings()
+    replay: ReplaySettings = ReplaySettings()  # every replay's; its overrides on the preset
+    seeds: tuple[int, ...] = (0, 1)
     target: float = 0.9
-    tolerance: float = 0.05
-    max_probes: int = 8
+    tolerance: float = 0.02  # confirmation's bracket, relative
+    screen_tolerance: float = 0.1
+    max_probes: int = 14
     min_rate_scale: float = 1.0
+    window: SteadyWindow = SteadyWindow()
+    screen_window: SteadyWindow = screen_window_of(SteadyWindow())
 
     @property
     def overrides(self) -> dict[str, Any]:
         return self.replay.overrides
 
     @property
-    def seed(self) -> int:
-        return self.replay.seed
-
-    @property
     def sla(self) -> SlaThresholds:
         return self.replay.sla
 
 
-@dataclass(frozen=True, slots=True)
-class SweepJob:
-    """One sweep to run on an executor (picklable)."""
-
-    trace: str
-    preset: str
-    policy: str
-    overrides: dict[str, Any]
-    replay: ReplaySettings
-    target: float
-    tolerance: float
-    max_probes: int
-    start_scale: float
-    stop_below: bool = True  # a first replay at start_scale that misses ends the job
-
-
-class SweepOutcome(BaseModel):
-    """A sweep's answer and the figures of its best passing probe."""
-
-    sla_goodput_rps: float
-    cost_per_hour: float
-    bcr: float
-    bracketed: bool
-    probes: int
-    rate_scale: float | None
-    sla_attainment: float | None
-    ttft_p99_s: float | None
-    wan_gbps_mean: float | None
-    rld_token_share: float | None
-    below_target: bool = False  # the target rate missed the SLA: no sweep was run
-
-
-def run_job(job: SweepJob) -> SweepOutcome:
-    """Run one sweep (module level, so worker processes can run it). With ``stop_below``
-    one replay at the target rate comes first: a deployment that misses the SLA there
-    cannot serve the trace, and its sweep is skipped."""
-    if job.stop_below:
-        spec = parse_policy_spec(job.policy)
-        first = run_replay(
-            job.replay.replay(job.trace, job.preset, spec.name, spec.params,
-                              rate_scale=job.start_scale, overrides=job.overrides)
-        ).summary  # fmt: skip
-        if first.sla_attainment < job.target:
-            return SweepOutcome(
-                sla_goodput_rps=0.0, cost_per_hour=first.cost_per_hour, bcr=0.0,
-                bracketed=True, probes=1, rate_scale=first.rate_scale,
-                sla_attainment=first.sla_attainment, ttft_p99_s=first.ttft_s.p99,
-                wan_gbps_mean=first.wan_gbps_mean, rld_token_share=first.rld_token_share,
-                below_target=True,
-            )  # fmt: skip
-    search = SweepSearch(
-        target=job.target,
-        tolerance=job.tolerance,
-        max_probes=job.max_probes,
-        start_scale=job.start_scale,
-    )
-    replay = job.replay.model_copy(update={"overrides": job.overrides})
-    result = run_sweep(SweepConfig(trace=job.trace, preset=job.preset, policies=[job.policy],
-                                   replay=replay, search=search))  # fmt: skip
-    best = result.best_result.summary if result.best_result is not None else None
-    return SweepOutcome(
-        sla_goodput_rps=result.sla_goodput_rps or 0.0,
-        cost_per_hour=result.cost_per_hour,
-        bcr=result.bcr or 0.0,
-        bracketed=result.bracketed,
-        probes=len(result.probes),
-        rate_scale=None if best is None else best.rate_scale,
-        sla_attainment=None if best is None else best.sla_attainment,
-        ttft_p99_s=None if best is None else best.ttft_s.p99,
-        wan_gbps_mean=None if best is None else best.wan_gbps_mean,
-        rld_token_share=None if best is None else best.rld_token_share,
-    )
-
-
-Status = Literal["evaluated", "pruned"]
-
-
 class CandidateResult(BaseModel):
-    """A candidate, its cost and bounds, and either its sweep or why it was pruned."""
+    """A deployment, its bounds, and its screening and confirmation (or why it was pruned)."""
 
-    candidate: Candidate
-    cost_per_hour: float
+    deployment: Deployment
+    candidate: Candidate | None = None  # PDD's dimensions
     bounds: Bounds
-    overrides: dict[str, Any]
     status: Status = "pruned"
     pruned_by: str | None = None  # memory, prefill, decode, line or dominated
-    outcome: SweepOutcome | None = None
+    screen: CapacityResult | None = None
+    confirmed: CapacityResult | None = None
 
     @property
-    def goodput_rps(self) -> float:
-        return self.outcome.sla_goodput_rps if self.outcome is not None else 0.0
+    def family(self) -> Family:
+        return self.deployment.family
+
+    @property
+    def label(self) -> str:
+        return self.deployment.label
+
+    @property
+    def cost_usd_h(self) -> float:
+        return self.deployment.cost_usd_h
+
+    @property
+    def result(self) -> CapacityResult | None:
+        return self.confirmed if self.confirmed is not None else self.screen
+
+    @property
+    def capacity_req_s(self) -> float:
+        return self.result.capacity_req_s if self.result is not None else 0.0
+
+    @property
+    def goodput_req_s(self) -> float:
+        return self.result.goodput_req_s if self.result is not None else 0.0
+
+    @property
+    def screened_req_s(self) -> float:
+        """The screening's capacity (every measured deployment has one, the same way)."""
+        return self.screen.capacity_req_s if self.screen is not None else 0.0
+
+    @property
+    def screened_bcr(self) -> float:
+        cost = self.cost_usd_h
+        good = self.screen.goodput_req_s if self.screen is not None else 0.0
+        return good / cost if cost > 0 else 0.0
 
     @property
     def bcr(self) -> float:
-        return self.goodput_rps / self.cost_per_hour if self.cost_per_hour > 0 else 0.0
-
-
-class Baseline(BaseModel):
-    """The intra-DC PD deployment of about the best candidate's cost."""
-
-    preset: str
-    policy: str
-    p: int
-    md: int
-    overrides: dict[str, Any]
-    cost_per_hour: float
-    bounds: Bounds
-    outcome: SweepOutcome
-
-    @property
-    def bcr(self) -> float:
-        return self.outcome.sla_goodput_rps / self.cost_per_hour if self.cost_per_hour else 0.0
+        """SLA goodput at capacity per USD/h."""
+        cost = self.cost_usd_h
+        return self.goodput_req_s / cost if cost > 0 else 0.0
 
 
 class PlanResult(BaseModel):
@@ -197,15 +143,13 @@ class PlanResult(BaseModel):
 
     settings: PlanSettings
     space: PlanSpace
-    trace_rate_rps: float
-    target_rate_rps: float
+    trace_rate_req_s: float
+    target_rate_req_s: float
     results: list[CandidateResult]
-    front: list[int]  # indices into results, by cost
-    best: int | None
-    baseline: Baseline | None
+    front: list[int]  # PDD results on the front, by cost
+    best: dict[str, int]  # family -> index of its confirmed best
 
     def pruned_by(self) -> dict[str, int]:
-        """How many candidates each reason pruned."""
         out: dict[str, int] = {}
         for r in self.results:
             if r.pruned_by is not None:
@@ -213,24 +157,11 @@ class PlanResult(BaseModel):
         return out
 
     def feasible(self, r: CandidateResult) -> bool:
-        return r.status == "evaluated" and r.goodput_rps >= self.target_rate_rps * (
-            1 - 1e-6
-        )  # rates are rounded
+        return r.status != "pruned" and r.capacity_req_s >= self.target_rate_req_s * (1 - 1e-6)
 
-
-def _job(
-    settings: PlanSettings,
-    preset: str,
-    policy: str,
-    overrides: Mapping[str, Any],
-    stop_below: bool = True,
-) -> SweepJob:
-    return SweepJob(
-        trace=settings.trace, preset=preset, policy=policy, overrides=dict(overrides),
-        replay=settings.replay, target=settings.target, tolerance=settings.tolerance,
-        max_probes=settings.max_probes, start_scale=settings.min_rate_scale,
-        stop_below=stop_below,
-    )  # fmt: skip
+    def best_of(self, family: Family) -> CandidateResult | None:
+        i = self.best.get(family)
+        return None if i is None else self.results[i]
 
 
 def _policy_word(name: str, params: Mapping[str, Any]) -> str:
@@ -239,88 +170,71 @@ def _policy_word(name: str, params: Mapping[str, Any]) -> str:
     return name + ":" + ",".join(f"{k}={v}" for k, v in sorted(params.items()))
 
 
-def _price(settings: PlanSettings, space: PlanSpace, load: TraceLoad) -> list[CandidateResult]:
-    base = load_preset(settings.preset, settings.overrides)
-    layout = Layout.of(base)
+def _pdd(settings: PlanSettings, space: PlanSpace, load: TraceLoad) -> list[CandidateResult]:
+    layout = Layout.of(load_preset(settings.preset, settings.overrides))
     out = []
     for c in enumerate_candidates(space):
-        preset, overrides = candidate_preset(
-            settings.preset, settings.overrides, c, layout, space.wan_price_per_gbps_month
-        )
+        overrides = {
+            **settings.overrides,
+            **candidate_overrides(c, layout, space.wan_price_per_gbps_month),
+        }
+        policy = _policy_word(settings.policy, c.params)
+        dep, preset = deployment_of("pdd", c.label, settings.preset, policy, overrides)
         bounds = bounds_of(preset, load, target=settings.target, sla=settings.sla)
-        out.append(CandidateResult(
-            candidate=c, cost_per_hour=preset.cost_per_hour(), bounds=bounds, overrides=overrides
-        ))  # fmt: skip
+        out.append(CandidateResult(deployment=dep, candidate=c, bounds=bounds))
     return out
 
 
-def _dominated(r: CandidateResult, measured: list[CandidateResult]) -> bool:
-    """A measured candidate costs no more and already serves what ``r`` could at best."""
-    return any(
-        m.cost_per_hour <= r.cost_per_hour and m.goodput_rps >= r.bounds.rps for m in measured
-    )
+def _baselines(
+    settings: PlanSettings, space: PlanSpace, load: TraceLoad, pdd: list[CandidateResult]
+) -> list[CandidateResult]:
+    costs = [r.cost_usd_h for r in pdd if r.bounds.memory_ok] or [r.cost_usd_h for r in pdd]
+    base = load_preset(settings.preset, settings.overrides)
+    found = baseline_deployments(
+        base, settings.overrides, space.gpu_p, space.gpu_md, (min(costs), max(costs)), load,
+        target=settings.target, sla=settings.sla,
+    )  # fmt: skip
+    return [CandidateResult(deployment=d, bounds=b) for d, b in found]
 
 
-def _front(plan: PlanResult) -> list[int]:
-    """Feasible candidates no other beats on both cost and goodput, cheapest first."""
-    ranked = sorted(
-        (i for i, r in enumerate(plan.results) if plan.feasible(r)),
-        key=lambda i: (plan.results[i].cost_per_hour, -plan.results[i].goodput_rps),
-    )
-    front: list[int] = []
-    for i in ranked:
-        if not front or plan.results[i].goodput_rps > plan.results[front[-1]].goodput_rps:
-            front.append(i)
-    return front
+def _job(
+    settings: PlanSettings, r: CandidateResult, capacity: CapacitySettings, window: SteadyWindow
+) -> CapacityJob:
+    d = r.deployment
+    replay = settings.replay.model_copy(update={"overrides": dict(d.overrides)})
+    return CapacityJob(trace=settings.trace, preset=d.preset, policy=d.policy,
+                       settings=capacity, window=window, replay=replay)  # fmt: skip
 
 
-def _baseline(
-    settings: PlanSettings, load: TraceLoad, cost: float, executor: Executor
-) -> Baseline | None:
-    """idc-pd of H100s at about ``cost``: the instance count that prices closest, split
-    between prefill and decode as the bounds favour (the two best splits are swept)."""
-    shared = {k: v for k, v in settings.overrides.items() if k.startswith(_SHARED_PREFIXES)}
-    base = load_preset(BASELINE_PRESET, shared)
-    per_instance = base.spec.pools["p"].gpus_per_instance * base.hardware["h100"].price_per_hour
-    count = max(round(cost / per_instance), 2)
-    splits = []
-    for p in range(1, count):
-        overrides = {**shared, "pools.p.instances": p, "pools.md.instances": count - p}
-        preset = load_preset(BASELINE_PRESET, overrides)
-        bounds = bounds_of(preset, load, target=settings.target, sla=settings.sla)
-        splits.append((bounds, p, overrides, preset.cost_per_hour()))
-    splits.sort(key=lambda s: -s[0].rps)
-    tried = splits[:2]
-    policy = base.spec.default_policy
-    outcomes = executor.map(
-        run_job, [_job(settings, BASELINE_PRESET, policy, o, False) for _, _, o, _ in tried]
-    )
-    pick = max(range(len(tried)), key=lambda i: (outcomes[i].sla_goodput_rps, -i))
-    bounds, p, overrides, price = tried[pick]
-    return Baseline(
-        preset=BASELINE_PRESET, policy=policy, p=p, md=count - p, overrides=overrides,
-        cost_per_hour=price, bounds=bounds, outcome=outcomes[pick],
+def _screen_settings(
+    settings: PlanSettings, target_rate: float, r: CandidateResult, measured: list[CandidateResult]
+) -> CapacitySettings:
+    """One seed, the loose tolerance; from the nearest-cost capacity measured in the family
+    (a small step away), else from the target rate; a failure at the target rate ends it."""
+    kin = [m for m in measured if m.family == r.family and m.capacity_req_s > 0]
+    near = min(kin, key=lambda m: abs(m.cost_usd_h - r.cost_usd_h), default=None)
+    start = max(target_rate, near.capacity_req_s) if near is not None else target_rate
+    return CapacitySettings(
+        target=settings.target, tolerance=settings.screen_tolerance,
+        max_probes=settings.max_probes, seeds=settings.seeds[:1], start_req_s=start,
+        step=1.5 if near is not None else 2.0, floor_req_s=target_rate,
     )  # fmt: skip
 
 
-def run_plan(
-    settings: PlanSettings,
-    space: PlanSpace,
-    load: TraceLoad,
-    executor: Executor,
-    *,
-    baseline: bool = True,
-    advance: Callable[[int, int], None] | None = None,
-) -> PlanResult:
-    """Price, bound, prune and sweep the candidates of ``space`` on ``load``'s trace."""
-    results = _price(settings, space, load)
-    target_rate = settings.min_rate_scale * load.rate_rps
-    for r in results:
-        if r.bounds.rps < target_rate:
-            r.pruned_by = r.bounds.limit
+def _dominated(r: CandidateResult, measured: list[CandidateResult]) -> bool:
+    """A cheaper (or equal) measured deployment of its family already serves its bound."""
+    return any(
+        m.family == r.family and m.cost_usd_h <= r.cost_usd_h and m.capacity_req_s >= r.bounds.rps
+        for m in measured
+    )
+
+
+def _screen(
+    settings: PlanSettings, results: list[CandidateResult], target_rate: float,
+    executor: Executor, advance: Advance | None,
+) -> None:  # fmt: skip
     queue = sorted(
-        (r for r in results if r.pruned_by is None),
-        key=lambda r: (r.cost_per_hour, -r.bounds.rps),
+        (r for r in results if r.pruned_by is None), key=lambda r: (r.cost_usd_h, -r.bounds.rps)
     )
     total, done = len(queue), 0
     measured: list[CandidateResult] = []
@@ -334,24 +248,93 @@ def run_plan(
             else:
                 batch.append(r)
         jobs = [
-            _job(settings, settings.preset, _policy_word(settings.policy, r.candidate.params),
-                 r.overrides)
+            _job(settings, r, _screen_settings(settings, target_rate, r, measured),
+                 settings.screen_window)
             for r in batch
         ]  # fmt: skip
-        for r, outcome in zip(batch, executor.map(run_job, jobs), strict=True):
-            r.status, r.outcome = "evaluated", outcome
+        for r, outcome in zip(batch, executor.map(run_capacity_job, jobs), strict=True):
+            r.status, r.screen = "screened", outcome
             measured.append(r)
         done += len(batch)
         if advance is not None:
-            advance(done, total)
-    plan = PlanResult(
-        settings=settings, space=space, trace_rate_rps=load.rate_rps,
-        target_rate_rps=target_rate, results=results, front=[], best=None, baseline=None,
+            advance("screening", done, total)
+
+
+def _confirm(
+    settings: PlanSettings, plan: PlanResult, executor: Executor, families: tuple[Family, ...],
+    advance: Advance | None,
+) -> None:  # fmt: skip
+    """The best screened BCR of each family, and the runner-up when the screening cannot
+    tell them apart (within its tolerance), measured again over every seed; the better
+    confirmed BCR is the family's best."""
+    picks: dict[Family, list[int]] = {}
+    for family in families:
+        kin = [i for i, r in enumerate(plan.results) if r.family == family and plan.feasible(r)]
+        kin.sort(key=lambda i: (-plan.results[i].screened_bcr, i))
+        if kin:
+            top = plan.results[kin[0]].screened_bcr
+            close = [i for i in kin[1:2] if plan.results[i].screened_bcr >= top * (
+                1 - settings.screen_tolerance)]  # fmt: skip
+            picks[family] = [kin[0], *close]
+    chosen = [i for group in picks.values() for i in group]
+    jobs = []
+    for i in chosen:
+        r = plan.results[i]
+        capacity = CapacitySettings(
+            target=settings.target, tolerance=settings.tolerance, max_probes=settings.max_probes,
+            seeds=settings.seeds, start_req_s=r.capacity_req_s,
+            step=1.0 + 2 * settings.screen_tolerance, floor_req_s=0.0,
+        )  # fmt: skip
+        jobs.append(_job(settings, r, capacity, settings.window))
+    if advance is not None:
+        advance("confirming", 0, len(jobs))
+    for i, outcome in zip(chosen, executor.map(run_capacity_job, jobs), strict=True):
+        plan.results[i].status, plan.results[i].confirmed = "confirmed", outcome
+    best = {f: max(group, key=lambda i: (plan.results[i].bcr, -i)) for f, group in picks.items()}
+    plan.best = {str(f): i for f, i in best.items()}
+    if advance is not None:
+        advance("confirming", len(jobs), len(jobs))
+
+
+def _front(plan: PlanResult) -> list[int]:
+    """PDD deployments no other beats on both cost and screened capacity (the figure every
+    one of them has), cheapest first; the best BCR is always on it."""
+    target = plan.target_rate_req_s * (1 - 1e-6)
+    ranked = sorted(
+        (i for i, r in enumerate(plan.results)
+         if r.family == "pdd" and r.screen is not None and r.screened_req_s >= target),
+        key=lambda i: (plan.results[i].cost_usd_h, -plan.results[i].screened_req_s),
     )  # fmt: skip
+    front: list[int] = []
+    for i in ranked:
+        if not front or plan.results[i].screened_req_s > plan.results[front[-1]].screened_req_s:
+            front.append(i)
+    return front
+
+
+def run_plan(
+    settings: PlanSettings,
+    space: PlanSpace,
+    load: TraceLoad,
+    executor: Executor,
+    *,
+    baseline: bool = True,
+    advance: Advance | None = None,
+) -> PlanResult:
+    """Price, bound, prune, screen and confirm PDD (and the baselines) on ``load``'s trace."""
+    results = _pdd(settings, space, load)
+    if baseline:
+        results += _baselines(settings, space, load, results)
+    target_rate = settings.min_rate_scale * load.rate_rps
+    for r in results:
+        if r.bounds.rps < target_rate:
+            r.pruned_by = r.bounds.limit
+    _screen(settings, results, target_rate, executor, advance)
+    plan = PlanResult(
+        settings=settings, space=space, trace_rate_req_s=load.rate_rps,
+        target_rate_req_s=target_rate, results=results, front=[], best={},
+    )  # fmt: skip
+    families: tuple[Family, ...] = ("pdd", "intra-dc-pd", "colocated") if baseline else ("pdd",)
+    _confirm(settings, plan, executor, families, advance)
     plan.front = _front(plan)
-    if plan.front:
-        plan.best = max(plan.front, key=lambda i: (plan.results[i].bcr, -i))
-        if baseline:
-            cost = plan.results[plan.best].cost_per_hour
-            plan.baseline = _baseline(settings, load, cost, executor)
     return plan

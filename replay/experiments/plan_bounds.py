@@ -26,6 +26,8 @@ no deployment that could have served the rate:
   cache: MD's DRC can hit no more) crosses the WAN, except for requests RLD finishes
   itself (odd traffic, P-RLD): RLD's decode capacity is spent on the requests with the
   most bytes per output token (a fractional knapsack), and the line carries the rest.
+- **colocated** engines prefill and decode: each bound counts all of them for its own
+  work, as if they did nothing else (optimistic, as the others).
 - **memory**: an instance must hold the model and the trace's largest request (prompt on
   P; prompt and output on RLD and MD), as the simulator checks before it runs.
 
@@ -215,14 +217,14 @@ def bounds_of(
     memory_ok = True
     prefill_share = decode_tokens_s = rld_tokens_s = 0.0  # prefill: served sets per second
     for pool in preset.pools().values():
-        need = largest_prompt if pool.tier is Tier.P else largest
+        need = largest_prompt if pool.tier is Tier.P and not pool.colocated else largest
         if preset.kv_capacity_tokens(pool) < need:
             memory_ok = False
             continue
         if pool.tier is Tier.P:
             work = _prefill_work_s(preset, pool, served)
             prefill_share += pool.instances / work if work > 0 else float("inf")
-        else:
+        if pool.tier is not Tier.P or pool.colocated:  # a colocated engine decodes too
             tokens_s = pool.instances * _decode_tokens_s(preset, pool, load)
             decode_tokens_s += tokens_s
             if pool.tier is Tier.RLD:

@@ -1,20 +1,27 @@
-"""What `replay plan` writes: plan.json, plan.csv, the best deployment as a preset file,
-and the Pareto front as a table.
+"""What `replay plan` writes: plan.json, plan.csv, the best PDD deployment as a preset file,
+and its tables (the PDD front, the verdict against each baseline).
 
 ``plan.json`` (``plan_json``)::
 
-    {"schema": "pdd-router/plan/1", "trace", "preset", "policy", "seed", "sla", "target",
-     "trace_rate_rps", "target_rate_rps", "line_price_per_gbps_month", "space": {...},
-     "counts": {"candidates", "evaluated", "pruned": {"line": n, "dominated": n, ...}},
-     "candidates": [{"label", "p", "rld", "md", "gpu_p", "gpu_rld", "gpu_md", "wan_gbps",
-                     "params", "cost_per_hour", "bounds": {...}, "status", "pruned_by",
-                     "sla_goodput_rps", "bcr", "feasible", "on_front", "sweep": {...}}],
-     "front": [label, ...], "best": label | null,
-     "baseline": {"preset", "policy", "p", "md", "cost_per_hour", "sla_goodput_rps",
-                  "bcr", ...} | null,
-     "bcr_ratio": best BCR / baseline BCR | null}
+    {"schema": "pdd-router/plan/2", "trace", "preset", "policy", "seeds", "sla", "target",
+     "tolerance", "screen_tolerance", "window": {"warmup_s", "window_s", "windows",
+     "tail_s"}, "screen_window": {...}, "trace_rate_req_s", "target_rate_req_s",
+     "line_price_usd_per_gbps_month", "space": {...},
+     "counts": {"candidates", "measured", "pruned": {"line": n, "dominated": n, ...}},
+     "candidates": [{"family", "label", "preset", "policy", "overrides", "cost_usd_h",
+                     "line_usd_h", "pdd": {p, rld, md, gpu_*, wan_gbps, params} | null,
+                     "bounds": {"bound_req_s", "limit", "prefill_req_s", ...},
+                     "limit_shown", "status", "pruned_by", "capacity_req_s",
+                     "sla_goodput_req_s", "bcr_req_s_per_1000_usd_h", "feasible",
+                     "on_front", "screen": capacity | null, "confirmed": capacity | null}],
+     "front": [label, ...], "best": {family: label},
+     "verdict": [comparison, ...], "sensitivity": [{"change", "bcr_ratio": {...}}],
+     "warnings": [text, ...]}
 
-BCR is SLA goodput (req/s) per USD/h in the files; the table shows it per 1000 USD/h.
+A capacity is ``CapacityResult`` (capacity and SLA goodput at capacity with their 95%
+intervals, per-seed capacities, every probe, its warnings). ``limit_shown`` is the
+tightest bound's resource when that bound is within 2x of the measured capacity, else
+null: a bound further off says nothing of what limits the deployment.
 """
 
 from __future__ import annotations
@@ -28,17 +35,26 @@ from typing import Any
 import yaml
 from rich.table import Table
 
-from replay.experiments.plan import Baseline, CandidateResult, PlanResult
+from replay.experiments.plan import CandidateResult, PlanResult
+from replay.experiments.plan_verdict import comparisons, sensitivity
 from replay.presets.loader import load_preset
 
-__all__ = ["bcr_ratio", "front_table", "plan_json", "write_best_preset", "write_plan"]
+__all__ = [
+    "front_table",
+    "limit_shown",
+    "plan_json",
+    "verdict_lines",
+    "verdict_table",
+    "write_plan",
+]
 
-SCHEMA = "pdd-router/plan/1"
+SCHEMA = "pdd-router/plan/2"
+LIMIT_WITHIN = 2.0  # a bound more than this many times the capacity is not named the limit
 
 _CSV_FIELDS = (
-    "label", "p", "rld", "md", "gpu_p", "gpu_rld", "gpu_md", "wan_gbps", "params",
-    "cost_per_hour", "bound_rps", "limit", "prefill_bound_rps", "decode_bound_rps",
-    "line_bound_rps", "status", "pruned_by", "sla_goodput_rps", "bcr", "feasible", "on_front",
+    "family", "label", "cost_usd_h", "line_usd_h", "bound_req_s", "limit", "limit_shown",
+    "status", "pruned_by", "capacity_req_s", "capacity_low_req_s", "capacity_high_req_s",
+    "sla_goodput_req_s", "bcr_req_s_per_1000_usd_h", "feasible", "on_front",
 )  # fmt: skip
 
 
@@ -46,104 +62,102 @@ def _finite(value: float) -> float | None:
     return round(value, 6) if math.isfinite(value) else None
 
 
-def _bounds(r: CandidateResult | Baseline) -> dict[str, Any]:
-    b = r.bounds
-    return {
-        "rps": _finite(b.rps), "limit": b.limit, "prefill_rps": _finite(b.prefill_rps),
-        "decode_rps": _finite(b.decode_rps), "line_rps": _finite(b.line_rps),
-        "memory_ok": b.memory_ok,
-    }  # fmt: skip
+def limit_shown(r: CandidateResult) -> str | None:
+    """The bound's resource, when the bound is within ``LIMIT_WITHIN`` of the capacity."""
+    if r.result is None or r.capacity_req_s <= 0:
+        return r.bounds.limit if r.pruned_by not in (None, "dominated") else None
+    return r.bounds.limit if r.bounds.rps <= LIMIT_WITHIN * r.capacity_req_s else None
 
 
 def _candidate(plan: PlanResult, i: int) -> dict[str, Any]:
     r = plan.results[i]
+    b = r.bounds
+    d = r.deployment
     return {
-        "label": r.candidate.label,
-        **r.candidate.model_dump(mode="json"),
-        "cost_per_hour": round(r.cost_per_hour, 6),
-        "bounds": _bounds(r),
-        "status": r.status,
-        "pruned_by": r.pruned_by,
-        "sla_goodput_rps": r.goodput_rps if r.outcome is not None else None,
-        "bcr": round(r.bcr, 9) if r.outcome is not None else None,
-        "feasible": plan.feasible(r),
-        "on_front": i in plan.front,
-        "sweep": None if r.outcome is None else r.outcome.model_dump(mode="json"),
-    }
+        "family": r.family, "label": r.label, "preset": d.preset, "policy": d.policy,
+        "overrides": d.overrides, "cost_usd_h": round(d.cost_usd_h, 6),
+        "line_usd_h": round(d.line_usd_h, 6),
+        "pdd": None if r.candidate is None else r.candidate.model_dump(mode="json"),
+        "bounds": {
+            "bound_req_s": _finite(b.rps), "limit": b.limit,
+            "prefill_req_s": _finite(b.prefill_rps), "decode_req_s": _finite(b.decode_rps),
+            "line_req_s": _finite(b.line_rps), "memory_ok": b.memory_ok,
+        },
+        "limit_shown": limit_shown(r), "status": r.status, "pruned_by": r.pruned_by,
+        "capacity_req_s": r.capacity_req_s if r.result is not None else None,
+        "sla_goodput_req_s": r.goodput_req_s if r.result is not None else None,
+        "bcr_req_s_per_1000_usd_h": round(r.bcr * 1000, 6) if r.result is not None else None,
+        "feasible": plan.feasible(r), "on_front": i in plan.front,
+        "screen": None if r.screen is None else r.screen.model_dump(mode="json"),
+        "confirmed": None if r.confirmed is None else r.confirmed.model_dump(mode="json"),
+    }  # fmt: skip
 
 
-def bcr_ratio(plan: PlanResult) -> float | None:
-    """The best deployment's BCR over the baseline's (None without both)."""
-    if plan.best is None or plan.baseline is None or plan.baseline.bcr <= 0:
-        return None
-    return plan.results[plan.best].bcr / plan.baseline.bcr
+def _warnings(plan: PlanResult) -> list[str]:
+    out = []
+    for r in plan.results:
+        if r.confirmed is not None:
+            out += [f"{r.label}: {w}" for w in r.confirmed.warnings]
+    return out
 
 
 def plan_json(plan: PlanResult) -> dict[str, Any]:
     s = plan.settings
-    base = plan.baseline
     return {
-        "schema": SCHEMA,
-        "trace": s.trace,
-        "preset": s.preset,
-        "policy": s.policy,
-        "seed": s.seed,
-        "sla": s.sla.model_dump(mode="json"),
-        "target": s.target,
-        "trace_rate_rps": round(plan.trace_rate_rps, 6),
-        "target_rate_rps": round(plan.target_rate_rps, 6),
-        "line_price_per_gbps_month": plan.space.wan_price_per_gbps_month,
+        "schema": SCHEMA, "trace": s.trace, "preset": s.preset, "policy": s.policy,
+        "seeds": list(s.seeds), "sla": s.sla.model_dump(mode="json"), "target": s.target,
+        "tolerance": s.tolerance, "screen_tolerance": s.screen_tolerance,
+        "window": s.window.model_dump(mode="json"),
+        "screen_window": s.screen_window.model_dump(mode="json"),
+        "trace_rate_req_s": round(plan.trace_rate_req_s, 6),
+        "target_rate_req_s": round(plan.target_rate_req_s, 6),
+        "line_price_usd_per_gbps_month": plan.space.wan_price_per_gbps_month,
         "space": plan.space.model_dump(mode="json"),
         "counts": {
             "candidates": len(plan.results),
-            "evaluated": sum(r.status == "evaluated" for r in plan.results),
+            "measured": sum(r.status != "pruned" for r in plan.results),
             "pruned": plan.pruned_by(),
         },
         "candidates": [_candidate(plan, i) for i in range(len(plan.results))],
-        "front": [plan.results[i].candidate.label for i in plan.front],
-        "best": None if plan.best is None else plan.results[plan.best].candidate.label,
-        "baseline": None if base is None else {
-            "preset": base.preset, "policy": base.policy, "p": base.p, "md": base.md,
-            "overrides": base.overrides, "cost_per_hour": round(base.cost_per_hour, 6),
-            "bounds": _bounds(base), "sla_goodput_rps": base.outcome.sla_goodput_rps,
-            "bcr": round(base.bcr, 9), "sweep": base.outcome.model_dump(mode="json"),
-        },
-        "bcr_ratio": bcr_ratio(plan),
+        "front": [plan.results[i].label for i in plan.front],
+        "best": {f: plan.results[i].label for f, i in plan.best.items()},
+        "verdict": [c.model_dump(mode="json") for c in comparisons(plan)],
+        "sensitivity": [x.model_dump(mode="json") for x in sensitivity(plan)],
+        "warnings": _warnings(plan),
     }  # fmt: skip
 
 
 def _csv_row(row: dict[str, Any]) -> dict[str, Any]:
-    b = row["bounds"]
     flat = {k: row[k] for k in _CSV_FIELDS if k in row}
-    flat["params"] = ";".join(f"{k}={v}" for k, v in sorted(row["params"].items()))
-    flat.update(
-        bound_rps=b["rps"], limit=b["limit"], prefill_bound_rps=b["prefill_rps"],
-        decode_bound_rps=b["decode_rps"], line_bound_rps=b["line_rps"],
-    )  # fmt: skip
+    flat["bound_req_s"] = row["bounds"]["bound_req_s"]
+    flat["limit"] = row["bounds"]["limit"]
+    got = row["confirmed"] or row["screen"]
+    flat["capacity_low_req_s"] = None if got is None else got["capacity_low_req_s"]
+    flat["capacity_high_req_s"] = None if got is None else got["capacity_high_req_s"]
     return flat
 
 
 def write_best_preset(plan: PlanResult, path: Path) -> None:
-    """The best deployment as a preset file ``replay run --preset FILE`` replays."""
-    assert plan.best is not None
-    r = plan.results[plan.best]
+    """PDD's best deployment as a preset file ``replay run --preset FILE`` replays."""
+    r = plan.best_of("pdd")
+    assert r is not None
+    assert r.candidate is not None
     s = plan.settings
-    overrides = {**r.overrides, "default_policy": s.policy}
+    overrides = {**r.deployment.overrides, "default_policy": s.policy}
     tree = load_preset(s.preset, overrides).resolved()
     name = Path(s.trace).name
-    tree["description"] = f"replay plan's best deployment for {name}: {r.candidate.label}"
-    params = ",".join(f"{k}={v}" for k, v in sorted(r.candidate.params.items()))
-    policy = f"{s.policy}:{params}" if params else s.policy
+    tree["description"] = f"replay plan's best PDD deployment for {name}: {r.label}"
     header = (
-        f"# pdd-router replay plan: best BCR on {Path(s.trace).name}, SLA goodput "
-        f"{r.goodput_rps:.3f} req/s at {r.cost_per_hour:.2f} USD/h\n"
-        f"# replay it: pdd-router replay run TRACE --preset {path.name} --policy '{policy}'\n"
+        f"# pdd-router replay plan: best BCR on {name}, capacity {r.capacity_req_s:.3f} "
+        f"req/s at {r.cost_usd_h:.2f} USD/h\n"
+        f"# replay it: pdd-router replay run TRACE --preset {path.name} "
+        f"--policy '{r.deployment.policy}'\n"
     )
     path.write_text(header + yaml.safe_dump(tree, sort_keys=False, width=88), encoding="utf-8")
 
 
 def write_plan(plan: PlanResult, out: Path) -> list[Path]:
-    """plan.json, plan.csv and (when a candidate met the target) best-preset.yaml."""
+    """plan.json, plan.csv and (when a PDD deployment met the target) best-preset.yaml."""
     out.mkdir(parents=True, exist_ok=True)
     data = plan_json(plan)
     written = [out / "plan.json", out / "plan.csv"]
@@ -153,27 +167,80 @@ def write_plan(plan: PlanResult, out: Path) -> list[Path]:
         writer.writeheader()
         for row in data["candidates"]:
             writer.writerow(_csv_row(row))
-    if plan.best is not None:
+    if plan.best_of("pdd") is not None:
         written.append(out / "best-preset.yaml")
         write_best_preset(plan, written[-1])
     return written
 
 
+def _interval(r: CandidateResult) -> str:
+    c = r.confirmed
+    return "" if c is None else f" [{c.capacity_low_req_s:.2f}, {c.capacity_high_req_s:.2f}]"
+
+
 def front_table(plan: PlanResult) -> Table:
-    """The Pareto front, cheapest first (fits 80 columns)."""
+    """PDD's Pareto front on the screening's figures, cheapest first (fits 80 columns)."""
     table = Table(
-        title="Pareto front: cost against SLA goodput",
-        caption="BCR: SLA goodput per 1000 USD/h; limit: the tightest bound; * best BCR",
+        title="PDD: cost against capacity (screened)",
+        caption="capacity: req/s at which the target share meets the SLA (steady state, "
+        "screened); BCR: SLA goodput per 1000 USD/h; * best BCR (confirmed in the verdict); "
+        "limit: the tightest bound, when within 2x of the capacity",
     )
-    for name in ("USD/h", "req/s", "BCR", "P", "RLD", "MD", "Gbps", "limit"):
+    for name in ("USD/h", "capacity", "BCR", "P", "RLD", "MD", "Gbps", "limit"):
         table.add_column(name, justify="right" if name != "limit" else "left")
+    best = plan.best.get("pdd")
     for i in plan.front:
         r = plan.results[i]
         c = r.candidate
-        mark = "*" if i == plan.best else ""
+        assert c is not None
         table.add_row(
-            f"{r.cost_per_hour:.2f}", f"{r.goodput_rps:.2f}", f"{r.bcr * 1000:.1f}{mark}",
+            f"{r.cost_usd_h:.2f}", f"{r.screened_req_s:.2f}",
+            f"{r.screened_bcr * 1000:.1f}" + ("*" if i == best else ""),
             f"{c.p}x{c.gpu_p}", f"{c.rld}x{c.gpu_rld}", f"{c.md}x{c.gpu_md}",
-            f"{c.wan_gbps:g}", r.bounds.limit,
+            f"{c.wan_gbps:g}", limit_shown(r) or "-",
         )  # fmt: skip
     return table
+
+
+FAMILY_NAMES = {"pdd": "PDD", "intra-dc-pd": "intra-DC PD", "colocated": "colocated"}
+
+
+def verdict_table(plan: PlanResult) -> Table:
+    """Each family's confirmed best, and PDD's BCR over it with the factors (80 columns)."""
+    table = Table(
+        title="Verdict: each family's best over the same budget (confirmed)",
+        caption="capacity, goodput: req/s [95%]; BCR per 1000 USD/h; ratio: PDD's BCR over "
+        "the row's = goodput x hardware x line factors",
+    )
+    for name in ("family", "USD/h", "capacity", "goodput", "BCR", "ratio", "factors"):
+        table.add_column(name, justify="left" if name in ("family", "factors") else "right")
+    by_family = {c.baseline: c for c in comparisons(plan)}
+    for family, i in plan.best.items():
+        r = plan.results[i]
+        got = r.confirmed
+        c = by_family.get(family)
+        ratio = (
+            ""
+            if c is None
+            else f"{c.bcr_ratio:.2f} [{c.bcr_ratio_low:.2f}, {c.bcr_ratio_high:.2f}]"
+        )
+        factors = (
+            "" if c is None
+            else f"{c.goodput_factor:.2f} x {c.hardware_factor:.2f} x {c.line_factor:.2f}"
+        )  # fmt: skip
+        table.add_row(
+            FAMILY_NAMES.get(family, family), f"{r.cost_usd_h:.2f}",
+            f"{r.capacity_req_s:.2f}" + _interval(r),
+            f"{r.goodput_req_s:.2f}" + ("" if got is None else
+                f" [{got.goodput_low_req_s:.2f}, {got.goodput_high_req_s:.2f}]"),
+            f"{r.bcr * 1000:.1f}", ratio, factors,
+        )  # fmt: skip
+    return table
+
+
+def verdict_lines(plan: PlanResult) -> list[str]:
+    """The deployment behind each row of the verdict table."""
+    return [
+        f"{FAMILY_NAMES.get(f, f)}: {plan.results[i].label.split(': ', 1)[-1]}"
+        for f, i in plan.best.items()
+    ]

@@ -40,6 +40,17 @@ compatibility); ``bcr_per_1000_usd_h`` is the same figure as printed, per 1000 U
                  "ttft_p99_s", "passed"}, ...],   # in the order they ran
      "units": {key: meaning}}               # the units above, in the file itself
 
+With a steady window (``steady``, what ``replay sweep`` runs by default) the answer that
+counts is then measured again as **capacity at steady state** (``capacity``): the trace
+tiled to a window past a warm-up at each rate (a short trace would otherwise be judged on
+a burst), bisected from the sweep's answer per seed, with a 95% interval over seeds and
+windows. sweep.json then also holds::
+
+     "capacity_req_s", "capacity_low_req_s", "capacity_high_req_s",
+     "sla_goodput_at_capacity_req_s", "bcr_at_capacity_per_1000_usd_h",
+     "capacity": {...every probe...} | null,
+     "warnings": [text, ...]   # trace too short, attainment not monotone, answers apart
+
 ``probes.csv`` (``SweepResult.write_probes_csv``): one row per probe, in the order they
 ran, with the probe's columns above and ``probe`` (its number) and ``best`` (the probe
 whose arrival rate is the SLA goodput).
@@ -54,6 +65,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from replay.experiments.capacity import CapacityResult, CapacitySettings
+from replay.experiments.capacity_job import CapacityJob, run_capacity_job
 from replay.experiments.executor import Executor, SerialExecutor
 from replay.experiments.experiment_config import SweepConfig, SweepSearch
 from replay.experiments.policy_spec import PolicySpec, parse_policy_spec
@@ -122,6 +135,7 @@ class SweepResult:
     cost_per_hour: float
     bracketed: bool
     first: Summary = field(repr=False)
+    steady: CapacityResult | None = None  # capacity at steady state, when measured
 
     @property
     def sla_goodput_rps(self) -> float | None:
@@ -166,8 +180,42 @@ class SweepResult:
             "best": None if self.best is None else _probe_json(self.best),
             "bracketed": self.bracketed,
             "probes": [_probe_json(p) for p in self.probes],
+            **self._steady_json(),
             "units": UNITS,
         }
+
+    def _steady_json(self) -> dict[str, Any]:
+        c = self.steady
+        if c is None:
+            return {"capacity": None, "warnings": []}
+        bcr = c.goodput_req_s / self.cost_per_hour * 1000 if self.cost_per_hour > 0 else None
+        return {
+            "capacity_req_s": c.capacity_req_s,
+            "capacity_low_req_s": c.capacity_low_req_s,
+            "capacity_high_req_s": c.capacity_high_req_s,
+            "sla_goodput_at_capacity_req_s": c.goodput_req_s,
+            "bcr_at_capacity_per_1000_usd_h": None if bcr is None else round(bcr, 6),
+            "capacity": c.model_dump(mode="json"),
+            "warnings": self.warnings(),
+        }
+
+    def warnings(self) -> list[str]:
+        """The steady-state search's warnings, and the burst answer's distance from it."""
+        c = self.steady
+        if c is None:
+            return []
+        out = list(c.warnings)
+        burst = self.sla_goodput_rps
+        if burst is not None and c.capacity_req_s > 0:
+            off = burst / c.capacity_req_s - 1.0
+            if abs(off) > 2 * self.tolerance:
+                span = self.first.trace_duration_s * self.first.rate_scale / burst_scale(self)
+                out.append(
+                    f"on the trace's own timing the sweep's answer is {burst:.3f} req/s "
+                    f"(the whole trace arriving in {span:.0f} s), {off:+.0%} from the "
+                    f"steady-state capacity {c.capacity_req_s:.3f} req/s: trust the latter"
+                )
+        return out
 
     def write_json(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -186,6 +234,30 @@ class SweepResult:
                     i, p.rate_scale, p.rate_rps, p.sla_attainment, p.goodput_rps, ttft,
                     p.passed, i == best,
                 ])  # fmt: skip
+
+
+def burst_scale(result: SweepResult) -> float:
+    """The best probe's rate scale (1 without one)."""
+    return result.best.rate_scale if result.best is not None else 1.0
+
+
+def _steady(
+    config: SweepConfig, preset: str, spec: PolicySpec, start_req_s: float
+) -> CapacityResult:
+    """Capacity at steady state, started from the sweep's answer (one search, the seeds one
+    after the other: each starts from the last one's answer)."""
+    search, replay = config.search, config.replay
+    policy = spec.name + (
+        ":" + ",".join(f"{k}={v}" for k, v in sorted(spec.params.items())) if spec.params else ""
+    )
+    rules = CapacitySettings(
+        target=search.target, tolerance=search.tolerance, max_probes=search.max_probes,
+        seeds=tuple(range(replay.seed, replay.seed + config.steady.seeds)),
+        start_req_s=start_req_s, step=1.25,
+    )  # fmt: skip
+    job = CapacityJob(trace=config.trace, preset=preset, policy=policy, replay=replay,
+                      settings=rules, window=config.steady.window())  # fmt: skip
+    return run_capacity_job(job)
 
 
 def _probe_json(probe: Probe) -> dict[str, Any]:
@@ -224,7 +296,9 @@ def run_sweep(
 
     Serial (``executor`` None or serial): one probe at a time, ``progress(number, scale)``
     giving each its observer. On W workers: the probes the serial search would run, found
-    ``speculate``-ing W at a time; ``on_replays(finished, started)`` counts the replays."""
+    ``speculate``-ing W at a time; ``on_replays(finished, started)`` counts the replays.
+    Unless the config's ``steady.window_s`` is 0, the capacity at steady state over its
+    seeds follows from the sweep's answer (or its start, when no probe passed)."""
     search, target = config.search, config.search.target
     if policy is None and len(config.policies) != 1:
         raise ValueError("run_sweep: name the policy to sweep of several")
@@ -270,9 +344,16 @@ def run_sweep(
             best = (found, result)
     assert first is not None  # the first probe always runs
     summary = first.summary
+    capacity = None
+    if config.steady.window_s > 0:
+        duration = summary.trace_duration_s * summary.rate_scale  # at rate scale 1
+        rate = summary.requests / duration if duration > 0 else 1.0
+        begin = (best[0].rate_scale if best is not None else search.start_scale) * rate
+        capacity = _steady(config, arm_preset, spec, begin)
     return SweepResult(
         spec=spec, target=target, tolerance=search.tolerance, probes=probes,
         best=best[0] if best is not None else None,
         best_result=best[1] if best is not None else None,
         cost_per_hour=summary.cost_per_hour, bracketed=state.high is not None, first=summary,
+        steady=capacity,
     )  # fmt: skip

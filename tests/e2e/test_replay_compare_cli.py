@@ -130,10 +130,20 @@ def test_sweep_finds_the_rate_that_keeps_the_sla(
     out = tmp_path / "sweep"
     code, stdout, err = run_cli(
         capsys, "replay", "sweep", str(trace), "--preset", "pdd-small", "--policy", "pdd",
-        "--max-probes", "5", "--out", str(out), "--no-progress",
+        "--max-probes", "5", "--window", "60", "--warmup", "10", "--out", str(out),
+        "--no-progress",
     )  # fmt: skip
     assert code == 0, err
     data = _json(out / "sweep.json")
+    # capacity at steady state: both seeds searched, the answer inside its interval, the
+    # trace (tiled when short) judged past its warm-up, and said so
+    capacity = data["capacity"]
+    assert {p["seed"] for p in capacity["probes"]} == {0, 1}
+    assert data["capacity_low_req_s"] <= data["capacity_req_s"] <= data["capacity_high_req_s"]
+    assert capacity["per_seed_req_s"]
+    assert f"capacity at steady state: {data['capacity_req_s']:.3f} req/s" in stdout
+    for warning in data["warnings"]:
+        assert warning in " ".join(stdout.split())
     probes = data["probes"]
     assert 2 <= len(probes) <= 5
     best = data["best"]
@@ -347,9 +357,10 @@ def test_sweep_a_deployment_named_with_its_cluster(
     out = tmp_path / "sweep"
     code, _, err = run_cli(
         capsys, "replay", "sweep", str(trace), "--policy", "xdc-pd-drc@xdc-pd-small",
-        "--max-probes", "3", "--out", str(out), "--no-progress",
+        "--max-probes", "3", "--window", "0", "--out", str(out), "--no-progress",
     )  # fmt: skip
     assert code == 0, err
     data = _json(out / "sweep.json")
+    assert data["capacity"] is None  # --window 0: the sweep on the trace's timing only
     assert (data["preset"], data["policy"]) == ("xdc-pd-small", "xdc-pd-drc@xdc-pd-small")
     assert data["cost_per_hour"] == pytest.approx(120.0 + 20 * 72.4 / 730)  # GPUs and line

@@ -26,7 +26,7 @@ def trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _sweep(capsys: pytest.CaptureFixture[str], trace: Path, out: Path, *extra: str) -> Any:
     code, _, err = run_cli(
         capsys, "replay", "sweep", str(trace), "--preset", "pdd-small", "--policy", "pdd",
-        "--max-probes", "6", "--out", str(out), "--no-progress", *extra,
+        "--max-probes", "6", "--window", "0", "--out", str(out), "--no-progress", *extra,
     )  # fmt: skip
     assert code == 0, err
     return json.loads((out / "sweep.json").read_text())

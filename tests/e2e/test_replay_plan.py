@@ -15,53 +15,67 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return synth_agentic(tmp_path_factory.mktemp("plan") / "tiny.jsonl", seed=1, requests=150)
 
 
-def test_plan_writes_a_non_dominated_front_and_a_preset_that_replays(
+def test_plan_writes_a_front_a_verdict_and_a_preset_that_replays(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, tiny: Path
 ) -> None:
     out = tmp_path / "plan"
     code, printed, err = run_cli(
         capsys, "replay", "plan", str(tiny), "--preset", "pdd-small", "--min-rate-scale", "0.75",
-        "--p", "1,3", "--md", "1", "--wan-gbps", "10,40", "--sla-ttft", "4", "--max-probes", "4",
-        "--tolerance", "0.2", "--no-baseline", "--out", str(out), "--no-progress",
+        "--p", "1,3", "--md", "1", "--wan-gbps", "10,40", "--sla-ttft", "4", "--max-probes", "6",
+        "--tolerance", "0.1", "--screen-tolerance", "0.3", "--window", "40", "--warmup", "10",
+        "--out", str(out), "--no-progress",
     )  # fmt: skip
     assert code == 0, err
-    assert "Pareto front" in printed
+    assert "PDD: cost against capacity" in printed
+    assert "Verdict" in printed
     data = json.loads((out / "plan.json").read_text())
-    assert data["schema"] == "pdd-router/plan/1"
+    assert data["schema"] == "pdd-router/plan/2"
     rows = data["candidates"]
-    assert len(rows) == 4
-    assert data["counts"]["candidates"] == 4
+    pdd = [r for r in rows if r["family"] == "pdd"]
+    assert len(pdd) == 4
+    assert {r["family"] for r in rows} == {"pdd", "intra-dc-pd", "colocated"}
+    # the baselines stay within PDD's budget
+    costs = [r["cost_usd_h"] for r in pdd]
+    for r in rows:
+        assert min(costs) - 1e-6 <= r["cost_usd_h"] <= max(costs) + 1e-6
     pruned = sum(data["counts"]["pruned"].values())
-    assert data["counts"]["evaluated"] + pruned == 4
-    assert pruned == sum(r["status"] == "pruned" for r in rows)
+    assert data["counts"]["measured"] + pruned == len(rows)
     # one prefill instance cannot prefill the trace at 3/4 of its rate within a 4 s TTFT
-    assert {r["p"] for r in rows if r["pruned_by"] == "prefill"} == {1}
+    assert {r["pdd"]["p"] for r in pdd if r["pruned_by"] == "prefill"} == {1}
     # the line is priced per Gbps-month: 40 Gbps costs 30 x 72.4 / 730 more than 10
-    cost = {(r["p"], r["wan_gbps"]): r["cost_per_hour"] for r in rows}
+    cost = {(r["pdd"]["p"], r["pdd"]["wan_gbps"]): r["cost_usd_h"] for r in pdd}
     assert cost[(1, 40.0)] - cost[(1, 10.0)] == pytest.approx(30 * 72.4 / 730, rel=1e-6)
-    # the front: feasible, cheapest first, and no candidate beats a front point on both
+    # the front: PDD deployments at the target rate, cheapest first, none beaten on both
+    # (on the screening's capacity, which every measured deployment has)
     front = [r for r in rows if r["on_front"]]
     assert front
     assert [r["label"] for r in front] == data["front"]
-    feasible = [r for r in rows if r["feasible"]]
+    screened = [r for r in pdd if r["screen"] is not None]
     for point in front:
-        assert point["sla_goodput_rps"] >= data["target_rate_rps"]
-        for other in feasible:
+        assert point["screen"]["capacity_req_s"] >= data["target_rate_req_s"]
+        for other in (r for r in screened if r["label"] != point["label"]):
             assert not (
-                other["cost_per_hour"] <= point["cost_per_hour"]
-                and other["sla_goodput_rps"] >= point["sla_goodput_rps"]
-                and other["label"] != point["label"]
-                and (
-                    other["cost_per_hour"] < point["cost_per_hour"]
-                    or other["sla_goodput_rps"] > point["sla_goodput_rps"]
-                )
+                other["cost_usd_h"] < point["cost_usd_h"]
+                and other["screen"]["capacity_req_s"] > point["screen"]["capacity_req_s"]
             )
-    best = next(r for r in rows if r["label"] == data["best"])
-    assert best["bcr"] == max(r["bcr"] for r in front)
-    assert best["bcr"] == pytest.approx(best["sla_goodput_rps"] / best["cost_per_hour"])
+    # each family's best is confirmed over both seeds, its capacity inside its interval
+    for family, label in data["best"].items():
+        best = next(r for r in rows if r["label"] == label)
+        assert best["family"] == family
+        assert best["status"] == "confirmed"
+        got = best["confirmed"]
+        assert {p["seed"] for p in got["probes"]} == {0, 1}
+        assert got["capacity_low_req_s"] <= got["capacity_req_s"] <= got["capacity_high_req_s"]
+    for comparison in data["verdict"]:
+        product = (
+            comparison["goodput_factor"] * comparison["hardware_factor"]
+            * comparison["line_factor"]
+        )  # fmt: skip
+        assert comparison["bcr_ratio"] == pytest.approx(product, rel=1e-4)
     with (out / "plan.csv").open() as handle:
-        assert len(list(csv.DictReader(handle))) == 4
-    # the best deployment replays from its preset file, at its own cost
+        assert len(list(csv.DictReader(handle))) == len(rows)
+    # the best PDD deployment replays from its preset file, at its own cost
+    best = next(r for r in rows if r["label"] == data["best"]["pdd"])
     preset = out / "best-preset.yaml"
     run = tmp_path / "run"
     code, _, err = run_cli(
@@ -70,9 +84,9 @@ def test_plan_writes_a_non_dominated_front_and_a_preset_that_replays(
     )  # fmt: skip
     assert code == 0, err
     summary = json.loads((run / "summary.json").read_text())
-    assert summary["cost_per_hour"] == pytest.approx(best["cost_per_hour"])
-    assert summary["cluster"]["pools"]["p"]["instances"] == best["p"]
-    assert summary["cluster"]["links"]["wan"]["bandwidth_gbps"] == best["wan_gbps"]
+    assert summary["cost_per_hour"] == pytest.approx(best["cost_usd_h"])
+    assert summary["cluster"]["pools"]["p"]["instances"] == best["pdd"]["p"]
+    assert summary["cluster"]["links"]["wan"]["bandwidth_gbps"] == best["pdd"]["wan_gbps"]
 
 
 @pytest.mark.parametrize(
@@ -84,6 +98,8 @@ def test_plan_writes_a_non_dominated_front_and_a_preset_that_replays(
         (["--preset", "idc-pd-small"], "needs a base preset"),
         (["--param", "no_such=1"], "no_such"),
         (["--executor", "threads"], "--executor"),
+        (["--seeds", "0"], "--seeds"),
+        (["--window", "0"], "--window"),
     ],
 )
 def test_bad_options_are_refused_naming_the_option(

@@ -113,8 +113,10 @@ def _option_help(command: list[str], flag: str) -> str:
     """The help line of ``flag`` in ``pdd-router COMMAND --help`` (wide, one line each)."""
     result = CliRunner().invoke(app, [*command, "--help"], env={"COLUMNS": "400"})
     assert result.exit_code == 0, result.output
-    line = next(ln for ln in result.output.splitlines() if re.search(rf"{flag}\b(?!-)", ln))
-    return re.sub(r"\s+", " ", line.split(flag, 1)[1]).strip(" │")
+    # the option's own line: the flag where options are listed, not named in a description
+    found = (re.search(rf"(?:^|[\s│]){flag}(?:\s|$)", ln) for ln in result.output.splitlines())
+    match = next(m for m in found if m is not None)
+    return re.sub(r"\s+", " ", match.string[match.end() :]).strip(" │")
 
 
 @pytest.mark.parametrize("flag", ["--seed", "--sla-ttft", "--sla-tpot-ms", "--kv-event-delay",

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import pytest
 
 from replay.experiments import plan as plan_module
+from replay.experiments.capacity import CapacityResult
+from replay.experiments.capacity_job import CapacityJob
 from replay.experiments.executor import SerialExecutor
-from replay.experiments.plan import PlanSettings, SweepJob, SweepOutcome, run_plan
+from replay.experiments.plan import PlanSettings, run_plan
 from replay.experiments.plan_bounds import TraceLoad, bounds_of
 from replay.experiments.plan_space import PlanSpace, line_price_of, parse_counts
 from replay.metrics.summary import SlaThresholds
@@ -99,19 +99,20 @@ def test_counts_parse_ranges_and_name_the_option() -> None:
 
 
 def test_pruning_by_bounds_and_by_cost(monkeypatch: pytest.MonkeyPatch) -> None:
-    """1 prefill instance cannot serve the trace's rate (pruned by its bound); 2 are swept;
-    3 cost more and can at best serve what 2 already do: dominated, never swept."""
-    swept: list[dict[str, Any]] = []
+    """1 prefill instance cannot serve the trace's rate (pruned by its bound); 2 are
+    measured; 3 cost more and can at best serve what 2 already do: dominated, never
+    measured. The best is confirmed over both seeds on the full window."""
+    measured: list[CapacityJob] = []
 
-    def fake_sweep(job: SweepJob) -> SweepOutcome:
-        swept.append(job.overrides)
-        return SweepOutcome(
-            sla_goodput_rps=50.0, cost_per_hour=1.0, bcr=50.0, bracketed=True, probes=3,
-            rate_scale=1.0, sla_attainment=0.95, ttft_p99_s=1.0, wan_gbps_mean=1.0,
-            rld_token_share=0.05,
+    def fake_capacity(job: CapacityJob) -> CapacityResult:
+        measured.append(job)
+        return CapacityResult(
+            capacity_req_s=50.0, capacity_low_req_s=49.0, capacity_high_req_s=51.0,
+            goodput_req_s=47.5, goodput_low_req_s=46.0, goodput_high_req_s=49.0,
+            per_seed_req_s=[50.0], bracketed=True, monotone=True, probes=[], warnings=[],
         )  # fmt: skip
 
-    monkeypatch.setattr(plan_module, "run_job", fake_sweep)
+    monkeypatch.setattr(plan_module, "run_capacity_job", fake_capacity)
     load = cold_load(n=100, prompt=10_000, output=101)  # 1 req/s of cold 10K prompts
     space = PlanSpace(
         p=(1, 2, 3), rld=(1,), md=(1,), gpu_p=("h100",), gpu_rld=("h100",), gpu_md=("h200",),
@@ -130,14 +131,55 @@ def test_pruning_by_bounds_and_by_cost(monkeypatch: pytest.MonkeyPatch) -> None:
         ),
     )
     plan = run_plan(settings, space, load, SerialExecutor(), baseline=False)
-    by_p = {r.candidate.p: r for r in plan.results}
+    by_p = {r.candidate.p: r for r in plan.results if r.candidate is not None}
     assert by_p[1].pruned_by == "prefill"
     assert by_p[1].bounds.rps == pytest.approx(4.25, rel=1e-2)
     assert by_p[2].bounds.rps == pytest.approx(8.87, rel=1e-2)
-    assert by_p[2].status == "evaluated"
+    assert by_p[2].status == "confirmed"
     assert by_p[3].bounds.rps <= 50.0
     assert by_p[3].pruned_by == "dominated"
-    assert [job["pools.p.instances"] for job in swept] == [2]
+    screened, confirmed = measured
+    assert screened.replay.overrides["pools.p.instances"] == 2
+    assert screened.settings.seeds == (0,)
+    assert screened.settings.start_req_s == pytest.approx(5.0)  # the target rate
+    assert screened.window.window_s < confirmed.window.window_s
+    assert confirmed.settings.seeds == (0, 1)
+    assert confirmed.settings.tolerance == 0.02
     assert plan.pruned_by() == {"prefill": 1, "dominated": 1}
     assert plan.front == [plan.results.index(by_p[2])]
-    assert plan.best == plan.front[0]
+    assert plan.best == {"pdd": plan.front[0]}
+
+
+def test_a_runner_up_the_screening_cannot_tell_apart_is_confirmed_too(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """2 and 3 prefill instances screen 5% apart in BCR (within the 10% tolerance): both
+    are confirmed, and the one whose confirmed BCR is higher is the best."""
+    screen_bcr = {2: 0.100, 3: 0.095}  # req/s per USD/h
+    confirmed_bcr = {2: 0.090, 3: 0.100}
+
+    def fake_capacity(job: CapacityJob) -> CapacityResult:
+        p = job.replay.overrides["pools.p.instances"]
+        bcr = (screen_bcr if len(job.settings.seeds) == 1 else confirmed_bcr)[p]
+        rate = bcr * load_preset(job.preset, job.replay.overrides).cost_per_hour()
+        return CapacityResult(
+            capacity_req_s=rate, capacity_low_req_s=rate, capacity_high_req_s=rate,
+            goodput_req_s=rate, goodput_low_req_s=rate, goodput_high_req_s=rate,
+            per_seed_req_s=[rate], bracketed=True, monotone=True, probes=[], warnings=[],
+        )  # fmt: skip
+
+    monkeypatch.setattr(plan_module, "run_capacity_job", fake_capacity)
+    space = PlanSpace(
+        p=(2, 3), rld=(1,), md=(1,), gpu_p=("h100",), gpu_rld=("h100",), gpu_md=("h200",),
+        wan_gbps=(400.0,), wan_price_per_gbps_month=72.4,
+    )  # fmt: skip
+    settings = PlanSettings(
+        trace="t", preset="pdd-small", policy="pdd", min_rate_scale=5.0, target=1.0,
+        replay=ReplaySettings(overrides=ROOFLINE, sla_ttft_s=SLA.ttft_s,
+                              sla_tpot_ms=SLA.tpot_s * 1e3),
+    )  # fmt: skip
+    plan = run_plan(settings, space, cold_load(n=100), SerialExecutor(), baseline=False)
+    by_p = {r.candidate.p: r for r in plan.results if r.candidate is not None}
+    assert by_p[2].status == by_p[3].status == "confirmed"
+    assert plan.best == {"pdd": plan.results.index(by_p[3])}
+    assert by_p[3].bcr == pytest.approx(0.100)
