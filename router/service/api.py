@@ -17,13 +17,15 @@ from engines_adapter.contract import TokenLogprob
 from policies.types import Decision, RequestView
 from router.hashing import HashExtras, chain_hashes
 from router.service.decide import check_prompt
-from router.service.engine_support import require_feature
+from router.service.deps import AdmissionDep, GenerationDep
 from router.service.errors import ApiError
 from router.service.event_stream import stream_events
 from router.service.generation import Generation, Job
 from router.service.logprob_format import completion_logprobs
 from router.service.models import ResolvedModel
+from router.service.parts import GenerationDeps, ServedModels
 from router.service.prompt_budget import check_prompt_chars
+from router.service.refusals import Admission
 from router.service.route_body import FastRouteBody, decode_route_body
 from router.service.schemas import (
     ERROR_RESPONSES,
@@ -33,19 +35,14 @@ from router.service.schemas import (
     RouteRequest,
     input_limits,
 )
-from router.service.state import ServiceState
 from router.service.tenancy import decision_json, shows_predictions
 from router.service.text_stream import TextStream
+from router.settings import ServiceSettings
 from router.tokenization.protocol import AsyncTokenizerLike
 
 __all__ = ["api_router", "decide_route", "job_of"]
 
 api_router = APIRouter(responses=ERROR_RESPONSES(400, 404, 413, 422, 503))
-
-
-def _state(request: Request) -> ServiceState:
-    state: ServiceState = request.state.svc
-    return state
 
 
 _ROUTE_BODY = {
@@ -73,46 +70,43 @@ def _route_body(body: bytes) -> FastRouteBody | RouteRequest:
     tags=["routing"],
     openapi_extra={"requestBody": _ROUTE_BODY},
 )
-async def route(request: Request) -> Response:
+async def route(request: Request, gen: GenerationDep) -> Response:
     """Decide a request without executing it (the body is a ``RouteRequest``: token IDs, or
     a trace's block IDs with their block size). Its predictions are shown for a request
     with a ``cache_salt``, or with ``service.show_shared_predictions`` on."""
-    svc = _state(request)
     body = _route_body(await request.body())
-    decision = await decide_route(svc, body)
-    visible = shows_predictions(svc.settings.service, body.cache_salt)
+    decision = await decide_route(gen, body)
+    visible = shows_predictions(gen.service, body.cache_salt)
     return Response(decision_json(decision, visible), media_type="application/json")
 
 
-async def decide_route(svc: ServiceState, body: FastRouteBody | RouteRequest) -> Decision:
+async def decide_route(gen: GenerationDeps, body: FastRouteBody | RouteRequest) -> Decision:
     """The decision for a route request (ApiError for a prompt the service refuses, an
     unknown model, or no instance to route to)."""
-    model = svc.models.resolve(body.model, svc.pool)
+    model = gen.models.resolve(body.model)
     if body.token_ids is not None:
-        check_prompt(svc.settings.service, body.token_ids, "token_ids")
+        check_prompt(gen.service, body.token_ids, "token_ids")
         extras = HashExtras(cache_salt=body.cache_salt) if body.cache_salt else None
-        chain = chain_hashes(body.token_ids, svc.settings.block_size, svc.settings.hash_seed,
-                             extras=extras)  # fmt: skip
+        chain = chain_hashes(body.token_ids, gen.block_size, gen.hash_seed, extras=extras)
         view = RequestView(chain.hashes, chain.block_size, chain.num_tokens, body.max_tokens,
-                           body.session_id, time.time(), svc.ids.next())  # fmt: skip
+                           body.session_id, time.time(), gen.ids.next())  # fmt: skip
     else:
         assert body.hash_ids is not None
         assert body.block_size is not None
         length = body.input_length or len(body.hash_ids) * body.block_size
         view = RequestView(tuple(body.hash_ids), body.block_size, length, body.max_tokens,
-                           body.session_id, time.time(), svc.ids.next())  # fmt: skip
-    return (await svc.decider.decide(view, model=model.instances_of))[0]
+                           body.session_id, time.time(), gen.ids.next())  # fmt: skip
+    return (await gen.decider.decide(view, model=model.instances_of))[0]
 
 
 def job_of(
-    svc: ServiceState, body: GenerationFields, model: ResolvedModel, prompt: Sequence[int],
-    max_tokens: int | None, max_tokens_field: str = "max_tokens", prompt_field: str = "prompt",
-    tokenizer: AsyncTokenizerLike | None = None,
+    service: ServiceSettings, body: GenerationFields, model: ResolvedModel,
+    prompt: Sequence[int], max_tokens: int | None, max_tokens_field: str = "max_tokens",
+    prompt_field: str = "prompt", tokenizer: AsyncTokenizerLike | None = None,
 ) -> Job:  # fmt: skip
     """A generation job from a request's fields (ApiError for a limit it passes, naming the
     fields the request gave its prompt and its output limit in)."""
-    check_prompt(svc.settings.service, prompt, prompt_field)
-    service = svc.settings.service
+    check_prompt(service, prompt, prompt_field)
     wanted = max_tokens or service.max_tokens_default
     if wanted > service.max_tokens_limit:
         raise ApiError(400, f"{max_tokens_field} {wanted} is over the limit of "
@@ -129,30 +123,31 @@ def job_of(
     return Job(
         prompt, wanted, model, temperature=body.temperature, ignore_eos=body.ignore_eos,
         sampling=sampling, session_id=body.session_id or body.user, extras=extras,
-        vocab_end=_vocab_end(svc, tokenizer),
+        vocab_end=_vocab_end(service, tokenizer),
     )  # fmt: skip
 
 
-def _vocab_end(svc: ServiceState, tokenizer: AsyncTokenizerLike | None) -> int | None:
+def _vocab_end(service: ServiceSettings, tokenizer: AsyncTokenizerLike | None) -> int | None:
     """What token IDs from an engine must stay below: the tokenizer's vocabulary when the
     router decodes with one, else ``service.vocab_size`` (None: unbounded)."""
     inner = getattr(tokenizer, "tokenizer", None)
     size = getattr(inner, "vocab_size", None)
-    return size if isinstance(size, int) else svc.settings.service.vocab_size
+    return size if isinstance(size, int) else service.vocab_size
 
 
 async def _prompts(
-    svc: ServiceState, body: CompletionRequest, model: ResolvedModel
-) -> tuple[list[list[int]], AsyncTokenizerLike | None]:
+    models: ServedModels, service: ServiceSettings, body: CompletionRequest,
+    model: ResolvedModel,
+) -> tuple[list[list[int]], AsyncTokenizerLike | None]:  # fmt: skip
     """The prompts' token IDs (text tokenized as the engine would) and the tokenizer."""
     prompt = body.prompt
     texts = [prompt] if isinstance(prompt, str) else prompt if isinstance(prompt[0], str) else []
     has_tokenizer = model.settings is not None
-    tokenizer = svc.models.tokenizer(model, svc.pool) if (texts or has_tokenizer) else None
+    tokenizer = models.tokenizer(model) if (texts or has_tokenizer) else None
     if texts:
         assert tokenizer is not None
         chars = sum(len(str(t)) for t in texts)
-        check_prompt_chars(chars, svc.settings.service.prompt_char_limit, "prompt")
+        check_prompt_chars(chars, service.prompt_char_limit, "prompt")
         encoded = await asyncio.gather(*(tokenizer.encode_text(str(t)) for t in texts))
         return [list(ids) for ids in encoded], tokenizer
     if isinstance(prompt[0], list):
@@ -169,24 +164,28 @@ async def _prompts(
         200: {"content": {"text/event-stream": {}}, "description": "JSON, or SSE when streaming"},
     },
 )
-async def completions(body: CompletionRequest, request: Request) -> object:
+async def completions(
+    body: CompletionRequest, request: Request, gen: GenerationDep, admission: AdmissionDep
+) -> object:
     """OpenAI's completions: each prompt is decided, then executed along its decision."""
-    svc = _state(request)
-    model = svc.models.resolve(body.model, svc.pool)
-    with svc.tracer.start_as_current_span("pdd.tokenize"):
-        prompts, tokenizer = await _prompts(svc, body, model)
+    model = gen.models.resolve(body.model)
+    admission.resolved(model)
+    with gen.tracer.start_as_current_span("pdd.tokenize"):
+        prompts, tokenizer = await _prompts(gen.models, gen.service, body, model)
     if body.stream and len(prompts) > 1:
         raise ApiError(400, "stream a single prompt per request (several prompts are served "
                        "without streaming)", param="prompt")  # fmt: skip
-    jobs = [job_of(svc, body, model, p, body.max_tokens, tokenizer=tokenizer) for p in prompts]
+    jobs = [job_of(gen.service, body, model, p, body.max_tokens, tokenizer=tokenizer)
+            for p in prompts]  # fmt: skip
     if body.logprobs is not None:
-        require_feature(svc.pool, model, "logprobs", "logprobs")
+        gen.models.require(model, "logprobs", "logprobs")
         for job in jobs:
             job.logprobs = body.logprobs
     if body.stream:
-        return await _stream_completion(svc, request, jobs[0], tokenizer, body)
+        return await _stream_completion(gen, admission, request, jobs[0], tokenizer, body)
+    admission.starting()
     runs = await asyncio.gather(
-        *(_complete(svc, request, j, tokenizer, body, i) for i, j in enumerate(jobs))
+        *(_complete(gen, request, j, tokenizer, body, i) for i, j in enumerate(jobs))
     )
     first = runs[0][0]
     choices = [{**choice, "index": i} for i, (_, choice, _) in enumerate(runs)]
@@ -209,10 +208,10 @@ def _summed_usage(runs: list[tuple[Generation, dict[str, object], int]],
 
 
 async def _complete(
-    svc: ServiceState, request: Request, job: Job, tokenizer: AsyncTokenizerLike | None,
+    gen: GenerationDeps, request: Request, job: Job, tokenizer: AsyncTokenizerLike | None,
     body: CompletionRequest, index: int,
 ) -> tuple[Generation, dict[str, object], int]:  # fmt: skip
-    run = await Generation.start(svc, request, job)
+    run = await Generation.start(gen, request, job)
     text = TextStream(tokenizer, job.prompt, body.stops(), body.stop_token_ids or ())
     tokens: list[int] = []
     try:
@@ -251,11 +250,12 @@ async def _echo(
 
 
 async def _stream_completion(
-    svc: ServiceState, request: Request, job: Job, tokenizer: AsyncTokenizerLike | None,
-    body: CompletionRequest,
+    gen: GenerationDeps, admission: Admission, request: Request, job: Job,
+    tokenizer: AsyncTokenizerLike | None, body: CompletionRequest,
 ) -> StreamingResponse:  # fmt: skip
     echoed = await _echo(body, job, tokenizer, 0)
-    run = await Generation.start(svc, request, job)
+    admission.starting()
+    run = await Generation.start(gen, request, job)
     text = TextStream(tokenizer, job.prompt, body.stops(), body.stop_token_ids or ())
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
     head = {"id": run.request_id, "object": "text_completion", "created": int(time.time()),

@@ -23,9 +23,11 @@ from router.service.api import api_router
 from router.service.auth import ServiceAuth, auth_responses
 from router.service.body_limit import BodyLimit
 from router.service.composition import AdapterFactory, compose, engine_timeouts, start, stop
+from router.service.deps import request_families_of
 from router.service.errors import install_error_handlers
 from router.service.openai_api import openai_router
 from router.service.ops_api import docs_router, ops_router
+from router.service.refusals import RefusalCount
 from router.service.request_tracing import instrument
 from router.service.route_fast_path import RouteFastPath
 from router.service.schemas import InstanceConfig
@@ -133,6 +135,8 @@ def create_app(
         responses=auth_responses(401, 403),
     )
     app.add_middleware(BodyLimit, limit=settings.service.max_body_bytes)
+    # outermost: generation requests refused before they start counted, the 413s too
+    app.add_middleware(RefusalCount, families=request_families_of)
     app.include_router(ops_router(auth))
     app.include_router(docs_router(app, auth))
     return app

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from router.service.deps import service_of
 from router.service.errors import error_body
 from router.service.schemas import use_input_limits
 
@@ -64,8 +63,7 @@ class BodyLimit:
                 started = True
             await send(message)
 
-        svc: Any = (scope.get("state") or {}).get("svc")
-        with use_input_limits(svc.settings.service if svc is not None else None):
+        with use_input_limits(service_of(scope)):
             try:
                 await self.app(scope, counted_receive, tracked_send)
             except BodyTooLarge:

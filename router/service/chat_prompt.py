@@ -10,7 +10,6 @@ from typing import Any
 from router.service.errors import ApiError
 from router.service.prompt_budget import check_prompt_chars, text_chars
 from router.service.schemas import ChatRequest
-from router.service.state import ServiceState
 from router.tokenization.chat_template import ChatTemplateError, normalize_messages
 from router.tokenization.pool import AsyncTokenizer
 from router.tokenization.protocol import AsyncTokenizerLike
@@ -30,20 +29,20 @@ def template_field(body: ChatRequest) -> str | None:
 
 
 async def chat_prompt(
-    svc: ServiceState, body: ChatRequest, tokenizer: AsyncTokenizerLike
-) -> Sequence[int]:
-    """The prompt's token IDs (ApiError 400 naming the field for text over the character
-    limit, a refused or failing template, or messages the template cannot render)."""
+    body: ChatRequest, tokenizer: AsyncTokenizerLike, char_limit: int,
+    sandbox: TemplateSandbox | None,
+) -> Sequence[int]:  # fmt: skip
+    """The prompt's token IDs (ApiError 400 naming the field for text over ``char_limit``
+    characters, a template of the request's own while ``sandbox`` is None (turned off) or
+    failing in it, or messages the template cannot render)."""
     kwargs = dict(body.chat_template_kwargs or {})
     if body.chat_template is not None:
         kwargs["chat_template"] = body.chat_template
     if body.reasoning_effort is not None:
         kwargs.setdefault("reasoning_effort", body.reasoning_effort)
     messages = _as_system(body.messages)
-    limit = svc.settings.service.prompt_char_limit
-    check_prompt_chars(text_chars([body.messages, body.tools, kwargs]), limit, "messages")
+    check_prompt_chars(text_chars([body.messages, body.tools, kwargs]), char_limit, "messages")
     field = template_field(body)
-    sandbox = svc.models.templates
     if field is not None and sandbox is None:
         raise ApiError(
             400, f"{field}: chat templates supplied by requests are turned off on this service "

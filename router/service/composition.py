@@ -1,10 +1,13 @@
 """Where the service's parts are built and wired, once, when the lifespan starts: each
-part gets only the collaborators it uses (``ServiceState`` only carries them to the
-routes), and what runs in the background is started and stopped here."""
+part gets only the collaborators it uses, and what runs in the background is started
+and stopped here. The narrow views the route handlers get (``GenerationDeps``,
+``ServedModels``, ``Readiness``) are built here too, from the same parts;
+``ServiceState`` only carries them to the dependency functions of ``deps``."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
@@ -29,9 +32,11 @@ from router.service.lifecycle import Instances, load_instances_file
 from router.service.metrics import ServiceMetrics
 from router.service.models import ModelRegistry
 from router.service.outcomes import OutcomeRecorder
+from router.service.parts import GenerationDeps, Readiness, ServedModels
 from router.service.peers import Peers
 from router.service.pipelines.upstream import Upstream
 from router.service.pool import InstancePool
+from router.service.request_ids import RequestIds
 from router.service.schemas import InstanceConfig
 from router.service.state import ServiceState
 from router.settings import Settings
@@ -110,18 +115,29 @@ def compose(
                                observer=realizations)  # fmt: skip
     tracer = provider.get_tracer("pdd_router")
     deferred = Deferred()
+    models = ServedModels(ModelRegistry.of(settings.models, http, service), pool, time.time())
+    decider = Decider(pool, scheduler, experiments, lane, tracer, metrics, peers)
+    upstream = Upstream(pool, metrics, tracer, first_token_s=service.engine_timeout_s,
+                        inter_token_s=service.engine_inter_token_timeout_s,
+                        ejected_grace_s=service.ejected_stream_grace_s)  # fmt: skip
+    outcomes = OutcomeRecorder(scheduler, lane, metrics, deferred, realizations,
+                               service.kv_events_grace_s)  # fmt: skip
+    ids = RequestIds()
     return ServiceState(
-        settings=settings, models=ModelRegistry.of(settings.models, http, service),
-        pool=pool, index=idx, lane=lane, metrics=metrics, experiments=experiments,
-        decider=Decider(pool, scheduler, experiments, lane, tracer, metrics, peers),
-        upstream=Upstream(pool, metrics, tracer, first_token_s=service.engine_timeout_s,
-                          inter_token_s=service.engine_inter_token_timeout_s,
-                          ejected_grace_s=service.ejected_stream_grace_s),
-        outcomes=OutcomeRecorder(scheduler, lane, metrics, deferred, realizations,
-                                 service.kv_events_grace_s),
+        settings=settings, models=models.registry, pool=pool, index=idx, lane=lane,
+        metrics=metrics, experiments=experiments, decider=decider, upstream=upstream,
+        outcomes=outcomes,
         instances=Instances(settings, pool, idx, lane, scheduler, experiments, ingestor,
                             metrics, peers),
-        http=http, tracer=tracer, deferred=deferred, peers=peers,
+        http=http, tracer=tracer, deferred=deferred, ids=ids, peers=peers,
+        generation=GenerationDeps(
+            service, settings.block_size, settings.hash_seed, ids, decider, upstream,
+            outcomes, metrics.request, pool, models, tracer,
+        ),
+        served=models,
+        readiness=Readiness(pool, idx, lane, needs_md=settings.policy.name != "colocated",
+                            backend=settings.index.backend),
+        started=models.since,
     )  # fmt: skip
 
 

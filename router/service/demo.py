@@ -18,8 +18,8 @@ from engine_sim.engine import SimEngine, SimEngineConfig
 from engines_adapter.contract import EngineAdapter
 from policies.tiers import Tier
 from router.service.app import AdapterFactory, adapter_factory_for, create_app
+from router.service.deps import instances_of
 from router.service.schemas import InstanceConfig
-from router.service.state import ServiceState
 from router.settings import Settings
 from router.tokenization.builtin import VOCAB_SIZE, builtin_tokenizer_dir
 from router.tokenization.settings import ModelSettings, TokenizerSettings
@@ -172,9 +172,9 @@ def demo_app(settings: Settings) -> FastAPI:
     async def lifespan(app: Any) -> AsyncIterator[Mapping[str, Any]]:
         async with service_lifespan(app) as state:
             assert state is not None  # create_app's lifespan yields the service state
-            svc: ServiceState = state["svc"]
+            instances = instances_of(state)
             for config in demo_instances():
-                await svc.instances.attach(config)
+                await instances.attach(config)
             yield state
 
     app.router.lifespan_context = lifespan

@@ -28,8 +28,8 @@ from router.service.experiments import Arm
 from router.service.models import ResolvedModel
 from router.service.orchestrator import ExecutionResult, execute
 from router.service.outcomes import Timing
+from router.service.parts import GenerationDeps
 from router.service.request_metrics import RequestMetrics
-from router.service.state import ServiceState
 from router.service.tenancy import PREDICTION_FIELDS, shows_predictions
 from router.service.text_stream import TextStream
 
@@ -83,7 +83,7 @@ class Generation:
 
     def __init__(
         self,
-        svc: ServiceState,
+        deps: GenerationDeps,
         job: Job,
         view: RequestView,
         decision: Decision,
@@ -94,7 +94,7 @@ class Generation:
         timing: Timing,
         metrics: RequestMetrics,
     ) -> None:
-        self.svc, self.job, self.view = svc, job, view
+        self.svc, self.job, self.view = deps, job, view  # svc: the generation's parts
         self.metrics = metrics
         self.decision, self.arm, self.outcome = decision, arm, outcome
         self._stream = stream
@@ -105,17 +105,16 @@ class Generation:
         self._logprobs_taken = 0
 
     @classmethod
-    async def start(cls, svc: ServiceState, request: Request, job: Job) -> Generation:
+    async def start(cls, deps: GenerationDeps, request: Request, job: Job) -> Generation:
         """Decide and execute until the first token, deciding again without an instance
         that failed (its breaker counts it); ApiError for what the client must be told."""
-        settings = svc.settings
-        chain = chain_hashes(job.prompt, settings.block_size, settings.hash_seed,
+        chain = chain_hashes(job.prompt, deps.block_size, deps.hash_seed,
                              extras=job.extras)  # fmt: skip
-        request_id = svc.ids.next()
+        request_id = deps.ids.next()
         view = RequestView(chain.hashes, chain.block_size, chain.num_tokens, job.max_tokens,
                            job.session_id, time.time(), request_id)  # fmt: skip
         timing = Timing(time.perf_counter())
-        metrics = RequestMetrics(svc.metrics.request, job.model, len(job.prompt))
+        metrics = RequestMetrics(deps.requests, job.model, len(job.prompt))
         client = GenerateRequest(
             request_id=request_id, prompt_token_ids=as_list(job.prompt), max_tokens=job.max_tokens,
             temperature=job.temperature, ignore_eos=job.ignore_eos, sampling=job.sampling,
@@ -124,20 +123,20 @@ class Generation:
         failed: set[str] = set()
         busy: set[str] = set()  # answered 429 to this request: elsewhere, or a bit later
         waited = 0.0  # failed attempts' time: spent on engines, not the router's own
-        with svc.outcomes.unwatched_on_error(request_id):
+        with deps.outcomes.unwatched_on_error(request_id):
             try:  # what the decision claimed counts until the first token
                 for attempt in range(MAX_ATTEMPTS):
-                    decision, arm = await svc.decider.decide_around(
+                    decision, arm = await deps.decider.decide_around(
                         view, failed, busy, job.model.instances_of
                     )
-                    svc.outcomes.watch(view, decision)
+                    deps.outcomes.watch(view, decision)
                     outcome = ExecutionResult(decision.pipeline, engine_wait_s=waited)
-                    stream = execute(svc.upstream, decision, client, outcome)
+                    stream = execute(deps.upstream, decision, client, outcome)
                     tried = time.perf_counter()
                     try:
                         first = await _unless_client_leaves(request, anext(stream, None))
                         metrics.decided(decision, arm.spec.name if arm is not None else None)
-                        return cls(svc, job, view, decision, arm, outcome, stream, first, timing,
+                        return cls(deps, job, view, decision, arm, outcome, stream, first, timing,
                                    metrics)  # fmt: skip
                     except ClientGone:
                         raise ApiError(499, "the client closed the connection") from None
@@ -155,7 +154,7 @@ class Generation:
                 metrics.failed(exc)
                 raise
             finally:
-                svc.pool.release(request_id)
+                deps.pool.release(request_id)
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def deltas(self) -> AsyncIterator[list[int]]:
@@ -253,7 +252,7 @@ class Generation:
     def shows_predictions(self) -> bool:
         """Whether the client may see the router's predictions (``tenancy``)."""
         salt = self.job.extras.cache_salt if self.job.extras is not None else None
-        return shows_predictions(self.svc.settings.service, salt)
+        return shows_predictions(self.svc.service, salt)
 
     def served(self) -> dict[str, object]:
         """What served the request, for the response's ``pdd`` field (the predictions

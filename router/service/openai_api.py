@@ -14,15 +14,16 @@ from engines_adapter.contract import TokenLogprob
 from router.service.api import job_of
 from router.service.chat_answer import answer_plan
 from router.service.chat_prompt import chat_prompt
-from router.service.engine_support import require_feature
+from router.service.deps import AdmissionDep, GenerationDep, ModelsDep, ServiceDep
 from router.service.errors import ApiError
 from router.service.event_stream import stream_events
 from router.service.generation import Generation
 from router.service.logprob_format import chat_logprobs
+from router.service.parts import ServedModels
 from router.service.schemas import ERROR_RESPONSES, ChatRequest
-from router.service.state import ServiceState
 from router.service.text_stream import TextStream
 from router.service.tokenize_api import model_vocabulary
+from router.settings import ServiceSettings
 from router.tokenization.protocol import AsyncTokenizerLike
 from router.tool_calls.stream import AnswerParser
 
@@ -31,35 +32,28 @@ __all__ = ["openai_router"]
 openai_router = APIRouter(responses=ERROR_RESPONSES(400, 404, 413, 422, 503), tags=["openai"])
 
 
-def _state(request: Request) -> ServiceState:
-    state: ServiceState = request.state.svc
-    return state
-
-
 @openai_router.get("/v1/models")
-async def list_models(request: Request) -> dict[str, Any]:
+async def list_models(models: ModelsDep, service: ServiceDep) -> dict[str, Any]:
     """The models requests may name: configured ones and those instances declare."""
-    svc = _state(request)
-    return {"object": "list", "data": [_card(svc, name) for name in svc.models.names(svc.pool)]}
+    return {"object": "list", "data": [_card(models, service, n) for n in models.names()]}
 
 
 @openai_router.get("/v1/models/{model:path}")
-async def retrieve_model(model: str, request: Request) -> dict[str, Any]:
+async def retrieve_model(model: str, models: ModelsDep, service: ServiceDep) -> dict[str, Any]:
     """One model of the list (404 ``model_not_found`` for a model not served)."""
-    svc = _state(request)
-    names = svc.models.names(svc.pool)
+    names = models.names()
     if model not in names:
         raise ApiError(
             404, f"The model `{model}` does not exist. Known models: {', '.join(names)}",
             param="model", code="model_not_found",
         )  # fmt: skip
-    return _card(svc, model)
+    return _card(models, service, model)
 
 
-def _card(svc: ServiceState, name: str) -> dict[str, Any]:
+def _card(models: ServedModels, service: ServiceSettings, name: str) -> dict[str, Any]:
     """A model as OpenAI's model endpoints describe it."""
-    return {"id": name, "object": "model", "created": int(svc.started), "owned_by": "pdd-router",
-            **model_vocabulary(svc, name)}  # fmt: skip
+    return {"id": name, "object": "model", "created": int(models.since),
+            "owned_by": "pdd-router", **model_vocabulary(models, service, name)}  # fmt: skip
 
 
 @openai_router.post(
@@ -69,28 +63,32 @@ def _card(svc: ServiceState, name: str) -> dict[str, Any]:
         200: {"content": {"text/event-stream": {}}, "description": "JSON, or SSE when streaming"},
     },
 )
-async def chat_completions(body: ChatRequest, request: Request) -> object:
+async def chat_completions(
+    body: ChatRequest, request: Request, gen: GenerationDep, admission: AdmissionDep
+) -> object:
     """OpenAI's chat completion: rendered and tokenized by the router, decided, executed;
     the answer's text parsed into reasoning, content and tool calls."""
-    svc = _state(request)
-    model = svc.models.resolve(body.model, svc.pool)
-    tokenizer = svc.models.tokenizer(model, svc.pool)
+    model = gen.models.resolve(body.model)
+    admission.resolved(model)
+    tokenizer = gen.models.tokenizer(model)
     plan = answer_plan(body, model, tokenizer)
-    with svc.tracer.start_as_current_span("pdd.tokenize"):
-        prompt = await chat_prompt(svc, body, tokenizer)
+    with gen.tracer.start_as_current_span("pdd.tokenize"):
+        prompt = await chat_prompt(body, tokenizer, gen.service.prompt_char_limit,
+                                   gen.models.templates)  # fmt: skip
     given = "max_tokens" if body.max_completion_tokens is None else "max_completion_tokens"
     max_tokens = body.max_completion_tokens or body.max_tokens
-    job = job_of(svc, body, model, prompt, max_tokens, given, prompt_field="messages",
+    job = job_of(gen.service, body, model, prompt, max_tokens, given, prompt_field="messages",
                  tokenizer=tokenizer)  # fmt: skip
     job.session_id = body.session()
     if body.logprobs:
-        require_feature(svc.pool, model, "logprobs", "logprobs")
+        gen.models.require(model, "logprobs", "logprobs")
         job.logprobs = body.top_logprobs or 0
     if plan.structured is not None:
         field = "response_format" if body.response_format is not None else "tool_choice"
-        require_feature(svc.pool, model, "structured_output", field)
+        gen.models.require(model, "structured_output", field)
         job.structured = plan.structured
-    run = await Generation.start(svc, request, job)
+    admission.starting()
+    run = await Generation.start(gen, request, job)
     text = TextStream(tokenizer, job.prompt, body.stops(), body.stop_token_ids or ())
     head = {"id": run.request_id, "created": int(time.time()), "model": model.name}
     top = body.top_logprobs or 0

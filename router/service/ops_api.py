@@ -3,7 +3,7 @@ documentation (behind the API key, when one is configured)."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi import APIRouter, Depends, FastAPI
 from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -12,7 +12,8 @@ from router import __version__
 from router.index.resilient_index import ResilientIndex
 from router.predictor.tracking import TrackedIndex
 from router.service.auth import ServiceAuth, auth_responses
-from router.service.state import ServiceState
+from router.service.deps import MetricsDep, ReadinessDep
+from router.service.parts import Readiness
 
 __all__ = ["docs_router", "ops_router"]
 
@@ -28,15 +29,14 @@ def ops_router(auth: ServiceAuth) -> APIRouter:
         return {"status": "ok"}
 
     @router.get("/readyz", responses={503: {"description": "P or MD has no healthy instance"}})
-    async def readyz(request: Request) -> JSONResponse:
+    async def readyz(parts: ReadinessDep) -> JSONResponse:
         """Whether requests can be served: 200 when P and MD each have a healthy instance
         (P alone with the colocated policy, whose engines decode too), else 503. What runs
         degraded is named (``degraded``): RLD with no healthy instance (requests go P-MD),
         and a shared index that is unreachable or being rebuilt (``index_degraded``:
         decisions use the router's local mirror). The shared index is probed on each call
         (once per retry delay while it is down)."""
-        svc: ServiceState = request.state.svc
-        return await readiness(svc)
+        return await readiness(parts)
 
     @router.get("/version", dependencies=keyed, responses=auth_responses(401, 403))
     async def version() -> dict[str, str]:
@@ -51,30 +51,25 @@ def ops_router(auth: ServiceAuth) -> APIRouter:
         },
         dependencies=[Depends(auth.require_metrics_key)],
     )
-    async def metrics_endpoint(request: Request) -> PlainTextResponse:
+    async def metrics_endpoint(metrics: MetricsDep) -> PlainTextResponse:
         """Prometheus metrics; with a key configured, the metrics key or the admin key."""
-        svc: ServiceState = request.state.svc
-        return PlainTextResponse(
-            generate_latest(svc.metrics.registry), media_type=CONTENT_TYPE_LATEST
-        )
+        return PlainTextResponse(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     return router
 
 
-async def readiness(svc: ServiceState) -> JSONResponse:
+async def readiness(parts: Readiness) -> JSONResponse:
     """The ``/readyz`` answer: the pool's tiers and the shared index's state."""
-    settings = svc.settings
-    tiers = {t.value: ok for t, ok in svc.pool.health.ready_tiers().items()}
-    needs_md = settings.policy.name != "colocated"
-    ready, degraded_tiers = svc.pool.health.readiness(needs_md=needs_md)
-    base = svc.index.inner if isinstance(svc.index, TrackedIndex) else svc.index
-    index_degraded = isinstance(base, ResilientIndex) and await svc.lane.run(base.check)
+    tiers = {t.value: ok for t, ok in parts.pool.health.ready_tiers().items()}
+    ready, degraded_tiers = parts.pool.health.readiness(needs_md=parts.needs_md)
+    base = parts.index.inner if isinstance(parts.index, TrackedIndex) else parts.index
+    index_degraded = isinstance(base, ResilientIndex) and await parts.lane.run(base.check)
     degraded = [t.value for t in degraded_tiers] + (["index"] if index_degraded else [])
     body = {
         "ready": ready,
         "tiers": tiers,
         "degraded": degraded,
-        "index": settings.index.backend,
+        "index": parts.backend,
         "index_degraded": index_degraded,
     }
     if isinstance(base, ResilientIndex):

@@ -9,7 +9,10 @@ Latencies and token counts are labelled by ``model`` and ``pipeline``: the model
 registry names it (``model_label``: never a name the client made up) and the pipeline the
 request was decided on (``none`` for a request refused before a decision). Every label
 takes its values from a bounded set: ``outcome`` is a finish reason or an error kind from
-``OUTCOMES``, an engine's other finish reasons count as ``other``.
+``OUTCOMES``, an engine's other finish reasons count as ``other``. A request the
+endpoints refuse before ``Generation.start`` (``refusals``) counts under the kind its
+status says (``refusal_outcome``), with the model ``unknown`` when its model was not
+resolved yet.
 """
 
 from __future__ import annotations
@@ -24,7 +27,15 @@ from policies.types import Decision
 from router.service.errors import ApiError
 from router.service.models import DEFAULT_MODEL, ResolvedModel
 
-__all__ = ["FINISH_REASONS", "OUTCOMES", "RequestFamilies", "RequestMetrics", "model_label"]
+__all__ = [
+    "FINISH_REASONS",
+    "OUTCOMES",
+    "UNKNOWN_MODEL",
+    "RequestFamilies",
+    "RequestMetrics",
+    "model_label",
+    "refusal_outcome",
+]
 
 # vLLM's buckets (vllm/v1/metrics/loggers.py), the inter-token ones extended below 10 ms:
 # the router relays engines that decode a token in a few ms
@@ -39,8 +50,15 @@ FINISH_REASONS = frozenset({"stop", "length", "tool_calls", "abort"})
 """Finish reasons counted under their own name (``abort``: the client left)."""
 ERROR_KINDS = frozenset({"rejected", "engine_busy", "unavailable", "invalid_request",
                          "engine_error", "error"})  # fmt: skip
-OUTCOMES = FINISH_REASONS | ERROR_KINDS | {"other"}
+REFUSALS = {400: "invalid_request", 401: "unauthorized", 403: "forbidden",
+            404: "model_not_found", 413: "too_large", 422: "unprocessable", 429: "rejected",
+            499: "abort", 502: "engine_error", 503: "unavailable"}  # fmt: skip
+"""The outcome of a request refused before ``Generation.start``, by its status (any other
+status: ``error``)."""
+OUTCOMES = FINISH_REASONS | ERROR_KINDS | {"other"} | frozenset(REFUSALS.values())
 NO_PIPELINE = "none"
+UNKNOWN_MODEL = "unknown"
+"""The model label of a request refused before its model was resolved."""
 
 
 def model_label(model: ResolvedModel) -> str:
@@ -66,6 +84,14 @@ def outcome_of(exc: BaseException) -> str:
     if exc.status == 400:
         return "rejected" if exc.code == "first_token_limit" else "invalid_request"
     return {502: "engine_error", 503: "unavailable"}.get(exc.status, "error")
+
+
+def refusal_outcome(status: int | None) -> str:
+    """The outcome a request refused before ``Generation.start`` with ``status`` counts
+    under (None: no response was sent, the client left)."""
+    if status is None:
+        return "abort"
+    return REFUSALS.get(status, "error")
 
 
 class RequestFamilies:
@@ -102,9 +128,11 @@ class RequestFamilies:
             both, registry=r,
         )  # fmt: skip
         self.requests = Counter(
-            "pdd_router_requests", "Requests that ended, by outcome: a finish reason (stop, "
-            "length, tool_calls, other; abort: the client left) or an error kind (rejected by "
-            "admission control, engine_busy, unavailable, invalid_request, engine_error, error)",
+            "pdd_router_requests", "Generation requests that ended, by outcome: a finish reason "
+            "(stop, length, tool_calls, other; abort: the client left) or an error kind "
+            "(rejected by admission control, engine_busy, unavailable, invalid_request, "
+            "engine_error, error; before a decision also unauthorized, forbidden, "
+            "model_not_found, too_large, unprocessable)",
             [*both, "outcome"], registry=r,
         )  # fmt: skip
         self.wan_bytes = Counter(

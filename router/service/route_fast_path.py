@@ -21,6 +21,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from router.service.api import decide_route
 from router.service.auth import ServiceAuth
+from router.service.deps import generation_of
 from router.service.errors import ApiError, error_body
 from router.service.route_body import decode_route_body
 from router.service.schemas import input_limits
@@ -42,9 +43,9 @@ class RouteFastPath:
         if scope["type"] != "http" or scope["path"] != PATH or scope["method"] != "POST":
             await self.app(scope, receive, send)
             return
-        svc = scope.get("state", {}).get("svc")
+        gen = generation_of(scope)
         authorization = _header(scope, b"authorization")
-        if svc is None or not self.auth.accepts(authorization):
+        if gen is None or not self.auth.accepts(authorization):
             await self.app(scope, receive, send)
             return
         body, messages = await _read_body(receive)
@@ -55,12 +56,12 @@ class RouteFastPath:
             await self.app(scope, _replay(messages, receive), send)
             return
         try:
-            decision = await decide_route(svc, fast)
+            decision = await decide_route(gen, fast)
         except ApiError as exc:
             payload = json.dumps(error_body(exc.message, exc.type, exc.param, exc.code))
             await _respond(send, exc.status, payload.encode(), exc.headers)
             return
-        visible = shows_predictions(svc.settings.service, fast.cache_salt)
+        visible = shows_predictions(gen.service, fast.cache_salt)
         await _respond(send, 200, decision_json(decision, visible), None)
 
 

@@ -1,8 +1,8 @@
 """The service's parts as the composition built them (``router.service.composition``).
 
-Only the composition and the route handlers touch this container: a handler takes out
-the parts its work needs and hands each function just those (the decision part gets the
-``Decider``, the pipelines the ``Upstream``, the admin endpoints the ``Instances``...).
+Only the composition and the dependency functions of ``router.service.deps`` touch this
+container: a handler declares the narrow parts it uses (``GenerationDeps``,
+``ServedModels``, ``Instances``...) and hands each function just those.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from router.service.lifecycle import Instances
 from router.service.metrics import ServiceMetrics
 from router.service.models import ModelRegistry
 from router.service.outcomes import OutcomeRecorder
+from router.service.parts import GenerationDeps, Readiness, ServedModels
 from router.service.peers import Peers
 from router.service.pipelines.upstream import Upstream
 from router.service.pool import InstancePool
@@ -49,6 +50,9 @@ class ServiceState:
     instances: Instances  # engines coming and going, their KV events and probes
     http: httpx.AsyncClient
     tracer: Tracer  # the handlers' own spans (tokenizing)
+    generation: GenerationDeps  # what the generation endpoints use (narrow views of the above)
+    served: ServedModels
+    readiness: Readiness
     deferred: Deferred = field(default_factory=Deferred)
     ids: RequestIds = field(default_factory=RequestIds)
     peers: Peers | None = None  # other replicas on the same Redis index

@@ -20,16 +20,18 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 
 from router.service.decide import check_prompt
+from router.service.deps import ModelsDep, ServiceDep
 from router.service.errors import ApiError
 from router.service.input_limits import TokenId
+from router.service.parts import ServedModels
 from router.service.prompt_budget import check_prompt_chars, text_chars
 from router.service.schemas import ERROR_RESPONSES
-from router.service.state import ServiceState
+from router.settings import ServiceSettings
 from router.tokenization.chat_template import ChatTemplateError, normalize_messages
 from router.tokenization.engine import EngineTokenizeError, EngineTokenizer
 from router.tokenization.pool import AsyncTokenizer
 from router.tokenization.protocol import AsyncTokenizerLike
-from router.tokenization.template_sandbox import is_literal_template
+from router.tokenization.template_sandbox import TemplateSandbox, is_literal_template
 
 __all__ = [
     "DetokenizeRequest",
@@ -102,11 +104,6 @@ _TOKENIZE_BODY = {
 }  # fmt: skip
 
 
-def _state(request: Request) -> ServiceState:
-    state: ServiceState = request.state.svc
-    return state
-
-
 def _parsed(raw: bytes) -> TokenizeCompletionRequest | TokenizeChatRequest:
     """The body as a chat request when it has ``messages``, else as a completion one (so
     that an error names a field of the form the client meant)."""
@@ -126,32 +123,30 @@ def _parsed(raw: bytes) -> TokenizeCompletionRequest | TokenizeChatRequest:
 @tokenize_router.post(
     "/tokenize", response_model=TokenizeResponse, openapi_extra={"requestBody": _TOKENIZE_BODY}
 )
-async def tokenize(request: Request) -> TokenizeResponse:
+async def tokenize(request: Request, models: ModelsDep, service: ServiceDep) -> TokenizeResponse:
     """vLLM's ``/tokenize``: a ``prompt``, or ``messages`` rendered with the model's chat
     template, as the token IDs the router sends its engines."""
-    svc = _state(request)
     body = _parsed(await request.body())
     if body.return_token_strs:
         raise ApiError(
             400, "return_token_strs: token strings are not available from this router; "
             "decode the IDs with /detokenize", param="return_token_strs",
         )  # fmt: skip
-    model = svc.models.resolve(body.model, svc.pool)
-    tokenizer: AsyncTokenizerLike = svc.models.tokenizer(model, svc.pool)
-    limit = svc.settings.service.prompt_char_limit
+    model = models.resolve(body.model)
+    tokenizer: AsyncTokenizerLike = models.tokenizer(model)
+    limit = service.prompt_char_limit
     try:
         if isinstance(body, TokenizeChatRequest):
             field = "messages"
-            ids = await _chat_ids(svc, body, tokenizer, limit)
+            ids = await _chat_ids(models.templates, body, tokenizer, limit)
         else:
             field = "prompt"
             check_prompt_chars(len(body.prompt), limit, field)
             ids = list(await tokenizer.encode_text(body.prompt, body.add_special_tokens))
     except EngineTokenizeError as exc:
         raise _engine_error(exc) from exc
-    check_prompt(svc.settings.service, ids, field)
+    check_prompt(service, ids, field)
     max_len = getattr(tokenizer, "max_model_len", None)
-    service = svc.settings.service
     return TokenizeResponse(
         count=len(ids), tokens=ids,
         max_model_len=max_len if isinstance(max_len, int) else service.max_prompt_tokens,
@@ -159,8 +154,9 @@ async def tokenize(request: Request) -> TokenizeResponse:
 
 
 async def _chat_ids(
-    svc: ServiceState, body: TokenizeChatRequest, tokenizer: AsyncTokenizerLike, limit: int
-) -> list[int]:
+    sandbox: TemplateSandbox | None, body: TokenizeChatRequest, tokenizer: AsyncTokenizerLike,
+    limit: int,
+) -> list[int]:  # fmt: skip
     """The conversation's token IDs, as the chat endpoint renders it (a template of the
     request's own only in the sandbox, when the service allows those)."""
     kwargs = dict(body.chat_template_kwargs or {})
@@ -171,7 +167,6 @@ async def _chat_ids(
     check_prompt_chars(text_chars([body.messages, body.tools, kwargs]), limit, "messages")
     literal = is_literal_template(kwargs.get("chat_template"))
     where = "chat_template" if literal else "messages"
-    sandbox = svc.models.templates
     if literal and sandbox is None:
         raise ApiError(
             400, "chat_template: chat templates supplied by requests are turned off on this "
@@ -210,16 +205,16 @@ async def _chat_ids(
 
 
 @tokenize_router.post("/detokenize", response_model=DetokenizeResponse)
-async def detokenize(body: DetokenizeRequest, request: Request) -> DetokenizeResponse:
+async def detokenize(
+    body: DetokenizeRequest, models: ModelsDep, service: ServiceDep
+) -> DetokenizeResponse:
     """vLLM's ``/detokenize``: the text of token IDs (special tokens kept, as vLLM does)."""
-    svc = _state(request)
-    service = svc.settings.service
     most = service.max_prompt_tokens + service.max_tokens_limit  # a whole context
     if len(body.tokens) > most:
         raise ApiError(400, f"tokens holds {len(body.tokens)} token IDs, over the limit of "
                        f"{most} (a prompt and an answer)", param="tokens")  # fmt: skip
-    model = svc.models.resolve(body.model, svc.pool)
-    tokenizer: AsyncTokenizerLike = svc.models.tokenizer(model, svc.pool)
+    model = models.resolve(body.model)
+    tokenizer: AsyncTokenizerLike = models.tokenizer(model)
     vocab = _vocabulary(tokenizer)
     if vocab is not None:
         _check_vocabulary(body.tokens, vocab)
@@ -229,16 +224,16 @@ async def detokenize(body: DetokenizeRequest, request: Request) -> DetokenizeRes
         raise _engine_error(exc) from exc
 
 
-def model_vocabulary(svc: ServiceState, name: str) -> dict[str, int]:
+def model_vocabulary(models: ServedModels, service: ServiceSettings, name: str) -> dict[str, int]:
     """``{"vocab_size": N}`` for a model card when the router knows the model's
     vocabulary (its tokenizer's, else ``service.vocab_size``), so that a client making up
     token IDs (``replay live``) keeps them inside it; else nothing."""
     try:
-        model = svc.models.resolve(name, svc.pool)
+        model = models.resolve(name)
         size = (
-            _vocabulary(svc.models.tokenizer(model, svc.pool))
+            _vocabulary(models.tokenizer(model))
             if model.settings is not None
-            else svc.settings.service.vocab_size
+            else service.vocab_size
         )
     except ApiError:  # an engine tokenizes, and none is there yet
         size = None

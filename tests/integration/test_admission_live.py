@@ -79,6 +79,17 @@ def _rejections(client: TestClient) -> dict[str, float]:
     return out
 
 
+def _outcomes(client: TestClient) -> dict[tuple[str, str], float]:
+    """``pdd_router_requests_total`` by (pipeline, outcome)."""
+    out = {}
+    for line in client.get("/metrics").text.splitlines():
+        if line.startswith("pdd_router_requests_total{"):
+            labels, value = line.split("} ")
+            fields = dict(part.split("=") for part in labels.split("{")[1].split(","))
+            out[fields["pipeline"].strip('"'), fields["outcome"].strip('"')] = float(value)
+    return out
+
+
 def test_an_over_capacity_request_is_a_429_with_retry_after(strict: TestClient) -> None:
     with pytest.raises(openai.RateLimitError) as refused:
         _openai(strict).completions.create(model="m", prompt=PROMPT, max_tokens=4)
@@ -91,6 +102,7 @@ def test_an_over_capacity_request_is_a_429_with_retry_after(strict: TestClient) 
     assert "over capacity" in error["message"]
     assert set(_rejections(strict)) <= {"wan", "rld"}  # the copy, not the prefill
     assert sum(_rejections(strict).values()) == 1.0
+    assert _outcomes(strict) == {("none", "rejected"): 1.0}  # refused before any pipeline
 
 
 def test_a_request_that_misses_the_limit_on_its_own_is_a_400_not_a_retry(
@@ -107,6 +119,7 @@ def test_a_request_that_misses_the_limit_on_its_own_is_a_400_not_a_retry(
     assert f"first token takes {ALONE_S:.2f}s" in error["message"]
     assert "admit_ttft_s" in error["message"]
     assert _rejections(impossible) == {"prefill": 1.0}
+    assert _outcomes(impossible) == {("none", "rejected"): 1.0}
 
 
 def test_within_capacity_the_same_request_is_served(default: TestClient) -> None:

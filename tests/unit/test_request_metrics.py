@@ -11,7 +11,13 @@ from engines_adapter.contract import EngineError
 from policies.types import Decision, Pipeline
 from router.service.errors import ApiError
 from router.service.models import ResolvedModel
-from router.service.request_metrics import RequestFamilies, RequestMetrics, outcome_of
+from router.service.request_metrics import (
+    OUTCOMES,
+    RequestFamilies,
+    RequestMetrics,
+    outcome_of,
+    refusal_outcome,
+)
 
 LLAMA = ResolvedModel("llama", "llama", None)
 
@@ -80,3 +86,24 @@ def test_a_request_ends_once_and_its_gauges_return_to_zero(registry: CollectorRe
 )
 def test_failures_count_under_their_kind(exc: BaseException, kind: str) -> None:
     assert outcome_of(exc) == kind
+
+
+@pytest.mark.parametrize(
+    ("status", "kind"),
+    [
+        (400, "invalid_request"),
+        (401, "unauthorized"),
+        (403, "forbidden"),
+        (404, "model_not_found"),
+        (413, "too_large"),
+        (422, "unprocessable"),
+        (429, "rejected"),
+        (503, "unavailable"),
+        (500, "error"),
+        (418, "error"),  # a status no refusal has: no series of its own
+        (None, "abort"),  # no answer sent: the client left
+    ],
+)
+def test_refusals_before_a_decision_count_under_their_kind(status: int | None, kind: str) -> None:
+    assert refusal_outcome(status) == kind
+    assert kind in OUTCOMES
