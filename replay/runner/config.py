@@ -116,6 +116,13 @@ class ReplaySettings(BaseModel):
         "exact",
         description="exact: the index bounds each instance at its KV capacity; unbounded: not told",
     )
+    step_cost_scale: float = Field(
+        1.0,
+        gt=0,
+        description="Every engine step (prefill, decode, mixed, extend pass) takes this many "
+        "times its priced cost, whatever the pools' step-cost source (1.15: every step "
+        "15 percent slower)",
+    )
     predictor: str | None = Field(
         None,
         description="Hit-rate model file (`predictor train`) used instead of raw matches",

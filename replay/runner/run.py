@@ -158,6 +158,7 @@ def _simulate(cluster: ClusterPreset, source: _Trace, run: _Run) -> tuple[Record
         seed=c.seed, kv_event_delay_s=c.kv_event_delay_s,
         kv_event_wan_delay_s=c.kv_event_wan_delay_s, kv_events=c.index_mode == "events",
         index_knows_capacity=c.index_capacity == "exact", timeline_period_s=TIMELINE_PERIOD_S,
+        step_cost_scale=c.step_cost_scale,
     )  # fmt: skip
     hooks = SimHooks(
         progress=run.progress,

@@ -17,6 +17,7 @@ from replay.sim.kv_memory import KvMemory
 from replay.sim.link import Link
 from replay.sim.prefill_instance import PrefillInstance
 from replay.sim.request_state import Leg, SimRequest
+from replay.sim.sim_settings import SimSettings
 from replay.sim.step_costs import resolve_step_costs
 
 __all__ = ["SimCluster", "build_cluster", "gbps_to_bytes_s"]
@@ -75,16 +76,17 @@ def build_cluster(
     preset: ClusterPreset,
     block_size: int,
     feed: KvEventFeed,
-    seed: int,
+    settings: SimSettings,
     on_prefilled: Callable[[SimRequest], None],
     on_reserved: Callable[[Leg], None],
     on_finish: Callable[[SimRequest, DecodeInstance | ColocatedInstance], None],
 ) -> SimCluster:
-    """Instances named ``<pool>-<i>``, an RDMA fabric per datacenter, the WAN if any."""
+    """Instances named ``<pool>-<i>``, an RDMA fabric per datacenter, the WAN if any;
+    ``settings`` give the line's fluctuation seed and the step costs' scale."""
     calls = _Callbacks(on_prefilled, on_reserved, on_finish)
     built = _Instances()
     for pool_name in preset.pools():
-        _add_pool(built, loop, preset, pool_name, block_size, feed, calls)
+        _add_pool(built, loop, preset, pool_name, block_size, feed, calls, settings.step_cost_scale)
     spec, model = preset.spec, preset.model
     rdma_spec = spec.links.rdma
     rdma = {
@@ -94,7 +96,7 @@ def build_cluster(
     wan: Link | None = None
     wan_spec = spec.links.wan
     if wan_spec is not None and preset.spans_datacenters():
-        fluct = Fluctuation(wan_spec.fluctuation, seed) if wan_spec.fluctuation else None
+        fluct = Fluctuation(wan_spec.fluctuation, settings.seed) if wan_spec.fluctuation else None
         wan = Link(loop, "wan", gbps_to_bytes_s(wan_spec.bandwidth_gbps), wan_spec.rtt_s, fluct)
     prefill, decode, loads = built.prefill, built.decode, built.loads
     home = next(iter(prefill.values())).datacenter
@@ -125,11 +127,13 @@ def _add_pool(
     block_size: int,
     feed: KvEventFeed,
     calls: _Callbacks,
+    step_cost_scale: float,
 ) -> None:
-    """The instances of one pool, each with its KV memory and its pool's step costs."""
+    """The instances of one pool, each with its KV memory and its pool's step costs
+    (every pass ``step_cost_scale`` times as long)."""
     spec, pool = preset.spec, preset.pools()[pool_name]
     capacity = preset.kv_capacity_tokens(pool)
-    resolved = resolve_step_costs(preset, pool_name)
+    resolved = resolve_step_costs(preset, pool_name).scaled(step_cost_scale)
     step_costs = resolved.costs
     built.sources[pool_name] = resolved.describe()
     on_demand = spec.memory.allocation == "on-demand"

@@ -31,7 +31,9 @@ class SimSettings:
     not told the engines' cache sizes). ``kv_event_wan_delay_s``: how much later still the
     events of instances outside the prefill pool's datacenter (where the router decides)
     reach its index, e.g. the line's one-way delay when each datacenter keeps its own
-    index. ``timeline_period_s``: sample the tiers' and the line's load that often."""
+    index. ``timeline_period_s``: sample the tiers' and the line's load that often.
+    ``step_cost_scale``: every engine pass takes this many times its priced cost
+    (``ScaledStepCosts``)."""
 
     seed: int = 0
     kv_event_delay_s: float = KV_EVENT_DELAY_S
@@ -39,6 +41,7 @@ class SimSettings:
     kv_events: bool = True
     index_knows_capacity: bool = True
     timeline_period_s: float | None = None
+    step_cost_scale: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)

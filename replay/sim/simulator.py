@@ -86,7 +86,7 @@ class Simulator:
             preset,
             block_size,
             self.feed,
-            settings.seed,
+            settings,
             self._prefilled,
             self._reserved,
             self._decoded,

@@ -13,6 +13,11 @@ Three sources stand behind it (``StepCostsSpec.source``):
 ``auto`` (the default) takes the first that applies: calibrated when the pool has fitted
 times, else the database where it covers the GPU, model and engine, else the roofline,
 with the reason the database could not be used.
+
+``ScaledStepCosts`` multiplies every pass a source prices (prefill, decode, mixed and
+extend steps) by one factor, whatever the source: a replay's ``step_cost_scale``, to ask
+how an answer moves when the step costs are off by that much. The server's time outside
+the passes (``frontend_s``, ``dispatch_s``) is not a step and is left as it is.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from replay.sim.perfdb_costs import PerfDbCosts, PerfDbUnavailable, perfdb_key
 from replay.sim.roofline import Roofline
 from router.errors import UserError
 
-__all__ = ["ResolvedStepCosts", "StepCosts", "resolve_step_costs"]
+__all__ = ["ResolvedStepCosts", "ScaledStepCosts", "StepCosts", "resolve_step_costs"]
 
 
 class StepCosts(Protocol):
@@ -52,6 +57,41 @@ class StepCosts(Protocol):
     def extend_s(self, tokens: int, context_tokens: int) -> float: ...
 
 
+class ScaledStepCosts:
+    """``costs`` with every pass ``scale`` times as long (1.15: 15% slower steps)."""
+
+    __slots__ = ("_costs", "gpus", "scale")
+
+    def __init__(self, costs: StepCosts, scale: float) -> None:
+        if not scale > 0:
+            raise ValueError(f"step cost scale must be positive, got {scale}")
+        self._costs = costs
+        self.gpus = costs.gpus
+        self.scale = scale
+
+    @property
+    def frontend_s(self) -> float:
+        return self._costs.frontend_s
+
+    @property
+    def dispatch_s(self) -> float:
+        return self._costs.dispatch_s
+
+    def prefill_s(self, items: list[tuple[int, int]]) -> float:
+        return self.scale * self._costs.prefill_s(items)
+
+    def decode_step_s(self, batch: int, context_tokens: float) -> float:
+        return self.scale * self._costs.decode_step_s(batch, context_tokens)
+
+    def mixed_step_s(
+        self, batch: int, context_tokens: float, chunk: float, chunk_context: float
+    ) -> float:
+        return self.scale * self._costs.mixed_step_s(batch, context_tokens, chunk, chunk_context)
+
+    def extend_s(self, tokens: int, context_tokens: int) -> float:
+        return self.scale * self._costs.extend_s(tokens, context_tokens)
+
+
 @dataclass(frozen=True, slots=True)
 class ResolvedStepCosts:
     """A pool's step costs and where they come from, in words."""
@@ -62,6 +102,13 @@ class ResolvedStepCosts:
 
     def describe(self) -> str:
         return f"{self.source} ({self.detail})"
+
+    def scaled(self, scale: float) -> ResolvedStepCosts:
+        """The same source with every pass ``scale`` times as long (itself at 1)."""
+        if scale == 1.0:
+            return self
+        detail = f"{self.detail}; every step x{scale:g}"
+        return ResolvedStepCosts(ScaledStepCosts(self.costs, scale), self.source, detail)
 
 
 def resolve_step_costs(preset: ClusterPreset, pool_name: str) -> ResolvedStepCosts:
