@@ -82,6 +82,11 @@ class PlanOptions(BaseModel):
     )
     warmup: float = Field(60.0, ge=0, description="Seconds left out at each rate")
     no_baseline: bool = Field(False, description="Skip the intra-DC PD and colocated baselines")
+    no_sensitivity: bool = Field(
+        False,
+        description="Skip the sensitivity rows measured again (line RTT x2, step costs "
+        "x0.85 and x1.15, hit rates flattened to 85-95%); the price rows stay",
+    )
 
 
 def _space(base: ClusterPreset, price: float, o: PlanOptions) -> PlanSpace:
@@ -114,7 +119,12 @@ def _space(base: ClusterPreset, price: float, o: PlanOptions) -> PlanSpace:
 
 
 def _print(console: Console, plan: PlanResult, written: list[Path]) -> None:
-    from replay.experiments.plan_output import front_table, verdict_lines, verdict_table
+    from replay.experiments.plan_output import (
+        front_table,
+        sensitivity_table,
+        verdict_lines,
+        verdict_table,
+    )
 
     pruned = plan.pruned_by()
     measured = sum(r.status != "pruned" for r in plan.results)
@@ -142,6 +152,9 @@ def _print(console: Console, plan: PlanResult, written: list[Path]) -> None:
         console.print(verdict_table(plan))
         for line in verdict_lines(plan):
             console.print(line, highlight=False, soft_wrap=True)
+        table = sensitivity_table(plan)
+        if table is not None:
+            console.print(table)
     for r in plan.results:
         for warning in r.confirmed.warnings if r.confirmed is not None else []:
             console.print(f"warning: {r.label}: {warning}", highlight=False, soft_wrap=True)
@@ -222,5 +235,6 @@ def _plan_of(o: PlanOptions, settings: ReplaySettings) -> tuple[PlanSettings, Pl
         seeds=tuple(range(settings.seed, settings.seed + o.seeds)), target=o.target,
         tolerance=o.tolerance, screen_tolerance=o.screen_tolerance, max_probes=o.max_probes,
         min_rate_scale=o.min_rate_scale, window=steady, screen_window=screen_window_of(steady),
+        sensitivity=not o.no_sensitivity,
     )  # fmt: skip
     return plan_settings, space

@@ -35,6 +35,7 @@ __all__ = [
     "Measure",
     "WindowedAttainment",
     "find_capacity",
+    "seed_capacity",
 ]
 
 MAX_BRACKET_STEPS = 10
@@ -111,6 +112,16 @@ def _crossing(rates: Sequence[float], att: Sequence[float], target: float) -> tu
     ceiling = min(failing, default=float("inf"))
     passing = [(r, a) for r, a in zip(rates, att, strict=True) if a >= target and r < ceiling]
     return max(passing, default=(0.0, 0.0))
+
+
+def seed_capacity(result: CapacityResult, seed: int, target: float) -> tuple[float, float]:
+    """(capacity, SLA goodput there) of one seed of ``result``, from its own probes, as
+    ``find_capacity`` found it for that seed ((0, 0) for a seed it did not search)."""
+    probes = [p for p in result.probes if p.seed == seed]
+    cap, att = _crossing(
+        [p.rate_req_s for p in probes], [p.attainment for p in probes], target
+    )  # fmt: skip
+    return cap, cap * att
 
 
 def _resampled_crossing(

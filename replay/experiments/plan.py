@@ -13,11 +13,15 @@ the trace tiled to a window past a warm-up at each rate):
    and one that fails at the target rate stops there (below the target);
 2. **confirm**: the best BCR of each family (and its runner-up, when the screening put
    them within its tolerance) is measured again on the full window over every seed,
-   bisected to ``tolerance``, with a 95% interval; the better is the family's best.
+   bisected to ``tolerance``, with a 95% interval; the better is the family's best;
+3. **sensitivity** (unless ``sensitivity`` is off, and when there is a baseline): each
+   family's best measured again, on the first seed, under each change of
+   ``plan_changes`` (the line's RTT, the step costs, the trace's hit-rate skew).
 
 BCR is SLA goodput at capacity per USD/h (shown per 1000 USD/h). The Pareto front of
 PDD's cost against capacity, the confirmed best of each family and the verdict
-(``plan_verdict``) are the answer; ``plan_output`` writes and prints it.
+(``plan_verdict``, with its sensitivity rows) are the answer; ``plan_output`` writes and
+prints it.
 """
 
 from __future__ import annotations
@@ -28,10 +32,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from replay.experiments.baselines import Deployment, Family, baseline_deployments, deployment_of
-from replay.experiments.capacity import CapacityResult, CapacitySettings
+from replay.experiments.capacity import CapacityResult, CapacitySettings, seed_capacity
 from replay.experiments.capacity_job import CapacityJob, run_capacity_job
 from replay.experiments.executor import Executor
 from replay.experiments.plan_bounds import Bounds, TraceLoad, bounds_of
+from replay.experiments.plan_changes import Remeasured, default_changes, remeasure
 from replay.experiments.plan_space import (
     Candidate,
     Layout,
@@ -75,6 +80,7 @@ class PlanSettings(BaseModel):
     min_rate_scale: float = 1.0
     window: SteadyWindow = SteadyWindow()
     screen_window: SteadyWindow = screen_window_of(SteadyWindow())
+    sensitivity: bool = True  # measure the bests again under plan_changes' changes
 
     @property
     def overrides(self) -> dict[str, Any]:
@@ -148,6 +154,7 @@ class PlanResult(BaseModel):
     results: list[CandidateResult]
     front: list[int]  # PDD results on the front, by cost
     best: dict[str, int]  # family -> index of its confirmed best
+    remeasured: list[Remeasured] = []  # the bests under each change (sensitivity)
 
     def pruned_by(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -312,6 +319,30 @@ def _front(plan: PlanResult) -> list[int]:
     return front
 
 
+def _sensitivity(
+    settings: PlanSettings, plan: PlanResult, executor: Executor, advance: Advance | None
+) -> list[Remeasured]:
+    """Each family's confirmed best under each change: its confirmation's search on the
+    first seed alone, started from that seed's confirmed capacity."""
+    seed = settings.seeds[0]
+    jobs = {}
+    for family, i in plan.best.items():
+        r = plan.results[i]
+        if r.confirmed is None:
+            continue
+        start = seed_capacity(r.confirmed, seed, settings.target)[0] or r.capacity_req_s
+        capacity = CapacitySettings(
+            target=settings.target, tolerance=settings.tolerance, max_probes=settings.max_probes,
+            seeds=(seed,), start_req_s=max(start, 1e-3),
+            step=1.0 + 2 * settings.screen_tolerance, floor_req_s=0.0,
+        )  # fmt: skip
+        jobs[family] = _job(settings, r, capacity, settings.window)
+    if len(jobs) < 2:  # no baseline to compare with
+        return []
+    told = None if advance is None else lambda done, total: advance("sensitivity", done, total)
+    return remeasure(jobs, default_changes(), executor, seed, told)
+
+
 def run_plan(
     settings: PlanSettings,
     space: PlanSpace,
@@ -337,4 +368,6 @@ def run_plan(
     families: tuple[Family, ...] = ("pdd", "intra-dc-pd", "colocated") if baseline else ("pdd",)
     _confirm(settings, plan, executor, families, advance)
     plan.front = _front(plan)
+    if settings.sensitivity:
+        plan.remeasured = _sensitivity(settings, plan, executor, advance)
     return plan

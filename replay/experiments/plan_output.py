@@ -1,9 +1,9 @@
 """What `replay plan` writes: plan.json, plan.csv, the best PDD deployment as a preset file,
-and its tables (the PDD front, the verdict against each baseline).
+and its tables (the PDD front, the verdict against each baseline, its sensitivity).
 
 ``plan.json`` (``plan_json``)::
 
-    {"schema": "pdd-router/plan/2", "trace", "preset", "policy", "seeds", "sla", "target",
+    {"schema": "pdd-router/plan/3", "trace", "preset", "policy", "seeds", "sla", "target",
      "tolerance", "screen_tolerance", "window": {"warmup_s", "window_s", "windows",
      "tail_s"}, "screen_window": {...}, "trace_rate_req_s", "target_rate_req_s",
      "line_price_usd_per_gbps_month", "space": {...},
@@ -15,13 +15,25 @@ and its tables (the PDD front, the verdict against each baseline).
                      "sla_goodput_req_s", "bcr_req_s_per_1000_usd_h", "feasible",
                      "on_front", "screen": capacity | null, "confirmed": capacity | null}],
      "front": [label, ...], "best": {family: label},
-     "verdict": [comparison, ...], "sensitivity": [{"change", "bcr_ratio": {...}}],
+     "verdict": [comparison, ...], "sensitivity_seed": seed | null,
+     "sensitivity": [{"change", "kind", "bcr_ratio": {baseline: ratio}, "seed",
+                      "sla_goodput_req_s": {family: req/s}, "reused": [family, ...]}],
+     "remeasured": [{"change": {"kind", "factor", "band"}, "text", "seed",
+                     "capacity": {family: capacity}, "reused": [family, ...]}],
      "warnings": [text, ...]}
 
 A capacity is ``CapacityResult`` (capacity and SLA goodput at capacity with their 95%
 intervals, per-seed capacities, every probe, its warnings). ``limit_shown`` is the
 tightest bound's resource when that bound is within 2x of the measured capacity, else
 null: a bound further off says nothing of what limits the deployment.
+
+A sensitivity row of ``kind`` price reuses the confirmed capacities (``seed`` null,
+``sla_goodput_req_s`` empty); one of ``kind`` measured holds each family's SLA goodput
+at capacity measured again under the change on ``seed`` alone (the first row, "as
+confirmed", is that seed's figures in the confirmation: the reference), ``reused``
+naming the families the change leaves as they are. ``remeasured`` holds those searches
+whole. Schema 3 added ``kind``, ``seed``, ``sla_goodput_req_s``, ``reused``,
+``sensitivity_seed`` and ``remeasured``.
 """
 
 from __future__ import annotations
@@ -43,12 +55,13 @@ __all__ = [
     "front_table",
     "limit_shown",
     "plan_json",
+    "sensitivity_table",
     "verdict_lines",
     "verdict_table",
     "write_plan",
 ]
 
-SCHEMA = "pdd-router/plan/2"
+SCHEMA = "pdd-router/plan/3"
 LIMIT_WITHIN = 2.0  # a bound more than this many times the capacity is not named the limit
 
 _CSV_FIELDS = (
@@ -122,7 +135,9 @@ def plan_json(plan: PlanResult) -> dict[str, Any]:
         "front": [plan.results[i].label for i in plan.front],
         "best": {f: plan.results[i].label for f, i in plan.best.items()},
         "verdict": [c.model_dump(mode="json") for c in comparisons(plan)],
+        "sensitivity_seed": plan.remeasured[0].seed if plan.remeasured else None,
         "sensitivity": [x.model_dump(mode="json") for x in sensitivity(plan)],
+        "remeasured": [m.model_dump(mode="json") for m in plan.remeasured],
         "warnings": _warnings(plan),
     }  # fmt: skip
 
@@ -234,6 +249,34 @@ def verdict_table(plan: PlanResult) -> Table:
             f"{r.goodput_req_s:.2f}" + ("" if got is None else
                 f" [{got.goodput_low_req_s:.2f}, {got.goodput_high_req_s:.2f}]"),
             f"{r.bcr * 1000:.1f}", ratio, factors,
+        )  # fmt: skip
+    return table
+
+
+def sensitivity_table(plan: PlanResult) -> Table | None:
+    """The verdict's BCR ratios under each change, and PDD's SLA goodput where measured
+    again (None without a verdict)."""
+    rows = sensitivity(plan)
+    if not rows:
+        return None
+    families = [f for f in ("intra-dc-pd", "colocated") if any(f in r.bcr_ratio for r in rows)]
+    seed = plan.remeasured[0].seed if plan.remeasured else None
+    caption = "ratio: PDD's BCR over the family's best; price rows reuse the confirmed capacities"
+    if seed is not None:
+        caption += (
+            f"; measured rows: each family's best measured again on seed {seed} alone, read "
+            "against the 'as confirmed' row (that seed's own figures); goodput: PDD's, req/s"
+        )
+    table = Table(title="Sensitivity of the verdict", caption=caption)
+    table.add_column("change")
+    for f in families:
+        table.add_column(f"vs {FAMILY_NAMES[f]}", justify="right")
+    table.add_column("goodput", justify="right")
+    for r in rows:
+        good = r.sla_goodput_req_s.get("pdd")
+        table.add_row(
+            r.change, *(f"{r.bcr_ratio[f]:.2f}" if f in r.bcr_ratio else "-" for f in families),
+            "" if good is None else f"{good:.2f}",
         )  # fmt: skip
     return table
 

@@ -9,19 +9,27 @@ whose product it is:
 - **hardware**: the baseline's cost over PDD's GPUs' cost (above 1: PDD's GPUs cost less);
 - **line**: PDD's GPUs' cost over its whole cost (below 1: what the line costs it).
 
-The sensitivity rows change prices only (the line's price, the H200's premium over the
-H100), so they reuse the measured capacities: capacity does not depend on price.
+The sensitivity rows say how the ratios move. The price rows (the line's price, the
+H200's premium over the H100) reuse the confirmed capacities: capacity does not depend
+on price. The measured rows (``plan_changes``: the line's RTT, the step costs, the
+trace's hit-rate skew) take each family's best measured again under the change on the
+plan's first seed; they are read against the reference row, that seed's capacities in
+the confirmation, at the deployments' own prices. A family a change leaves as it is
+(no line, for the RTT) keeps its reference.
 """
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel
 
 from replay.experiments.baselines import Family
+from replay.experiments.capacity import seed_capacity
 from replay.experiments.plan import CandidateResult, PlanResult
 from replay.presets.loader import load_preset
 
-__all__ = ["Comparison", "Sensitivity", "comparisons", "sensitivity"]
+__all__ = ["Comparison", "Sensitivity", "comparisons", "measured_sensitivity", "sensitivity"]
 
 LINE_FACTORS = (0.5, 2.0, 4.0)
 H200_PREMIUMS = (0.0, 0.5)  # over the H100's price per GPU-hour
@@ -96,10 +104,16 @@ def comparisons(plan: PlanResult) -> list[Comparison]:
 
 
 class Sensitivity(BaseModel):
-    """The BCR ratios against each baseline under a changed price."""
+    """The BCR ratios against each baseline under a change: of a price (``kind``
+    price), or measured again on ``seed`` (``kind`` measured; the reference row is the
+    confirmation's own figures for that seed), with each family's SLA goodput."""
 
     change: str
+    kind: Literal["price", "measured"] = "price"
     bcr_ratio: dict[str, float]  # baseline family -> ratio
+    seed: int | None = None
+    sla_goodput_req_s: dict[str, float] = {}  # family -> at capacity (measured rows)
+    reused: list[str] = []  # families the change leaves as they are: reference kept
 
 
 def _cost(r: CandidateResult, line_factor: float, h200_premium: float | None) -> float:
@@ -114,8 +128,46 @@ def _cost(r: CandidateResult, line_factor: float, h200_premium: float | None) ->
     return total
 
 
+def _measured_row(
+    change: str, goodput: dict[str, float], costs: dict[str, float], seed: int,
+    reused: list[str],
+) -> Sensitivity:  # fmt: skip
+    pdd_bcr = goodput["pdd"] / costs["pdd"]
+    ratios = {
+        f: round(pdd_bcr / (g / costs[f]), 6) for f, g in goodput.items() if f != "pdd" and g > 0
+    }
+    return Sensitivity(
+        change=change, kind="measured", bcr_ratio=ratios, seed=seed,
+        sla_goodput_req_s={f: round(g, 6) for f, g in goodput.items()}, reused=reused,
+    )  # fmt: skip
+
+
+def measured_sensitivity(plan: PlanResult) -> list[Sensitivity]:
+    """The reference row (the first seed's confirmed figures), then a row per change
+    measured again (``plan.remeasured``); none when nothing was."""
+    if not plan.remeasured:
+        return []
+    seed = plan.remeasured[0].seed
+    reference: dict[str, float] = {}
+    costs: dict[str, float] = {}
+    for family, i in plan.best.items():
+        r = plan.results[i]
+        if r.confirmed is not None:
+            reference[family] = seed_capacity(r.confirmed, seed, plan.settings.target)[1]
+            costs[family] = r.cost_usd_h
+    if "pdd" not in reference:
+        return []
+    rows = [_measured_row(f"as confirmed, seed {seed} alone", reference, costs, seed, [])]
+    for m in plan.remeasured:
+        goodput = {f: m.capacity[f].goodput_req_s if f in m.capacity else g
+                   for f, g in reference.items()}  # fmt: skip
+        rows.append(_measured_row(m.text, goodput, costs, seed, list(m.reused)))
+    return rows
+
+
 def sensitivity(plan: PlanResult) -> list[Sensitivity]:
-    """BCR ratios with the line's price scaled and with other H200 premiums."""
+    """BCR ratios with the line's price scaled and with other H200 premiums, then the
+    measured rows (``measured_sensitivity``)."""
     pdd = plan.best_of("pdd")
     bases = [c for c in (plan.best_of("intra-dc-pd"), plan.best_of("colocated")) if c]
     if pdd is None or pdd.confirmed is None or not bases:
@@ -134,4 +186,4 @@ def sensitivity(plan: PlanResult) -> list[Sensitivity]:
             base_bcr = base.confirmed.goodput_req_s / _cost(base, line, premium)
             ratios[base.family] = round(pdd_bcr / base_bcr, 6)
         out.append(Sensitivity(change=text, bcr_ratio=ratios))
-    return out
+    return out + measured_sensitivity(plan)

@@ -23,8 +23,9 @@ request already had, in tokens, over its input tokens) sits in ``[low, high]``:
 Every ID of the donor's chain is cached when the request arrives and the ``t + 1``-th is
 fresh, so the request hits exactly ``t`` blocks: its hit rate is within half a block of
 the band (a few-block prompt cannot land inside it), and lower only for a request longer
-than every earlier one (the first, a rare very long one), which hits the longest whole. Sessions keep sharing their own prefixes where
-they are long enough, so the prefixes stay where a prefix-aware router sent the session.
+than every earlier one (the first, a rare very long one), which hits the longest whole.
+Sessions keep sharing their own prefixes where they are long enough, so the prefixes
+stay where a prefix-aware router sent the session.
 """
 
 from __future__ import annotations
