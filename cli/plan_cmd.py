@@ -121,6 +121,7 @@ def _space(base: ClusterPreset, price: float, o: PlanOptions) -> PlanSpace:
 def _print(console: Console, plan: PlanResult, written: list[Path]) -> None:
     from replay.experiments.plan_output import (
         front_table,
+        plan_warnings,
         sensitivity_table,
         verdict_lines,
         verdict_table,
@@ -155,9 +156,8 @@ def _print(console: Console, plan: PlanResult, written: list[Path]) -> None:
         table = sensitivity_table(plan)
         if table is not None:
             console.print(table)
-    for r in plan.results:
-        for warning in r.confirmed.warnings if r.confirmed is not None else []:
-            console.print(f"warning: {r.label}: {warning}", highlight=False, soft_wrap=True)
+    for warning in plan_warnings(plan):
+        console.print(f"warning: {warning}", highlight=False, soft_wrap=True)
     console.print("wrote " + ", ".join(str(p) for p in written), highlight=False, soft_wrap=True)
 
 

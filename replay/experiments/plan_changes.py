@@ -54,7 +54,7 @@ class Change(BaseModel):
         if self.kind == "step_costs":
             return f"step costs x{self.factor:g}"
         low, high = self.band
-        return f"hit rates flattened to {low:.0%}-{high:.0%}"
+        return f"hit rates flattened to {low * 100:g}-{high:.0%}"
 
 
 def default_changes() -> tuple[Change, ...]:

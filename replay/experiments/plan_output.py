@@ -55,6 +55,7 @@ __all__ = [
     "front_table",
     "limit_shown",
     "plan_json",
+    "plan_warnings",
     "sensitivity_table",
     "verdict_lines",
     "verdict_table",
@@ -106,11 +107,16 @@ def _candidate(plan: PlanResult, i: int) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def _warnings(plan: PlanResult) -> list[str]:
+def plan_warnings(plan: PlanResult) -> list[str]:
+    """Every confirmed search's warnings, then those of the searches under a change."""
     out = []
     for r in plan.results:
         if r.confirmed is not None:
             out += [f"{r.label}: {w}" for w in r.confirmed.warnings]
+    for m in plan.remeasured:
+        for family, got in m.capacity.items():
+            label = plan.results[plan.best[family]].label
+            out += [f"{m.text}: {label}: {w}" for w in got.warnings]
     return out
 
 
@@ -138,7 +144,7 @@ def plan_json(plan: PlanResult) -> dict[str, Any]:
         "sensitivity_seed": plan.remeasured[0].seed if plan.remeasured else None,
         "sensitivity": [x.model_dump(mode="json") for x in sensitivity(plan)],
         "remeasured": [m.model_dump(mode="json") for m in plan.remeasured],
-        "warnings": _warnings(plan),
+        "warnings": plan_warnings(plan),
     }  # fmt: skip
 
 

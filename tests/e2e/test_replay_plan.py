@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from cli_support import run_cli, synth_agentic
@@ -29,7 +30,7 @@ def test_plan_writes_a_front_a_verdict_and_a_preset_that_replays(
     assert "PDD: cost against capacity" in printed
     assert "Verdict" in printed
     data = json.loads((out / "plan.json").read_text())
-    assert data["schema"] == "pdd-router/plan/2"
+    assert data["schema"] == "pdd-router/plan/3"
     rows = data["candidates"]
     pdd = [r for r in rows if r["family"] == "pdd"]
     assert len(pdd) == 4
@@ -72,6 +73,8 @@ def test_plan_writes_a_front_a_verdict_and_a_preset_that_replays(
             * comparison["line_factor"]
         )  # fmt: skip
         assert comparison["bcr_ratio"] == pytest.approx(product, rel=1e-4)
+    _check_sensitivity(data)
+    assert "Sensitivity of the verdict" in printed
     with (out / "plan.csv").open() as handle:
         assert len(list(csv.DictReader(handle))) == len(rows)
     # the best PDD deployment replays from its preset file, at its own cost
@@ -87,6 +90,35 @@ def test_plan_writes_a_front_a_verdict_and_a_preset_that_replays(
     assert summary["cost_per_hour"] == pytest.approx(best["cost_usd_h"])
     assert summary["cluster"]["pools"]["p"]["instances"] == best["pdd"]["p"]
     assert summary["cluster"]["links"]["wan"]["bandwidth_gbps"] == best["pdd"]["wan_gbps"]
+
+
+def _check_sensitivity(data: dict[str, Any]) -> None:
+    """Price rows, then the reference and a row per change measured again on seed 0, each
+    with a ratio against every baseline; the RTT leaves the baselines (no line) as they were."""
+    rows = {r["change"]: r for r in data["sensitivity"]}
+    measured = [
+        "as confirmed, seed 0 alone", "line RTT x2 (30 -> 60 ms)", "step costs x0.85",
+        "step costs x1.15", "hit rates flattened to 85-95%",
+    ]  # fmt: skip
+    assert [r["change"] for r in data["sensitivity"] if r["kind"] == "measured"] == measured
+    assert "line price x2" in rows
+    assert data["sensitivity_seed"] == 0
+    baselines = {"intra-dc-pd", "colocated"}
+    for change in measured:
+        assert set(rows[change]["bcr_ratio"]) == baselines
+        assert rows[change]["seed"] == 0
+    assert set(rows["line RTT x2 (30 -> 60 ms)"]["reused"]) == baselines
+    ref = rows["as confirmed, seed 0 alone"]["sla_goodput_req_s"]
+    for base in baselines:  # the RTT row keeps the baselines' reference figures
+        assert rows["line RTT x2 (30 -> 60 ms)"]["sla_goodput_req_s"][base] == ref[base]
+    for m in data["remeasured"]:
+        families = {"pdd"} if m["change"]["kind"] == "line_rtt" else {"pdd", *baselines}
+        assert set(m["capacity"]) == families
+        for got in m["capacity"].values():
+            assert {p["seed"] for p in got["probes"]} == {0}
+    # 15% dearer steps cannot serve more than 15% cheaper ones
+    slow, fast = rows["step costs x1.15"], rows["step costs x0.85"]
+    assert slow["sla_goodput_req_s"]["pdd"] < fast["sla_goodput_req_s"]["pdd"]
 
 
 @pytest.mark.parametrize(

@@ -150,6 +150,8 @@ def test_each_change_is_a_setting_of_the_same_capacity_job() -> None:
     assert slow is not None
     assert slow.replay.step_cost_scale == 1.15
     assert slow.replay.overrides == pdd.replay.overrides
+    assert Change(kind="step_costs", factor=0.85).text == "step costs x0.85"
+    assert Change(kind="hit_skew").text == "hit rates flattened to 85-95%"
     flat = changed_job(Change(kind="hit_skew"), pdd)
     assert flat is not None
     assert flat.hit_band == (0.85, 0.95)
