@@ -71,7 +71,7 @@ def live(
 
     s = settings
     fmt = resolve_format(s.trace_format) if s.trace_format is not None else None
-    requests = list(read_trace(trace, fmt, s.block_size))
+    requests = list(read_trace(trace, fmt, s.block_size, strict=s.strict_trace))
     options = LiveOptions(
         url=url.rstrip("/"), model=model, api_key=api_key, rate_scale=s.rate_scale,
         max_requests=s.max_requests, duration_s=duration, concurrency=concurrency,

@@ -29,16 +29,16 @@ class CapacityJob:
 
 @lru_cache(maxsize=2)  # a worker runs many jobs on the same trace: read it once
 def _requests(
-    trace: str, trace_format: str | None, block_size: int | None
+    trace: str, trace_format: str | None, block_size: int | None, strict: bool
 ) -> tuple[TraceRequest, ...]:
     fmt = resolve_format(trace_format) if trace_format is not None else None
-    return tuple(read_trace(trace, fmt, block_size))
+    return tuple(read_trace(trace, fmt, block_size, strict=strict))
 
 
 def run_capacity_job(job: CapacityJob) -> CapacityResult:
     """Run one job (module level, so worker processes can run it)."""
     r = job.replay
     replay = deployment_replay(job.preset, job.policy, r)
-    requests = _requests(job.trace, r.trace_format, r.block_size)
+    requests = _requests(job.trace, r.trace_format, r.block_size, r.strict_trace)
     measure = SteadyMeasure(requests, replay, r.sla, job.window)
     return find_capacity(measure, job.settings)
