@@ -18,8 +18,8 @@ from replay.runner.config import ReplaySettings
 __all__ = ["live"]
 
 _LIVE = (
-    "rate_scale", "max_requests", "seed", "trace_format", "block_size", "sla_ttft_s",
-    "sla_tpot_ms",
+    "rate_scale", "max_requests", "seed", "trace_format", "strict_trace", "block_size",
+    "sla_ttft_s", "sla_tpot_ms",
 )  # fmt: skip
 """The replay options that apply to a live run (the rest are the simulator's)."""
 
