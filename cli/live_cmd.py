@@ -18,8 +18,8 @@ from replay.runner.config import ReplaySettings
 __all__ = ["live"]
 
 _LIVE = (
-    "rate_scale", "max_requests", "seed", "trace_format", "block_size", "sla_ttft_s",
-    "sla_tpot_ms",
+    "rate_scale", "max_requests", "seed", "trace_format", "strict_trace", "block_size",
+    "sla_ttft_s", "sla_tpot_ms",
 )  # fmt: skip
 """The replay options that apply to a live run (the rest are the simulator's)."""
 
@@ -71,7 +71,7 @@ def live(
 
     s = settings
     fmt = resolve_format(s.trace_format) if s.trace_format is not None else None
-    requests = list(read_trace(trace, fmt, s.block_size))
+    requests = list(read_trace(trace, fmt, s.block_size, strict=s.strict_trace))
     options = LiveOptions(
         url=url.rstrip("/"), model=model, api_key=api_key, rate_scale=s.rate_scale,
         max_requests=s.max_requests, duration_s=duration, concurrency=concurrency,

@@ -67,6 +67,13 @@ class ReplaySettings(BaseModel):
         description="Trace format: mooncake, bailian or azure (default: detected)",
         json_schema_extra=_flags("--format", "-f"),
     )
+    strict_trace: bool = Field(
+        False,
+        description="Refuse a trace that contradicts itself (block IDs against the input "
+        "length, an empty output, a partial block reused as a full one), naming the first "
+        "line, instead of replaying it with a warning (`trace stats` lists them all)",
+        json_schema_extra=_flags("--strict"),
+    )
     block_size: int | None = Field(
         None,
         ge=1,

@@ -98,13 +98,15 @@ def _load_trace(
     count: bool = False,
     name: str = "<memory>",
     max_requests: int | None = None,
+    strict: bool = False,
 ) -> _Trace:
     """A file's first request and a stream of the rest (``count``: the requests counted
     first, for a progress bar), or requests given in memory, sorted by arrival; only the
-    first ``max_requests`` of them (in the file's or the sequence's order) when given."""
+    first ``max_requests`` of them (in the file's or the sequence's order) when given.
+    ``strict``: a file that contradicts itself is refused at its first contradiction."""
     if isinstance(trace, str | Path):
         fmt = resolve_format(trace_format) if trace_format is not None else None
-        checks = TraceChecks(str(trace))
+        checks = TraceChecks(str(trace), strict=strict)
         stream: Iterator[TraceRequest] = read_trace(trace, fmt, block_size, checks=checks)
         if max_requests is not None:
             stream = itertools.islice(stream, max_requests)
@@ -205,7 +207,7 @@ def run_replay(
     trace: str | Sequence[TraceRequest] = config.trace if requests is None else requests
     source = _load_trace(
         trace, config.trace_format, config.block_size, count=progress is not None,
-        name=config.trace, max_requests=config.max_requests,
+        name=config.trace, max_requests=config.max_requests, strict=config.strict_trace,
     )  # fmt: skip
     # a streamed trace's requests are checked as they are read; its first one now, so a
     # cluster that cannot hold even that is refused before anything is built
@@ -237,7 +239,7 @@ def _sorted_again(source: _Trace, run: _Run) -> _Trace:
         log.seek(0)
         log.truncate()
     fmt = resolve_format(c.trace_format) if c.trace_format is not None else None
-    checks = TraceChecks(source.name)
+    checks = TraceChecks(source.name, strict=c.strict_trace)
     held = list(
         itertools.islice(read_trace(source.name, fmt, c.block_size, checks=checks), c.max_requests)
     )

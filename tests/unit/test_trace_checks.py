@@ -150,3 +150,26 @@ def test_trace_stats_warns_lists_in_json_and_refuses_under_strict(
     assert captured.out == ""
     assert "refused (strict)" in captured.err
     assert "1 line (3): hash_ids holds more" in captured.err
+
+
+ROOFLINE = ["--preset", "pdd-small"]  # priced by the roofline: no database to load
+for _pool in ("p", "rld", "md"):
+    ROOFLINE += ["--set", f"pools.{_pool}.step_costs.source=roofline"]
+
+
+def test_replay_run_warns_and_replays_but_refuses_under_strict(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = str(_mooncake(tmp_path / "t.jsonl", CONTRADICTIONS))
+    out = tmp_path / "run"
+    assert main(["replay", "run", path, *ROOFLINE, "--out", str(out), "--no-progress"]) == 0
+    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    assert summary["requests"] == 5
+    assert any("contradicts itself" in w for w in summary["warnings"])
+    capsys.readouterr()
+    refused = tmp_path / "refused"
+    args = ["replay", "run", path, *ROOFLINE, "--out", str(refused), "--strict"]
+    assert main([*args, "--no-progress"]) == 2  # a user error
+    err = capsys.readouterr().err
+    assert "t.jsonl:2: output_length is 0; refused (strict)" in err
+    assert not (refused / "summary.json").exists()
