@@ -176,11 +176,13 @@ def plan(
     """Search PDD deployments (pool sizes, GPUs, line bandwidth, thresholds) and, over the
     same budget, intra-DC PD and colocated ones for the best BCR on TRACE, each measured as
     capacity at steady state; print PDD's front and the verdict against each family's best,
-    and write plan.json, plan.csv and the best PDD deployment as a preset file. Every
-    replay has the replay options given."""
+    and the verdict's sensitivity, and write plan.json, plan.csv, report.html and the best
+    PDD deployment as a preset file. Every replay has the replay options given."""
+    from cli.experiment_cmd import command_line
     from replay.experiments.plan import run_plan
     from replay.experiments.plan_bounds import load_trace_load
     from replay.experiments.plan_output import write_plan
+    from replay.report.plan_report import write_plan_report
 
     settings_of_plan, space = _plan_of(options, settings)
     load = load_trace_load(options.trace)
@@ -202,6 +204,7 @@ def plan(
             advance=advance,
         )  # fmt: skip
     written = write_plan(result, output.out)
+    written.append(write_plan_report(output.out / "report.html", result, command_line()))
     _print(Console(), result, written)
 
 

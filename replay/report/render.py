@@ -21,7 +21,7 @@ from replay.report.page import page_context
 
 __all__ = ["TEMPLATES", "environment", "render_report", "write_report"]
 
-TEMPLATES = ("report.html.j2", "report.css", "validate.html.j2")
+TEMPLATES = ("report.html.j2", "report.css", "validate.html.j2", "plan.html.j2")
 
 
 @cache

@@ -75,6 +75,9 @@ def test_plan_writes_a_front_a_verdict_and_a_preset_that_replays(
         assert comparison["bcr_ratio"] == pytest.approx(product, rel=1e-4)
     _check_sensitivity(data)
     assert "Sensitivity of the verdict" in printed
+    report = (out / "report.html").read_text()
+    for row in data["sensitivity"]:
+        assert f'<th class="metric">{row["change"]}</th>' in report
     with (out / "plan.csv").open() as handle:
         assert len(list(csv.DictReader(handle))) == len(rows)
     # the best PDD deployment replays from its preset file, at its own cost

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from replay.experiments.baselines import deployment_of
@@ -19,6 +21,7 @@ from replay.experiments.plan_output import plan_json, sensitivity_table
 from replay.experiments.plan_space import PlanSpace
 from replay.experiments.plan_verdict import sensitivity
 from replay.experiments.steady_replay import SteadyWindow
+from replay.report.plan_report import render_plan_report
 from replay.runner.config import ReplaySettings
 
 PDD_USD_H = 117.5 + 20 * 72.4 / 730  # pdd-small: its GPUs and a 20 Gbps line
@@ -66,7 +69,7 @@ def _plan(remeasured: list[Remeasured]) -> PlanResult:
     return PlanResult(
         settings=PlanSettings(trace="t", preset="pdd-small", policy="pdd-adaptive"),
         space=space, trace_rate_req_s=5.0, target_rate_req_s=5.0, results=results,
-        front=[0], best={"pdd": 0, "intra-dc-pd": 1, "colocated": 2}, remeasured=remeasured,
+        front=[], best={"pdd": 0, "intra-dc-pd": 1, "colocated": 2}, remeasured=remeasured,
     )  # fmt: skip
 
 
@@ -126,6 +129,13 @@ def test_plan_json_and_the_table_carry_the_rows() -> None:
     assert table.row_count == 7  # 5 price rows, the reference, the RTT
     assert sensitivity_table(_plan([])) is not None  # the price rows alone
     assert [r["kind"] for r in plan_json(_plan([]))["sensitivity"]] == ["price"] * 5
+    # report.html shows the terminal's rows: the RTT row's ratio against intra-DC PD
+    page = render_plan_report(plan, "pdd-router replay plan t")
+    ratio = f"{_ratio(9, 10, IDC_USD_H):.2f}"
+    assert ratio == "0.90"
+    assert re.search(rf'<th class="metric">line RTT x2</th>\s*<td class="num">{ratio}</td>', page)
+    assert "as confirmed, seed 0 alone" in page
+    assert "Sensitivity of the verdict" in page
 
 
 def _job(preset: str, replay: ReplaySettings) -> CapacityJob:
