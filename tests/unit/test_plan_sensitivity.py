@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -166,3 +167,16 @@ def test_each_change_is_a_setting_of_the_same_capacity_job() -> None:
     assert flat is not None
     assert flat.hit_band == (0.85, 0.95)
     assert flat.replay == pdd.replay
+
+
+def test_the_rows_measured_again_are_on_by_default_and_no_sensitivity_skips_them(
+    tmp_path: Path,
+) -> None:
+    from cli.plan_cmd import PlanOptions, _plan_of
+
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("")
+    on, _ = _plan_of(PlanOptions(trace=trace), ReplaySettings())
+    off, _ = _plan_of(PlanOptions(trace=trace, no_sensitivity=True), ReplaySettings())
+    assert on.sensitivity
+    assert not off.sensitivity
