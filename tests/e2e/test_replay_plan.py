@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import html
 import json
 from pathlib import Path
 from typing import Any
@@ -77,7 +78,7 @@ def test_plan_writes_a_front_a_verdict_and_a_preset_that_replays(
     assert "Sensitivity of the verdict" in printed
     report = (out / "report.html").read_text()
     for row in data["sensitivity"]:
-        assert f'<th class="metric">{row["change"]}</th>' in report
+        assert f'<th class="metric">{html.escape(row["change"])}</th>' in report
     with (out / "plan.csv").open() as handle:
         assert len(list(csv.DictReader(handle))) == len(rows)
     # the best PDD deployment replays from its preset file, at its own cost
