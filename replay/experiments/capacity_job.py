@@ -36,9 +36,11 @@ def _requests(
 
 
 def run_capacity_job(job: CapacityJob) -> CapacityResult:
-    """Run one job (module level, so worker processes can run it)."""
+    """Run one job (module level, so worker processes can run it) on the trace's requests,
+    its first ``replay.max_requests`` when set."""
     r = job.replay
     replay = deployment_replay(job.preset, job.policy, r)
     requests = _requests(job.trace, r.trace_format, r.block_size, r.strict_trace)
+    requests = requests[: r.max_requests]
     measure = SteadyMeasure(requests, replay, r.sla, job.window)
     return find_capacity(measure, job.settings)
