@@ -197,8 +197,8 @@ def metric_specs(summaries: Sequence[Summary]) -> list[MetricSpec]:
             lambda s: s.sla_attainment, lambda d: ratio(d.values["met"], d.values["one"]),
         ),
         MetricSpec(
-            "goodput_rps", "goodput", "req/s", "higher", "windows",
-            lambda s: s.goodput_rps, _rate("met", lambda s: _per(s.trace_duration_s)),
+            "sla_goodput_req_s", "SLA goodput at the trace's rate", "req/s", "higher", "windows",
+            lambda s: s.sla_goodput_req_s, _rate("met", lambda s: _per(s.trace_duration_s)),
         ),
         MetricSpec(
             "throughput_rps", "throughput", "req/s", "higher", "windows",
@@ -209,8 +209,10 @@ def metric_specs(summaries: Sequence[Summary]) -> list[MetricSpec]:
             lambda s: float(s.completed), lambda d: total(d.values["done"]),
         ),
         MetricSpec(
-            "bcr", "BCR", "req/s per USD/h", "higher", "windows", lambda s: s.bcr,
-            _rate("met", lambda s: _per(s.trace_duration_s) * _per(s.cost_per_hour)),
+            "bcr_at_trace_rate_per_1000_usd_h", "BCR at the trace's rate",
+            "req/s per 1000 USD/h", "higher", "windows",
+            lambda s: s.bcr_at_trace_rate_per_1000_usd_h,
+            _rate("met", lambda s: _per(s.trace_duration_s) * _per(s.cost_per_hour) * 1000),
         ),
         MetricSpec(
             "wan_bytes", "WAN bytes", "B", "lower", "windows",

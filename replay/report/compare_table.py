@@ -18,7 +18,14 @@ from rich.table import Table
 from rich.text import Text
 
 from replay.experiments.compare import CompareResult, MetricRow
-from replay.report.format import fmt_ci, fmt_diff, fmt_number, fmt_relative, scale_for
+from replay.report.format import (
+    Scale,
+    fmt_ci,
+    fmt_diff,
+    fmt_number,
+    fmt_relative,
+    shared_scales,
+)
 from replay.report.page import HEADLINE, metric_group
 
 __all__ = ["compare_table"]
@@ -41,10 +48,9 @@ def _mark(row: MetricRow, j: int) -> str:
     return "good" if improved else "bad"
 
 
-def _diff_cell(row: MetricRow, j: int, unit: str) -> Text:
+def _diff_cell(row: MetricRow, j: int, scale: Scale) -> Text:
     """``+7.04* +53.0%`` over ``[+6.29, +8.63]``: the difference in the row's unit (``pp``
     for a share), ``*`` when its interval excludes 0, the relative change, the interval."""
-    scale = scale_for(unit, row.values)
     d = row.differences[j]
     mark = _mark(row, j)
     star = "*" if mark in ("good", "bad", "sig") else " "
@@ -87,6 +93,7 @@ def _table(result: CompareResult, all_metrics: bool, wrap: int | None) -> Table:
         if i:
             table.add_column("Δ [95% CI]", justify="right", overflow="fold")
     group = ""
+    scales = shared_scales([(r.spec.key, r.spec.unit, r.values) for r in result.rows])
     for row in result.rows:
         if not all_metrics and row.spec.key not in HEADLINE:
             continue
@@ -94,12 +101,12 @@ def _table(result: CompareResult, all_metrics: bool, wrap: int | None) -> Table:
             if group:
                 table.add_section()
             group = metric_group(row.spec.key)
-        scale = scale_for(row.spec.unit, row.values)
+        scale = scales[row.spec.key]
         name = f"{row.spec.label} ({scale.unit})" if scale.unit else row.spec.label
         cells: list[str | Text] = [textwrap.fill(name, wrap) if wrap else name]
         for i, value in enumerate(row.values):
             cells.append(fmt_number(value, scale))
             if i:
-                cells.append(_diff_cell(row, i - 1, row.spec.unit))
+                cells.append(_diff_cell(row, i - 1, scale))
         table.add_row(*cells)
     return table

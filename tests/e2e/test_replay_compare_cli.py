@@ -70,7 +70,7 @@ def test_compare_writes_json_report_and_one_folder_per_policy(
     assert "…" not in stdout
     metrics = {m["key"]: m for m in data["metrics"]}
     sla = metrics["sla_attainment"]["values"]
-    goodput = metrics["goodput_rps"]["values"]
+    goodput = metrics["sla_goodput_req_s"]["values"]
     bcr = metrics["bcr"]["values"]
     cells = {
         cells[0]: cells[1:3]
@@ -166,7 +166,7 @@ def test_sweep_finds_the_rate_that_keeps_the_sla(
         f"{'' if data['bracketed'] else ' (no probe missed the target: a lower bound)'}, "
         f"the highest arrival rate at which 90% of requests met the SLA (probe {number}, "
         f"rate scale {best['rate_scale']:.4g}: {best['sla_attainment']:.1%} met it, a "
-        f"goodput of {best['goodput_rps']:.3f} req/s)"
+        f"goodput of {best['sla_goodput_req_s']:.3f} req/s)"
     ) in stdout
     assert data["bcr_per_1000_usd_h"] == pytest.approx(data["bcr"] * 1000)
     assert f"BCR: {data['bcr_per_1000_usd_h']:.3f} req/s per 1000 USD/h" in stdout
@@ -179,7 +179,7 @@ def test_sweep_finds_the_rate_that_keeps_the_sla(
         cells = [c.strip() for c in row.strip("│").split("│")]
         assert cells[:6] == [
             str(i), f"{probe['rate_scale']:.4g}", f"{probe['rate_rps']:.4g}",
-            f"{probe['sla_attainment']:.1%}", f"{probe['goodput_rps']:.4g}",
+            f"{probe['sla_attainment']:.1%}", f"{probe['sla_goodput_req_s']:.4g}",
             f"{probe['ttft_p99_s']:.3g}",
         ]  # fmt: skip
         verdict = "met: SLA goodput" if i == number else "met" if probe["passed"] else "missed"
@@ -189,7 +189,7 @@ def test_sweep_finds_the_rate_that_keeps_the_sla(
         table = list(csv.DictReader(f))
     assert [int(r["probe"]) for r in table] == list(range(1, len(probes) + 1))
     for written, probe in zip(table, probes, strict=True):
-        for key in ("rate_scale", "rate_rps", "sla_attainment", "goodput_rps", "ttft_p99_s"):
+        for key in ("rate_scale", "rate_rps", "sla_attainment", "sla_goodput_req_s", "ttft_p99_s"):
             assert float(written[key]) == probe[key]
         assert written["passed"] == str(probe["passed"])
     assert [r["best"] for r in table].index("True") == number - 1
