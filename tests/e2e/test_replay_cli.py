@@ -29,7 +29,7 @@ SUMMARY_KEYS = {
     "pipelines",
     "handoffs",
     "cost_per_hour",
-    "bcr",
+    "bcr_at_trace_rate_per_1000_usd_h",
     "simulated_s",
     "wall_s",
 }

@@ -126,7 +126,10 @@ def test_compare_json_and_the_bathtub(tmp_path: Path, requests: list[TraceReques
     assert [p["label"] for p in data["policies"]] == ["xdc-pd", "pdd"]
     assert data["bootstrap"]["windows"] >= 30
     keys = {m["key"] for m in data["metrics"]}
-    assert {"ttft_s.p99", "sla_goodput_req_s", "wan_gbps_mean", "bcr", "sla_attainment"} <= keys
+    assert {
+        "ttft_s.p99", "sla_goodput_req_s", "wan_gbps_mean", "bcr_at_trace_rate_per_1000_usd_h",
+        "sla_attainment",
+    } <= keys  # fmt: skip
     goodput = next(m for m in data["metrics"] if m["key"] == "sla_goodput_req_s")
     assert goodput["method"] == "windows"
     assert set(goodput["differences"]["pdd"]) == {"difference", "relative", "ci", "significant"}
