@@ -40,6 +40,7 @@ from replay.experiments.plan_space import (
     enumerate_candidates,
 )
 from replay.experiments.steady_replay import SteadyWindow
+from replay.metrics.bcr import bcr_per_1000_usd_h
 from replay.metrics.summary import SlaThresholds
 from replay.presets.loader import load_preset
 from replay.runner.config import ReplaySettings
@@ -128,15 +129,13 @@ class CandidateResult(BaseModel):
     @property
     def screened_bcr_per_1000_usd_h(self) -> float:
         """The screening's BCR: its SLA goodput at capacity per 1000 USD/h."""
-        cost = self.cost_usd_h
         good = self.screen.sla_goodput_req_s if self.screen is not None else 0.0
-        return good / cost * 1000 if cost > 0 else 0.0
+        return bcr_per_1000_usd_h(good, self.cost_usd_h)
 
     @property
     def bcr_per_1000_usd_h(self) -> float:
         """BCR: SLA goodput at capacity (req/s) per 1000 USD/h."""
-        cost = self.cost_usd_h
-        return self.sla_goodput_req_s / cost * 1000 if cost > 0 else 0.0
+        return bcr_per_1000_usd_h(self.sla_goodput_req_s, self.cost_usd_h)
 
 
 class PlanResult(BaseModel):

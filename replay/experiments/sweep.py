@@ -72,6 +72,7 @@ from replay.experiments.experiment_config import SweepConfig, SweepSearch
 from replay.experiments.policy_spec import PolicySpec, parse_policy_spec
 from replay.experiments.replay_job import run_jobs
 from replay.experiments.sweep_search import Bisection, SearchState, speculate
+from replay.metrics.bcr import bcr_per_1000_usd_h
 from replay.metrics.summary import Summary
 from replay.runner.config import ReplayConfig
 from replay.runner.run import ReplayResult
@@ -163,7 +164,10 @@ class SweepResult:
     @property
     def bcr_per_1000_usd_h(self) -> float | None:
         """BCR: the SLA goodput at capacity (req/s) per 1000 USD/h."""
-        return bcr_per_1000_usd_h(self.sla_goodput_at_capacity_req_s, self.cost_per_hour)
+        good = self.sla_goodput_at_capacity_req_s
+        if good is None or self.cost_per_hour <= 0:
+            return None
+        return round(bcr_per_1000_usd_h(good, self.cost_per_hour), 6)
 
     @property
     def best_number(self) -> int | None:
@@ -234,13 +238,6 @@ class SweepResult:
                     i, p.rate_scale, p.arrival_rate_req_s, p.sla_attainment,
                     p.sla_goodput_req_s, ttft, p.passed, i == best,
                 ])  # fmt: skip
-
-
-def bcr_per_1000_usd_h(sla_goodput_req_s: float | None, cost_per_hour: float) -> float | None:
-    """BCR: an SLA goodput (req/s) per 1000 USD/h of ``cost_per_hour`` (None without one)."""
-    if sla_goodput_req_s is None or cost_per_hour <= 0:
-        return None
-    return round(sla_goodput_req_s / cost_per_hour * 1000, 6)
 
 
 def burst_scale(result: SweepResult) -> float:

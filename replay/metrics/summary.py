@@ -9,6 +9,7 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel, Field
 
+from replay.metrics.bcr import bcr_per_1000_usd_h
 from replay.metrics.binding import Binding, find_binding
 from replay.metrics.columns import float_values, is_none, sequential_sum, string_counts
 from replay.metrics.record import RequestRecord
@@ -262,7 +263,7 @@ def summarize(
         reactive_p_rld=int(float_values(records, "reactive").sum()),
         hit_rate=_hit_rates(records, served),
         cost_per_hour=round(cost, 6),
-        bcr_at_trace_rate_per_1000_usd_h=round(goodput / cost * 1000, 6) if cost > 0 else 0.0,
+        bcr_at_trace_rate_per_1000_usd_h=round(bcr_per_1000_usd_h(goodput, cost), 6),
         trace_duration_s=round(duration, 6),
         simulated_s=round(simulated, 6),
         wall_s=round(observed.wall_s, 3),
