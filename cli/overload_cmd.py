@@ -67,7 +67,7 @@ def overload(
 
 
 OVERLOAD_HEADERS = (
-    "x capacity", "arrival rate (req/s)", "SLA met", "SLA goodput (req/s)", "SLA goodput kept",
+    "x capacity", "arrival rate (req/s)", "SLA met", "SLA goodput (req/s)", "SLA goodput kept (%)",
     "rejected", "TTFT P99 (s)",
 )  # fmt: skip
 """The table's columns: each row's SLA goodput is at that row's arrival rate."""
@@ -91,7 +91,7 @@ def _print(result: OverloadResult, written: list[Path]) -> None:
             f"{p.arrival_rate_req_s:.3g}",
             f"{p.sla_attainment:.1%}",
             f"{p.sla_goodput_req_s:.3g}",
-            "-" if p.sla_goodput_kept is None else f"{p.sla_goodput_kept:.0%}",
+            "-" if p.sla_goodput_kept is None else f"{p.sla_goodput_kept * 100:.0f}",
             f"{p.rejected_share:.1%}",
             "-" if p.ttft_p99_s is None else f"{p.ttft_p99_s:.3g}",
         )

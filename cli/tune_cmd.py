@@ -35,7 +35,7 @@ def _params(params: dict[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in sorted(params.items())) or "(defaults)"
 
 
-_HEADERS = (
+TUNE_HEADERS = (
     "SLA goodput at the trace's rate (req/s)", "BCR at the trace's rate (req/s per 1000 USD/h)",
     "SLA met", "TTFT P99 (s)", "WAN (GB)",
 )  # fmt: skip
@@ -66,7 +66,7 @@ def _new_table(title: str, first: tuple[str, ...]) -> Table:
     table = Table(title=title, caption=_CAPTION)
     for name in first:
         table.add_column(name, no_wrap=True)
-    for name in _HEADERS:  # narrower than 80 columns a figure folds, never ends in "..."
+    for name in TUNE_HEADERS:  # narrower than 80 columns a figure folds, never ends in "..."
         table.add_column(name, justify="right", overflow="fold")
     return table
 

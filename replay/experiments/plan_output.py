@@ -51,7 +51,7 @@ __all__ = [
 SCHEMA = "pdd-router/plan/2"
 LIMIT_WITHIN = 2.0  # a bound more than this many times the capacity is not named the limit
 
-_CSV_FIELDS = (
+PLAN_CSV_FIELDS = (
     "family", "label", "cost_usd_h", "line_usd_h", "bound_req_s", "limit", "limit_shown",
     "status", "pruned_by", "capacity_req_s", "capacity_low_req_s", "capacity_high_req_s",
     "sla_goodput_at_capacity_req_s", "bcr_per_1000_usd_h", "feasible", "on_front",
@@ -128,7 +128,7 @@ def plan_json(plan: PlanResult) -> dict[str, Any]:
 
 
 def _csv_row(row: dict[str, Any]) -> dict[str, Any]:
-    flat = {k: row[k] for k in _CSV_FIELDS if k in row}
+    flat = {k: row[k] for k in PLAN_CSV_FIELDS if k in row}
     flat["bound_req_s"] = row["bounds"]["bound_req_s"]
     flat["limit"] = row["bounds"]["limit"]
     got = row["confirmed"] or row["screen"]
@@ -163,7 +163,7 @@ def write_plan(plan: PlanResult, out: Path) -> list[Path]:
     written = [out / "plan.json", out / "plan.csv"]
     written[0].write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
     with written[1].open("w", encoding="utf-8", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(_CSV_FIELDS))
+        writer = csv.DictWriter(handle, fieldnames=list(PLAN_CSV_FIELDS))
         writer.writeheader()
         for row in data["candidates"]:
             writer.writerow(_csv_row(row))
