@@ -8,7 +8,8 @@ each policy after the first, the difference from the first with a 95% interval.
   share, realized hit rates, pipeline and handoff counts. Units are requests, paired
   by request id: a resample draws request ids, and both policies' statistics are taken
   over the same draw.
-- Rates (``method: "windows"``): goodput, throughput, WAN bytes and mean Gbps, BCR.
+- Rates (``method: "windows"``): SLA goodput, throughput, WAN bytes and mean Gbps, and BCR,
+  all at the trace's rate.
   Units are fixed windows of arrival time; a request's SLA outcome and WAN bytes count
   in the window of its arrival, and a resample's rate is its windows' total over the
   run's duration (as in ``summary.json``), so the identity resample gives the summary's
