@@ -188,6 +188,11 @@ VERDICT_HEADERS = (
 )  # fmt: skip
 
 
+def _widest(header: str) -> int:
+    """A header's longest word: the column never narrower, so no word is cut."""
+    return max(len(word) for word in header.split())
+
+
 def front_table(plan: PlanResult) -> Table:
     """PDD's Pareto front on the screening's figures, cheapest first (fits 80 columns)."""
     table = Table(
@@ -197,7 +202,9 @@ def front_table(plan: PlanResult) -> Table:
         "(confirmed in the verdict); limit: the tightest bound, when within 2x of the capacity",
     )
     for name in FRONT_HEADERS:
-        table.add_column(name, justify="right" if name != "limit" else "left")
+        table.add_column(
+            name, justify="right" if name != "limit" else "left", min_width=_widest(name)
+        )
     best = plan.best.get("pdd")
     for i in plan.front:
         r = plan.results[i]
@@ -223,7 +230,9 @@ def verdict_table(plan: PlanResult) -> Table:
         "hardware x line factors",
     )
     for name in VERDICT_HEADERS:
-        table.add_column(name, justify="left" if name in ("family", "factors") else "right")
+        justify = "left" if name in ("family", "factors") else "right"
+        width = len("colocated") if name == "family" else _widest(name)
+        table.add_column(name, justify=justify, min_width=width)
     by_family = {c.baseline: c for c in comparisons(plan)}
     for family, i in plan.best.items():
         r = plan.results[i]
