@@ -230,9 +230,10 @@ def verdict_table(plan: PlanResult) -> Table:
         "hardware x line factors",
     )
     for name in VERDICT_HEADERS:
-        justify = "left" if name in ("family", "factors") else "right"
         width = len("colocated") if name == "family" else _widest(name)
-        table.add_column(name, justify=justify, min_width=width)
+        table.add_column(
+            name, justify="left" if name in ("family", "factors") else "right", min_width=width
+        )
     by_family = {c.baseline: c for c in comparisons(plan)}
     for family, i in plan.best.items():
         r = plan.results[i]

@@ -4,9 +4,10 @@ Labels are the report's (``MetricSpec.label``) with the row's display unit in br
 as ``replay run``'s table writes them: ``SLA met (%)``, ``SLA goodput at the trace's rate
 (req/s)``, ``BCR at the trace's rate (req/s per 1000 USD/h)``; the percentiles of one
 quantity (TTFT P50, P90, P99) share one unit. A difference is in the row's unit
-(percentage points for a share), followed by the relative change. The table reads at 80 columns: metric names never
-wrap, policy labels fold rather than being cut, and a difference column is headed by
-``Δ`` alone (it follows its policy's column; the baseline is in the title).
+(percentage points for a share), followed by the relative change. The table reads at 80
+columns: metric names never wrap, policy labels fold rather than being cut, and a
+difference column is headed by ``Δ`` alone (it follows its policy's column; the baseline
+is in the title).
 """
 
 from __future__ import annotations

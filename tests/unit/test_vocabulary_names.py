@@ -158,12 +158,12 @@ def _field_problem(name: str) -> str | None:
             return "goodput without sla_"
         if not name.endswith(("_req_s", "_kept", "_factor")):
             return "SLA goodput without its unit (_req_s)"
-    if "bcr" in name and not name.startswith("bcr_ratio"):
-        if not name.endswith("_per_1000_usd_h"):
-            return "BCR without its unit (_per_1000_usd_h)"
-    if "capacity" in name and name not in ("capacity", "capacity_req_s"):
-        if not name.endswith("_req_s") and not name.startswith("sla_goodput_at_capacity"):
-            return "capacity without its unit (_req_s)"
+    bcr = "bcr" in name and not name.startswith("bcr_ratio")
+    if bcr and not name.endswith("_per_1000_usd_h"):
+        return "BCR without its unit (_per_1000_usd_h)"
+    capacity = "capacity" in name and not name.startswith("sla_goodput_at_capacity")
+    if capacity and name != "capacity" and not name.endswith("_req_s"):
+        return "capacity without its unit (_req_s)"
     if name.endswith("_rps") and re.search("goodput|capacity|bcr|arrival", name):
         return "req/s spelled _rps: the vocabulary's unit is _req_s"
     return None
@@ -214,6 +214,7 @@ def _headers(runs: list[ReplayResult], compared: CompareResult) -> dict[str, lis
     summary = runs[1].summary
     setups = [DemoSetup(label=r.summary.policy, preset="hand", policy=r.summary.policy)
               for r in runs]  # fmt: skip
+    demo = list(zip(setups, [r.summary for r in runs], strict=True))
     report = Report("run", [ReportRun("pdd", summary, runs[1].records)])
     report_cmp = Report(
         "compare", [ReportRun(r.summary.policy, r.summary, r.records) for r in runs],
@@ -222,8 +223,7 @@ def _headers(runs: list[ReplayResult], compared: CompareResult) -> dict[str, lis
     th = re.findall(r"<th>([^<]*)</th>", TEMPLATE.read_text(encoding="utf-8"))
     return {
         "replay run": _names(summary_table(summary), by_row=True),
-        "demo": _names(comparison_table(list(zip(setups, [r.summary for r in runs])), "demo"),
-                       by_row=True),
+        "demo": _names(comparison_table(demo, "demo"), by_row=True),
         "replay compare": _names(compare_table(compared, all_metrics=True), by_row=True),
         "replay sweep": _names(_sweep_table(_sweep(summary, None))),
         "replay overload": list(OVERLOAD_HEADERS),
@@ -232,7 +232,7 @@ def _headers(runs: list[ReplayResult], compared: CompareResult) -> dict[str, lis
         "replay tune": list(TUNE_HEADERS),
         "report.html (run)": [f"{r['label']} ({r['unit']})" for r in table_rows(report)],
         "report.html (compare)": [f"{r['label']} ({r['unit']})" for r in table_rows(report_cmp)],
-        "report.html (cards)": [label for card in _cards(report.runs) for label, _ in card["items"]],
+        "report.html (cards)": [label for c in _cards(report.runs) for label, _ in c["items"]],
         "report.html (sweep probes)": th,
     }
 
@@ -240,27 +240,50 @@ def _headers(runs: list[ReplayResult], compared: CompareResult) -> dict[str, lis
 _UNIT = re.compile(r"\((s|ms)\)")
 
 
+ONE_RATE = ("replay run", "demo", "replay compare", "replay tune", "report")
+"""Tables of runs at one rate, the trace's: a BCR there is not the BCR at capacity."""
+
+
+def _goodput_problem(h: str, rated: bool, cards: bool) -> str | None:
+    if "goodput" not in h.lower():
+        return None
+    if "SLA goodput" not in h:
+        return "goodput without SLA"
+    if not rated and not any(q in h for q in AT_RATE):
+        return "SLA goodput without the rate it is at"
+    if not cards and "(req/s)" not in h and "(%)" not in h:
+        return "SLA goodput without (req/s)"
+    return None
+
+
+def _bcr_problem(h: str, where: str, cards: bool) -> str | None:
+    if "BCR" not in h or "ratio" in h:
+        return None
+    if not cards and BCR_UNIT not in h:
+        return f"BCR without {BCR_UNIT}"
+    if where.startswith(ONE_RATE) and "at the trace's rate" not in h:
+        return "a BCR at the trace's rate that does not say so"
+    return None
+
+
+def _capacity_problem(h: str) -> str | None:
+    if not re.search(r"\bcapacity\b", h) or h.startswith("x capacity"):
+        return None
+    if "SLA goodput" not in h and "(req/s)" not in h:
+        return "capacity without (req/s)"
+    return None
+
+
 def _header_problems(where: str, headers: list[str]) -> Iterator[str]:
     rated = any("arrival rate" in h for h in headers)  # each row says its rate
     cards = "cards" in where  # a card's value carries its unit
     for h in headers:
-        low = h.lower()
-        if "goodput" in low:
-            if "SLA goodput" not in h:
-                yield f"{where}: {h!r}: goodput without SLA"
-            elif not rated and not any(q in h for q in AT_RATE):
-                yield f"{where}: {h!r}: SLA goodput without the rate it is at"
-            elif not cards and "(req/s)" not in h and "(%)" not in h:
-                yield f"{where}: {h!r}: SLA goodput without (req/s)"
-        if "BCR" in h and "ratio" not in h:
-            if not cards and BCR_UNIT not in h:
-                yield f"{where}: {h!r}: BCR without {BCR_UNIT}"
-            if where.startswith(("replay run", "demo", "replay compare", "replay tune", "report")):
-                if "at the trace's rate" not in h:
-                    yield f"{where}: {h!r}: a BCR at the trace's rate that does not say so"
-        if re.search(r"\bcapacity\b", low) and not low.startswith("x capacity"):
-            if "SLA goodput" not in h and "(req/s)" not in h:
-                yield f"{where}: {h!r}: capacity without (req/s)"
+        for why in (
+            _goodput_problem(h, rated, cards), _bcr_problem(h, where, cards),
+            _capacity_problem(h),
+        ):  # fmt: skip
+            if why is not None:
+                yield f"{where}: {h!r}: {why}"
     figures = [h for h in headers if not h.startswith("SLA (")]  # not the SLA's thresholds
     for quantity in ("TTFT", "TPOT"):
         units = {m.group(1) for h in figures if quantity in h for m in _UNIT.finditer(h)}
@@ -318,3 +341,23 @@ def test_a_sweep_prints_one_capacity_one_sla_goodput_at_capacity_and_one_bcr(
     assert data["sla_goodput_at_capacity_req_s"] == pytest.approx(3.8)
     assert data["bcr_per_1000_usd_h"] == pytest.approx(47.5)
     assert data["trace_timing_capacity_req_s"] == sweep.probes[0].arrival_rate_req_s
+
+
+def test_the_readme_glossary_defines_each_word_once() -> None:
+    """The words the tables use are defined in one place, the README's glossary, once each
+    and with the unit the fields carry."""
+    readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
+    glossary = readme.split("## Glossary", 1)[1].split("\n## ", 1)[0]
+    terms = re.findall(r"^- \*\*([^*]+)\*\*", glossary, flags=re.MULTILINE)
+    for word in ("PDD", "P", "RLD", "MD", "DRC", "Pipelines", "Handoff modes", "SLA",
+                 "Capacity", "SLA goodput", "BCR"):  # fmt: skip
+        assert terms.count(word) == 1, word
+    entry = {t: glossary.split(f"- **{t}**", 1)[1].split("\n- **", 1)[0] for t in terms}
+    assert "highest arrival rate" in entry["Capacity"]
+    assert "`capacity_req_s`" in entry["Capacity"]
+    assert "at a given arrival" in entry["SLA goodput"]
+    assert "*at capacity*" in entry["SLA goodput"]
+    assert "*at the trace's rate*" in entry["SLA goodput"]
+    assert "req/s per 1000 USD/h" in entry["BCR"]
+    assert "SLA goodput at capacity" in entry["BCR"]
+    assert "`bcr_at_trace_rate_per_1000_usd_h`" in entry["BCR"]
