@@ -9,7 +9,7 @@ request waits behind the queue and misses the SLA.
 
 ``overload.json`` (``OverloadResult.to_json``)::
 
-    {"schema": "pdd-router/overload/1", "trace", "preset", "policy", "params", "seed",
+    {"schema": "pdd-router/overload/2", "trace", "preset", "policy", "params", "seed",
      "sla": {...}, "target": 0.9,
      "capacity": {"rate_scale", "capacity_req_s",   # the sweep's, on the trace's timing
                   "sla_goodput_at_capacity_req_s"} | null,
@@ -45,7 +45,7 @@ from router.errors import UserError
 
 __all__ = ["MULTIPLES", "OverloadPoint", "OverloadResult", "run_overload"]
 
-SCHEMA = "pdd-router/overload/1"
+SCHEMA = "pdd-router/overload/2"
 MULTIPLES = (0.5, 1.0, 1.2, 1.5, 2.0)
 """Default rates, as multiples of the capacity rate."""
 COLUMNS = (

@@ -3,7 +3,7 @@ and its tables (the PDD front, the verdict against each baseline).
 
 ``plan.json`` (``plan_json``)::
 
-    {"schema": "pdd-router/plan/2", "trace", "preset", "policy", "seeds", "sla", "target",
+    {"schema": "pdd-router/plan/3", "trace", "preset", "policy", "seeds", "sla", "target",
      "tolerance", "screen_tolerance", "window": {"warmup_s", "window_s", "windows",
      "tail_s"}, "screen_window": {...}, "trace_rate_req_s", "target_rate_req_s",
      "line_price_usd_per_gbps_month", "space": {...},
@@ -48,7 +48,7 @@ __all__ = [
     "write_plan",
 ]
 
-SCHEMA = "pdd-router/plan/2"
+SCHEMA = "pdd-router/plan/3"
 LIMIT_WITHIN = 2.0  # a bound more than this many times the capacity is not named the limit
 
 PLAN_CSV_FIELDS = (

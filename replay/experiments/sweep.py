@@ -26,7 +26,7 @@ run``); *BCR* is the SLA goodput at capacity per 1000 USD/h of the cluster's cos
 
 ``sweep.json`` (``SweepResult.to_json``)::
 
-    {"schema": "pdd-router/sweep/1", "trace", "preset", "policy", "params", "seed",
+    {"schema": "pdd-router/sweep/2", "trace", "preset", "policy", "params", "seed",
      "sla": {...}, "target": 0.9, "tolerance": 0.02,   # target: a fraction
      "capacity_req_s": float | null,        # the capacity (see below)
      "capacity_low_req_s": float | null, "capacity_high_req_s": float | null,  # 95%
@@ -80,7 +80,7 @@ from replay.sim.simulator import ProgressObserver
 
 __all__ = ["Probe", "SweepConfig", "SweepResult", "SweepSearch", "run_sweep"]
 
-SCHEMA = "pdd-router/sweep/1"
+SCHEMA = "pdd-router/sweep/2"
 
 UNITS: dict[str, str] = {
     "capacity_req_s": "req/s: the highest arrival rate at which the target share meets the "

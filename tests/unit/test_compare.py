@@ -121,7 +121,7 @@ def test_compare_json_and_the_bathtub(tmp_path: Path, requests: list[TraceReques
     )
     result.write_json(tmp_path / "compare.json")
     data = json.loads((tmp_path / "compare.json").read_text())
-    assert data["schema"] == "pdd-router/compare/1"
+    assert data["schema"] == "pdd-router/compare/2"
     assert data["baseline"] == "xdc-pd"
     assert [p["label"] for p in data["policies"]] == ["xdc-pd", "pdd"]
     assert data["bootstrap"]["windows"] >= 30
