@@ -141,13 +141,14 @@ def summary_rows(summaries: list[Summary]) -> list[tuple[str, list[str]]]:
         ("TPOT P50 / P99 (ms)", lambda s: _ms(s.tpot_s.p50, s.tpot_s.p99)),
         ("SLA attainment", lambda s: f"{s.sla_attainment:.1%}"),
         ("rejected (admission control)", lambda s: f"{s.rejected}"),
-        ("goodput at the trace's rate (req/s)", lambda s: f"{s.goodput_rps:.2f}"),
+        ("SLA goodput at the trace's rate (req/s)", lambda s: f"{s.sla_goodput_req_s:.2f}"),
         ("WAN bytes (TB)", lambda s: f"{s.wan_bytes / 1e12:.2f}"),
         ("WAN mean / peak (Gbps)", lambda s: f"{s.wan_gbps_mean:.1f} / {s.wan_gbps_peak:.1f}"),
         ("RLD token share", lambda s: f"{s.rld_token_share:.1%}"),
         ("pipelines", lambda s: ", ".join(f"{k} {v}" for k, v in s.pipelines.items())),
         ("cost (USD/h)", lambda s: f"{s.cost_per_hour:.1f}"),
-        ("BCR at the trace's rate (req/s per 1000 USD/h)", lambda s: f"{s.bcr * 1000:.1f}"),
+        ("BCR at the trace's rate (req/s per 1000 USD/h)",
+         lambda s: f"{s.bcr_at_trace_rate_per_1000_usd_h:.1f}"),
     ]  # fmt: skip
     return [(name, [cell(s) for s in summaries]) for name, cell in cells]
 

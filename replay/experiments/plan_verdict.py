@@ -35,16 +35,16 @@ class Comparison(BaseModel):
     baseline_label: str
     pdd_cost_usd_h: float
     baseline_cost_usd_h: float
-    pdd_goodput_req_s: float
-    pdd_goodput_low_req_s: float
-    pdd_goodput_high_req_s: float
-    baseline_goodput_req_s: float
-    baseline_goodput_low_req_s: float
-    baseline_goodput_high_req_s: float
+    pdd_sla_goodput_req_s: float
+    pdd_sla_goodput_low_req_s: float
+    pdd_sla_goodput_high_req_s: float
+    baseline_sla_goodput_req_s: float
+    baseline_sla_goodput_low_req_s: float
+    baseline_sla_goodput_high_req_s: float
     bcr_ratio: float
     bcr_ratio_low: float
     bcr_ratio_high: float
-    goodput_factor: float
+    sla_goodput_factor: float
     hardware_factor: float
     line_factor: float
 
@@ -60,21 +60,27 @@ def _ratio(a: float, b: float) -> float:
 
 def _compare(pdd: CandidateResult, base: CandidateResult) -> Comparison | None:
     p, b = pdd.confirmed, base.confirmed
-    if p is None or b is None or b.goodput_req_s <= 0:
+    if p is None or b is None or b.sla_goodput_req_s <= 0:
         return None
     pc, bc = pdd.cost_usd_h, base.cost_usd_h
     gpu = pdd.deployment.gpu_usd_h
     return Comparison(
         baseline=base.family, pdd_label=pdd.label, baseline_label=base.label,
         pdd_cost_usd_h=round(pc, 6), baseline_cost_usd_h=round(bc, 6),
-        pdd_goodput_req_s=p.goodput_req_s, pdd_goodput_low_req_s=p.goodput_low_req_s,
-        pdd_goodput_high_req_s=p.goodput_high_req_s, baseline_goodput_req_s=b.goodput_req_s,
-        baseline_goodput_low_req_s=b.goodput_low_req_s,
-        baseline_goodput_high_req_s=b.goodput_high_req_s,
-        bcr_ratio=round(_ratio(p.goodput_req_s * bc, b.goodput_req_s * pc), 6),
-        bcr_ratio_low=round(_ratio(p.goodput_low_req_s * bc, b.goodput_high_req_s * pc), 6),
-        bcr_ratio_high=round(_ratio(p.goodput_high_req_s * bc, b.goodput_low_req_s * pc), 6),
-        goodput_factor=round(_ratio(p.goodput_req_s, b.goodput_req_s), 6),
+        pdd_sla_goodput_req_s=p.sla_goodput_req_s,
+        pdd_sla_goodput_low_req_s=p.sla_goodput_low_req_s,
+        pdd_sla_goodput_high_req_s=p.sla_goodput_high_req_s,
+        baseline_sla_goodput_req_s=b.sla_goodput_req_s,
+        baseline_sla_goodput_low_req_s=b.sla_goodput_low_req_s,
+        baseline_sla_goodput_high_req_s=b.sla_goodput_high_req_s,
+        bcr_ratio=round(_ratio(p.sla_goodput_req_s * bc, b.sla_goodput_req_s * pc), 6),
+        bcr_ratio_low=round(
+            _ratio(p.sla_goodput_low_req_s * bc, b.sla_goodput_high_req_s * pc), 6
+        ),
+        bcr_ratio_high=round(
+            _ratio(p.sla_goodput_high_req_s * bc, b.sla_goodput_low_req_s * pc), 6
+        ),
+        sla_goodput_factor=round(_ratio(p.sla_goodput_req_s, b.sla_goodput_req_s), 6),
         hardware_factor=round(_ratio(bc, gpu), 6),
         line_factor=round(_ratio(gpu, pc), 6),
     )  # fmt: skip
@@ -128,10 +134,10 @@ def sensitivity(plan: PlanResult) -> list[Sensitivity]:
     for text, line, premium in changes:
         ratios = {}
         for base in bases:
-            if base.confirmed is None or base.confirmed.goodput_req_s <= 0:
+            if base.confirmed is None or base.confirmed.sla_goodput_req_s <= 0:
                 continue
-            pdd_bcr = pdd.confirmed.goodput_req_s / _cost(pdd, line, premium)
-            base_bcr = base.confirmed.goodput_req_s / _cost(base, line, premium)
+            pdd_bcr = pdd.confirmed.sla_goodput_req_s / _cost(pdd, line, premium)
+            base_bcr = base.confirmed.sla_goodput_req_s / _cost(base, line, premium)
             ratios[base.family] = round(pdd_bcr / base_bcr, 6)
         out.append(Sensitivity(change=text, bcr_ratio=ratios))
     return out

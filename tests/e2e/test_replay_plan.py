@@ -29,7 +29,7 @@ def test_plan_writes_a_front_a_verdict_and_a_preset_that_replays(
     assert "PDD: cost against capacity" in printed
     assert "Verdict" in printed
     data = json.loads((out / "plan.json").read_text())
-    assert data["schema"] == "pdd-router/plan/2"
+    assert data["schema"] == "pdd-router/plan/3"
     rows = data["candidates"]
     pdd = [r for r in rows if r["family"] == "pdd"]
     assert len(pdd) == 4
@@ -68,7 +68,7 @@ def test_plan_writes_a_front_a_verdict_and_a_preset_that_replays(
         assert got["capacity_low_req_s"] <= got["capacity_req_s"] <= got["capacity_high_req_s"]
     for comparison in data["verdict"]:
         product = (
-            comparison["goodput_factor"] * comparison["hardware_factor"]
+            comparison["sla_goodput_factor"] * comparison["hardware_factor"]
             * comparison["line_factor"]
         )  # fmt: skip
         assert comparison["bcr_ratio"] == pytest.approx(product, rel=1e-4)
