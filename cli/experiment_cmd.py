@@ -1,4 +1,4 @@
-"""`pdd-router replay compare` and `replay sweep`: offline policy A/B and SLA goodput.
+"""`pdd-router replay compare` and `replay sweep`: offline policy A/B and capacity.
 
 The commands parse options, show progress and print; the work is ``replay.experiments.compare``,
 ``replay.experiments.sweep`` and ``replay.report`` (imported when a command runs, so ``--help``
@@ -146,7 +146,7 @@ def sweep(
     config: SweepConfig,
     output: OutputOptions,
 ) -> None:
-    """Find the highest arrival rate meeting the SLA (SLA goodput) and its BCR.
+    """Find the capacity (the highest arrival rate meeting the SLA) and its BCR.
 
     Bisects --rate-scale for the highest rate at which --target of requests meet the SLA;
     writes sweep.json, probes.csv (one row per probe) and report.html. With --executor
@@ -206,8 +206,8 @@ def _print_sweep(result: SweepResult, config: SweepConfig, out: Path) -> bool:
     console = Console()
     console.print(_sweep_table(result))
     best = result.best_result
-    rate, bcr, target = result.sla_goodput_rps, result.bcr_per_1000_usd_h, result.target
-    if best is None or result.best is None or rate is None or bcr is None:
+    rate, target = result.trace_timing_capacity_req_s, result.target
+    if best is None or result.best is None or rate is None:
         console.print(
             f"[red]no probe of {result.spec.label} met {target:.0%} SLA attainment[/] (lowest "
             f"rate scale tried: {min(p.rate_scale for p in result.probes):.4g}); wrote "
@@ -220,16 +220,13 @@ def _print_sweep(result: SweepResult, config: SweepConfig, out: Path) -> bool:
     _write_best(result, config, out)
     bound = "" if result.bracketed else " (no probe missed the target: a lower bound)"
     there = result.best
-    lines = (
-        f"SLA goodput of {result.spec.label}: {rate:.3f} req/s{bound}, the highest arrival "
-        f"rate at which {target:.0%} of requests met the SLA (probe {result.best_number}, "
-        f"rate scale {there.rate_scale:.4g}: {there.sla_attainment:.1%} met it, a goodput "
-        f"of {there.goodput_rps:.3f} req/s)",
-        f"BCR: {bcr:.3f} req/s per 1000 USD/h (the SLA goodput over "
-        f"{result.cost_per_hour:.2f} USD/h)",
-    )
-    for line in lines:
-        console.print(line, highlight=False, soft_wrap=True)
+    console.print(
+        f"capacity of {result.spec.label} on the trace's timing: {rate:.3f} req/s{bound}, the "
+        f"highest arrival rate at which {target:.0%} of requests met the SLA (probe "
+        f"{result.best_number}, rate scale {there.rate_scale:.4g}: {there.sla_attainment:.1%} "
+        f"met it, SLA goodput there {there.sla_goodput_req_s:.3f} req/s)",
+        highlight=False, soft_wrap=True,
+    )  # fmt: skip
     _print_capacity(console, result)
     console.print(
         f"wrote {out / 'sweep.json'}, {out / 'probes.csv'} and {out / 'report.html'}",
@@ -239,17 +236,22 @@ def _print_sweep(result: SweepResult, config: SweepConfig, out: Path) -> bool:
 
 
 def _print_capacity(console: Console, result: SweepResult) -> None:
+    """The capacity that counts (at steady state when measured), its SLA goodput and BCR."""
     c = result.steady
-    if c is None:
-        return
-    console.print(
-        f"capacity at steady state: {c.capacity_req_s:.3f} req/s [{c.capacity_low_req_s:.3f}, "
-        f"{c.capacity_high_req_s:.3f}] (95%, over seeds and windows), SLA goodput there "
-        f"{c.goodput_req_s:.3f} req/s, BCR "
-        f"{c.goodput_req_s / result.cost_per_hour * 1000:.3f} per 1000 USD/h",
-        highlight=False,
-        soft_wrap=True,
-    )
+    if c is not None:
+        console.print(
+            f"capacity at steady state: {c.capacity_req_s:.3f} req/s [{c.capacity_low_req_s:.3f}"
+            f", {c.capacity_high_req_s:.3f}] (95%, over seeds and windows)",
+            highlight=False, soft_wrap=True,
+        )  # fmt: skip
+    good, bcr = result.sla_goodput_at_capacity_req_s, result.bcr_per_1000_usd_h
+    if good is not None:
+        console.print(
+            f"SLA goodput at capacity: {good:.3f} req/s; BCR: "
+            + ("-" if bcr is None else f"{bcr:.3f} req/s per 1000 USD/h")
+            + f" (the SLA goodput at capacity over {result.cost_per_hour:.2f} USD/h)",
+            highlight=False, soft_wrap=True,
+        )  # fmt: skip
     for warning in result.warnings():
         console.print(f"[yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)
 
@@ -277,32 +279,36 @@ def _write_best(result: SweepResult, config: SweepConfig, out: Path) -> None:
     )
 
 
+SWEEP_HEADERS = (
+    "#", "rate scale", "arrival rate (req/s)", "SLA met", "SLA goodput (req/s)", "TTFT P99 (s)",
+)  # fmt: skip
+"""The probe table's columns (and a last one, ``target``)."""
+
+
 def _sweep_table(result: SweepResult) -> Table:
     """One row per probe, in the order they ran; the last column says whether the probe
-    met the target and marks the one whose arrival rate is the SLA goodput."""
+    met the target and marks the one whose arrival rate is the capacity on the trace's
+    timing."""
     from rich.table import Table
 
     table = Table(
         title=f"replay sweep of {result.spec.label}: target {result.target:.0%} SLA met",
-        caption="goodput: requests meeting the SLA per second, at the probe's rate. "
-        "SLA goodput: the highest arrival rate that met the target.",
+        caption="SLA goodput: requests meeting the SLA per second, at the probe's arrival "
+        "rate. capacity: the highest arrival rate that met the target.",
     )
-    headers = (
-        "#", "rate scale", "arrival rate (req/s)", "SLA met", "goodput (req/s)",
-        "TTFT P99 (s)",
-    )  # fmt: skip
+    headers = SWEEP_HEADERS
     for name in headers:  # narrower than 80 columns a figure folds, never ends in "..."
         table.add_column(name, justify="right", overflow="fold")
-    table.add_column("target", no_wrap=True)  # "met: SLA goodput" stays on one line
+    table.add_column("target", no_wrap=True)  # "met: capacity" stays on one line
     best = result.best_number
     for i, p in enumerate(result.probes, start=1):
         ttft = "-" if p.ttft_p99_s is None else f"{p.ttft_p99_s:.3g}"
         verdict = "met" if p.passed else "missed"
         if i == best:
-            verdict = "met: SLA goodput"
+            verdict = "met: capacity"
         table.add_row(
-            str(i), f"{p.rate_scale:.4g}", f"{p.rate_rps:.4g}", f"{p.sla_attainment:.1%}",
-            f"{p.goodput_rps:.4g}", ttft, verdict, style="green" if p.passed else "red",
+            str(i), f"{p.rate_scale:.4g}", f"{p.arrival_rate_req_s:.4g}", f"{p.sla_attainment:.1%}",
+            f"{p.sla_goodput_req_s:.4g}", ttft, verdict, style="green" if p.passed else "red",
         )  # fmt: skip
     return table
 

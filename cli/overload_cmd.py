@@ -36,10 +36,10 @@ def overload(
     """How the policy holds up past its capacity: SLA goodput at multiples of its capacity.
 
     Finds the capacity with `replay sweep` (the highest rate at which --target of the
-    requests meet the SLA), then replays the trace at --multiples of that rate. "kept" is
-    the SLA goodput over the capacity's: a policy that degrades gracefully keeps it near
-    100% past its capacity, by refusing the excess (counted as rejected). Writes
-    overload.json and overload.csv.
+    requests meet the SLA), then replays the trace at --multiples of that rate. "SLA goodput
+    kept" is the SLA goodput over the SLA goodput at capacity: a policy that degrades
+    gracefully keeps it near 100% past its capacity, by refusing the excess (counted as
+    rejected). Writes overload.json and overload.csv.
     """
     from replay.experiments.overload import run_overload
 
@@ -66,26 +66,32 @@ def overload(
     _print(result, result.write(output.out))
 
 
+OVERLOAD_HEADERS = (
+    "x capacity", "arrival rate (req/s)", "SLA met", "SLA goodput (req/s)", "SLA goodput kept (%)",
+    "rejected", "TTFT P99 (s)",
+)  # fmt: skip
+"""The table's columns: each row's SLA goodput is at that row's arrival rate."""
+
+
 def _print(result: OverloadResult, written: list[Path]) -> None:
     best = result.sweep.best
     assert best is not None  # run_overload refuses a policy without capacity
     console = Console()
     console.print(
-        f"capacity of {result.spec.label}: {best.rate_rps:.3g} req/s (rate scale "
-        f"{best.rate_scale:.4g}), SLA goodput {best.goodput_rps:.3g} req/s",
+        f"capacity of {result.spec.label}: {best.arrival_rate_req_s:.3g} req/s (rate scale "
+        f"{best.rate_scale:.4g}), SLA goodput at capacity {best.sla_goodput_req_s:.3g} req/s",
         highlight=False,
     )
     table = Table(title=f"{result.spec.label} past its capacity")
-    for header in ("x capacity", "rate (req/s)", "SLA met", "SLA goodput", "kept", "rejected",
-                   "TTFT P99 (s)"):  # fmt: skip
+    for header in OVERLOAD_HEADERS:
         table.add_column(header, justify="right")
     for p in result.points:
         table.add_row(
             f"{p.multiple:g}",
-            f"{p.rate_rps:.3g}",
+            f"{p.arrival_rate_req_s:.3g}",
             f"{p.sla_attainment:.1%}",
-            f"{p.sla_goodput_rps:.3g}",
-            "-" if p.goodput_kept is None else f"{p.goodput_kept:.0%}",
+            f"{p.sla_goodput_req_s:.3g}",
+            "-" if p.sla_goodput_kept is None else f"{p.sla_goodput_kept * 100:.0f}",
             f"{p.rejected_share:.1%}",
             "-" if p.ttft_p99_s is None else f"{p.ttft_p99_s:.3g}",
         )

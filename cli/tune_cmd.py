@@ -35,22 +35,29 @@ def _params(params: dict[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in sorted(params.items())) or "(defaults)"
 
 
-_HEADERS = (
-    "goodput (req/s)", "BCR (req/s per 1000 USD/h)", "SLA met", "TTFT P99 (s)", "WAN (GB)",
+TUNE_HEADERS = (
+    "SLA goodput at the trace's rate (req/s)", "BCR at the trace's rate (req/s per 1000 USD/h)",
+    "SLA met", "TTFT P99 (s)", "WAN (GB)",
 )  # fmt: skip
-_CAPTION = "goodput: requests meeting the SLA per second, at the scenario's load"
+_CAPTION = "the trace's rate: the scenario's (its trace at its load)"
 
 
 def _figures(f: Figures) -> tuple[str, ...]:
     ttft = "-" if f.ttft_p99_s is None else f"{f.ttft_p99_s:.2f}"
     return (
-        f"{f.goodput_rps:.3f}", f"{f.bcr * 1000:.2f}", f"{f.sla_attainment:.2%}", ttft,
-        f"{f.wan_bytes / 1e9:.0f}",
+        f"{f.sla_goodput_req_s:.3f}", f"{f.bcr_at_trace_rate_per_1000_usd_h:.2f}",
+        f"{f.sla_attainment:.2%}", ttft, f"{f.wan_bytes / 1e9:.0f}",
     )  # fmt: skip
 
 
 def _sum(trial: Trial) -> tuple[str, ...]:
-    return (f"{trial.goodput_rps:.3f}", f"{trial.bcr * 1000:.2f}", "", "", "")
+    return (
+        f"{trial.sla_goodput_req_s:.3f}",
+        f"{trial.bcr_at_trace_rate_per_1000_usd_h:.2f}",
+        "",
+        "",
+        "",
+    )
 
 
 def _new_table(title: str, first: tuple[str, ...]) -> Table:
@@ -59,7 +66,7 @@ def _new_table(title: str, first: tuple[str, ...]) -> Table:
     table = Table(title=title, caption=_CAPTION)
     for name in first:
         table.add_column(name, no_wrap=True)
-    for name in _HEADERS:  # narrower than 80 columns a figure folds, never ends in "..."
+    for name in TUNE_HEADERS:  # narrower than 80 columns a figure folds, never ends in "..."
         table.add_column(name, justify="right", overflow="fold")
     return table
 
@@ -117,7 +124,7 @@ def _check_table(check: CheckResult, best: Trial) -> Table:
 
 
 def _objective(objective: str) -> str:
-    return "BCR" if objective == "bcr" else "goodput"
+    return "BCR at the trace's rate" if objective == "bcr" else "SLA goodput at the trace's rate"
 
 
 def _print(result: TuneResult, top: int) -> None:
@@ -133,17 +140,16 @@ def _print(result: TuneResult, top: int) -> None:
     ours, theirs = best.value(result.objective), default.value(result.objective)
     change = f" ({ours / theirs - 1:+.2%})" if theirs > 0 else ""
     unit = "req/s" if result.objective == "goodput" else "req/s per 1000 USD/h"
-    scale = 1.0 if result.objective == "goodput" else 1000.0
     summed = "summed over the scenarios"
     if best.number == 0:
         line = (
-            f"best: trial 0, the defaults: {_objective(result.objective)} {ours * scale:.3f} "
+            f"best: trial 0, the defaults: {_objective(result.objective)} {ours:.3f} "
             f"{unit}, {summed}; no trial was kept over them"
         )
     else:
         line = (
             f"best: trial {best.number}: {_params(best.params)}; {_objective(result.objective)} "
-            f"{ours * scale:.3f} against {theirs * scale:.3f} {unit} for the defaults{change}, "
+            f"{ours:.3f} against {theirs:.3f} {unit} for the defaults{change}, "
             f"{summed}"
         )
     console.print(line, highlight=False, soft_wrap=True)
@@ -158,8 +164,9 @@ def _print(result: TuneResult, top: int) -> None:
             verdict = "the best is the defaults (trial 0): the check replays them once"
         else:
             verdict = (
-                f"best vs defaults on the check: goodput {check.tuned.goodput_rps:.3f} vs "
-                f"{check.default.goodput_rps:.3f} req/s, summed over the check's scenarios "
+                "best vs defaults on the check: SLA goodput "
+                f"{check.tuned.sla_goodput_req_s:.3f} vs "
+                f"{check.default.sla_goodput_req_s:.3f} req/s, summed over the check's scenarios "
                 f"({'not worse' if check.not_worse else 'WORSE'})"
             )
         console.print(verdict, highlight=False, soft_wrap=True)
@@ -207,7 +214,11 @@ class TuneOptions(BaseModel):
         description="Load(s) to tune at (repeatable: every trace at each)",
         json_schema_extra={"repeat": True},
     )
-    objective: Objective = Field("goodput", description="goodput or bcr (SLA-based)")
+    objective: Objective = Field(
+        "goodput",
+        description="goodput: SLA goodput at the trace's rate (req/s); bcr: BCR at the "
+        "trace's rate (req/s per 1000 USD/h)",
+    )
     search: Literal["coordinate", "random"] = Field(
         "coordinate", description="coordinate (one threshold at a time) or random"
     )
@@ -252,7 +263,7 @@ def tune(
     settings: ReplaySettings,
     output: OutputOptions,
 ) -> None:
-    """Search the policy's thresholds on TRACES for the best SLA goodput (or BCR).
+    """Search the policy's thresholds on TRACES for the best SLA goodput (or BCR) at their rates.
 
     The configurations of a round (and each one's scenarios) are independent replays: with
     --executor process or ray they run --workers at a time, and the search is the same.

@@ -96,9 +96,9 @@ class CapacityResult(BaseModel):
     capacity_req_s: float
     capacity_low_req_s: float
     capacity_high_req_s: float
-    goodput_req_s: float  # SLA goodput at capacity: capacity x its attainment
-    goodput_low_req_s: float
-    goodput_high_req_s: float
+    sla_goodput_req_s: float  # SLA goodput at capacity: capacity x its attainment
+    sla_goodput_low_req_s: float
+    sla_goodput_high_req_s: float
     per_seed_req_s: list[float]
     bracketed: bool  # every seed found a failing rate
     monotone: bool
@@ -266,9 +266,9 @@ def find_capacity(
         capacity_req_s=round(capacity, 6),
         capacity_low_req_s=round(float(np.percentile(caps, 2.5)), 6),
         capacity_high_req_s=round(float(np.percentile(caps, 97.5)), 6),
-        goodput_req_s=round(float(np.mean(per_goodput)), 6),
-        goodput_low_req_s=round(float(np.percentile(goods, 2.5)), 6),
-        goodput_high_req_s=round(float(np.percentile(goods, 97.5)), 6),
+        sla_goodput_req_s=round(float(np.mean(per_goodput)), 6),
+        sla_goodput_low_req_s=round(float(np.percentile(goods, 2.5)), 6),
+        sla_goodput_high_req_s=round(float(np.percentile(goods, 97.5)), 6),
         per_seed_req_s=[round(c, 6) for c in per_seed],
         bracketed=bracketed,
         monotone=monotone,

@@ -34,19 +34,23 @@ class CapacityJob:
 @lru_cache(maxsize=2)  # a worker runs many jobs on the same trace: read it once
 def _requests(
     trace: str, trace_format: str | None, block_size: int | None, strict: bool,
-    hit_band: tuple[float, float] | None,
+    max_requests: int | None, hit_band: tuple[float, float] | None,
 ) -> tuple[TraceRequest, ...]:  # fmt: skip
+    """The trace's requests (its first ``max_requests``), flattened into ``hit_band``."""
     fmt = resolve_format(trace_format) if trace_format is not None else None
-    requests = read_trace(trace, fmt, block_size, strict=strict)
+    requests = list(read_trace(trace, fmt, block_size, strict=strict))[:max_requests]
     if hit_band is not None:
-        return tuple(flatten_hits(list(requests), *hit_band))
+        return tuple(flatten_hits(requests, *hit_band))
     return tuple(requests)
 
 
 def run_capacity_job(job: CapacityJob) -> CapacityResult:
-    """Run one job (module level, so worker processes can run it)."""
+    """Run one job (module level, so worker processes can run it) on the trace's requests,
+    its first ``replay.max_requests`` when set."""
     r = job.replay
     replay = deployment_replay(job.preset, job.policy, r)
-    requests = _requests(job.trace, r.trace_format, r.block_size, r.strict_trace, job.hit_band)
+    requests = _requests(
+        job.trace, r.trace_format, r.block_size, r.strict_trace, r.max_requests, job.hit_band
+    )
     measure = SteadyMeasure(requests, replay, r.sla, job.window)
     return find_capacity(measure, job.settings)

@@ -16,7 +16,7 @@ label in the outputs and must be unique.
 ``compare.json`` (``CompareResult.to_json``)::
 
     {
-      "schema": "pdd-router/compare/1",
+      "schema": "pdd-router/compare/2",
       "trace": str, "preset": str,           # the baseline's preset
       "deployments": bool,                   # the arms run on different presets
       "seed": int, "rate_scale": float,
@@ -87,7 +87,7 @@ __all__ = [
     "run_compare",
 ]
 
-SCHEMA = "pdd-router/compare/1"
+SCHEMA = "pdd-router/compare/2"
 MIN_WINDOWS = 30
 
 

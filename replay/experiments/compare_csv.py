@@ -2,7 +2,7 @@
 
 Long rather than wide, so a spreadsheet filters one metric (its policies one under
 the other) or pivots it without parsing column names; the units are compare.json's
-(``unit``: ``s`` seconds, ``share`` a fraction 0-1, ``B`` bytes, ``req/s per USD/h``),
+(``unit``: ``s`` seconds, ``share`` a fraction 0-1, ``B`` bytes, ``req/s per 1000 USD/h``),
 not the printed table's. The baseline's row has no difference; a row's interval is
 empty when its metric has none (``method`` empty, see ``compare_stats``).
 """

@@ -8,7 +8,8 @@ each policy after the first, the difference from the first with a 95% interval.
   share, realized hit rates, pipeline and handoff counts. Units are requests, paired
   by request id: a resample draws request ids, and both policies' statistics are taken
   over the same draw.
-- Rates (``method: "windows"``): goodput, throughput, WAN bytes and mean Gbps, BCR.
+- Rates (``method: "windows"``): SLA goodput, throughput, WAN bytes and mean Gbps, and BCR,
+  all at the trace's rate.
   Units are fixed windows of arrival time; a request's SLA outcome and WAN bytes count
   in the window of its arrival, and a resample's rate is its windows' total over the
   run's duration (as in ``summary.json``), so the identity resample gives the summary's
@@ -197,8 +198,8 @@ def metric_specs(summaries: Sequence[Summary]) -> list[MetricSpec]:
             lambda s: s.sla_attainment, lambda d: ratio(d.values["met"], d.values["one"]),
         ),
         MetricSpec(
-            "goodput_rps", "goodput", "req/s", "higher", "windows",
-            lambda s: s.goodput_rps, _rate("met", lambda s: _per(s.trace_duration_s)),
+            "sla_goodput_req_s", "SLA goodput at the trace's rate", "req/s", "higher", "windows",
+            lambda s: s.sla_goodput_req_s, _rate("met", lambda s: _per(s.trace_duration_s)),
         ),
         MetricSpec(
             "throughput_rps", "throughput", "req/s", "higher", "windows",
@@ -209,8 +210,10 @@ def metric_specs(summaries: Sequence[Summary]) -> list[MetricSpec]:
             lambda s: float(s.completed), lambda d: total(d.values["done"]),
         ),
         MetricSpec(
-            "bcr", "BCR", "req/s per USD/h", "higher", "windows", lambda s: s.bcr,
-            _rate("met", lambda s: _per(s.trace_duration_s) * _per(s.cost_per_hour)),
+            "bcr_at_trace_rate_per_1000_usd_h", "BCR at the trace's rate",
+            "req/s per 1000 USD/h", "higher", "windows",
+            lambda s: s.bcr_at_trace_rate_per_1000_usd_h,
+            _rate("met", lambda s: _per(s.trace_duration_s) * _per(s.cost_per_hour) * 1000),
         ),
         MetricSpec(
             "wan_bytes", "WAN bytes", "B", "lower", "windows",

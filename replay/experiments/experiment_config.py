@@ -89,7 +89,7 @@ class SteadyOptions(BaseModel):
 
 
 class SweepConfig(BaseModel):
-    """Each policy's SLA goodput on a trace, by bisection of the rate scale."""
+    """Each policy's capacity on a trace, by bisection of the rate scale."""
 
     model_config = _STRICT
 

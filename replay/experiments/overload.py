@@ -3,17 +3,19 @@
 ``run_overload`` first finds the policy's capacity with ``replay sweep`` (the highest
 arrival rate at which the target share of requests meets the SLA, and the SLA goodput
 there), then replays the trace at multiples of that rate (by default 0.5x to 2x). A
-policy that degrades gracefully keeps its SLA goodput near its capacity goodput past
+policy that degrades gracefully keeps its SLA goodput near its SLA goodput at capacity past
 it (refusing or deferring the excess); one that lets a queue grow collapses: every
 request waits behind the queue and misses the SLA.
 
 ``overload.json`` (``OverloadResult.to_json``)::
 
-    {"schema": "pdd-router/overload/1", "trace", "preset", "policy", "params", "seed",
+    {"schema": "pdd-router/overload/2", "trace", "preset", "policy", "params", "seed",
      "sla": {...}, "target": 0.9,
-     "capacity": {"rate_scale", "rate_rps", "sla_goodput_rps"} | null,  # from the sweep
-     "points": [{"multiple", "rate_scale", "rate_rps", "sla_attainment", "sla_goodput_rps",
-                 "goodput_kept",      # sla_goodput_rps / the capacity's (1.0: all of it)
+     "capacity": {"rate_scale", "capacity_req_s",   # the sweep's, on the trace's timing
+                  "sla_goodput_at_capacity_req_s"} | null,
+     "points": [{"multiple", "rate_scale", "arrival_rate_req_s", "sla_attainment",
+                 "sla_goodput_req_s",  # requests meeting the SLA per second at that rate
+                 "sla_goodput_kept",   # sla_goodput_req_s / the capacity's (1.0: all of it)
                  "rejected_share", "ttft_p99_s"}, ...]}
 
 ``overload.csv`` has one row per point with the same columns.
@@ -43,11 +45,12 @@ from router.errors import UserError
 
 __all__ = ["MULTIPLES", "OverloadPoint", "OverloadResult", "run_overload"]
 
-SCHEMA = "pdd-router/overload/1"
+SCHEMA = "pdd-router/overload/2"
 MULTIPLES = (0.5, 1.0, 1.2, 1.5, 2.0)
 """Default rates, as multiples of the capacity rate."""
 COLUMNS = (
-    "multiple", "rate_scale", "rate_rps", "sla_attainment", "sla_goodput_rps", "goodput_kept",
+    "multiple", "rate_scale", "arrival_rate_req_s", "sla_attainment", "sla_goodput_req_s",
+    "sla_goodput_kept",
     "rejected_share", "ttft_p99_s",
 )  # fmt: skip
 
@@ -58,25 +61,25 @@ class OverloadPoint:
 
     multiple: float
     rate_scale: float
-    rate_rps: float
+    arrival_rate_req_s: float
     sla_attainment: float
-    sla_goodput_rps: float
-    goodput_kept: float | None
+    sla_goodput_req_s: float
+    sla_goodput_kept: float | None
     rejected_share: float
     ttft_p99_s: float | None
 
     @classmethod
-    def of(cls, multiple: float, summary: Summary, capacity_goodput: float) -> OverloadPoint:
+    def of(cls, multiple: float, summary: Summary, at_capacity_req_s: float) -> OverloadPoint:
         duration = summary.trace_duration_s
         n = summary.requests
         return cls(
             multiple=multiple,
             rate_scale=round(summary.rate_scale, 6),
-            rate_rps=round(n / duration, 6) if duration > 0 else 0.0,
+            arrival_rate_req_s=round(n / duration, 6) if duration > 0 else 0.0,
             sla_attainment=summary.sla_attainment,
-            sla_goodput_rps=summary.goodput_rps,
-            goodput_kept=round(summary.goodput_rps / capacity_goodput, 6)
-            if capacity_goodput > 0
+            sla_goodput_req_s=summary.sla_goodput_req_s,
+            sla_goodput_kept=round(summary.sla_goodput_req_s / at_capacity_req_s, 6)
+            if at_capacity_req_s > 0
             else None,
             rejected_share=round(summary.rejected / n, 6) if n else 0.0,
             ttft_p99_s=summary.ttft_s.p99,
@@ -102,8 +105,8 @@ class OverloadResult:
             if best is None
             else {
                 "rate_scale": best.rate_scale,
-                "rate_rps": best.rate_rps,
-                "sla_goodput_rps": best.goodput_rps,
+                "capacity_req_s": best.arrival_rate_req_s,
+                "sla_goodput_at_capacity_req_s": best.sla_goodput_req_s,
             }
         )
         return {
@@ -171,7 +174,7 @@ def run_overload(
     ]
     results = run_jobs(executor, jobs, on_done=on_done)
     points = [
-        OverloadPoint.of(m, r.summary, best.goodput_rps)
+        OverloadPoint.of(m, r.summary, best.sla_goodput_req_s)
         for m, r in zip(multiples, results, strict=True)
     ]
     return OverloadResult(spec, sweep, points)

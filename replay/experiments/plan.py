@@ -18,7 +18,7 @@ the trace tiled to a window past a warm-up at each rate):
    family's best measured again, on the first seed, under each change of
    ``plan_changes`` (the line's RTT, the step costs, the trace's hit-rate skew).
 
-BCR is SLA goodput at capacity per USD/h (shown per 1000 USD/h). The Pareto front of
+BCR is SLA goodput at capacity per 1000 USD/h. The Pareto front of
 PDD's cost against capacity, the confirmed best of each family and the verdict
 (``plan_verdict``, with its sensitivity rows) are the answer; ``plan_output`` writes and
 prints it.
@@ -45,6 +45,7 @@ from replay.experiments.plan_space import (
     enumerate_candidates,
 )
 from replay.experiments.steady_replay import SteadyWindow
+from replay.metrics.bcr import bcr_per_1000_usd_h
 from replay.metrics.summary import SlaThresholds
 from replay.presets.loader import load_preset
 from replay.runner.config import ReplaySettings
@@ -123,8 +124,8 @@ class CandidateResult(BaseModel):
         return self.result.capacity_req_s if self.result is not None else 0.0
 
     @property
-    def goodput_req_s(self) -> float:
-        return self.result.goodput_req_s if self.result is not None else 0.0
+    def sla_goodput_req_s(self) -> float:
+        return self.result.sla_goodput_req_s if self.result is not None else 0.0
 
     @property
     def screened_req_s(self) -> float:
@@ -132,16 +133,15 @@ class CandidateResult(BaseModel):
         return self.screen.capacity_req_s if self.screen is not None else 0.0
 
     @property
-    def screened_bcr(self) -> float:
-        cost = self.cost_usd_h
-        good = self.screen.goodput_req_s if self.screen is not None else 0.0
-        return good / cost if cost > 0 else 0.0
+    def screened_bcr_per_1000_usd_h(self) -> float:
+        """The screening's BCR: its SLA goodput at capacity per 1000 USD/h."""
+        good = self.screen.sla_goodput_req_s if self.screen is not None else 0.0
+        return bcr_per_1000_usd_h(good, self.cost_usd_h)
 
     @property
-    def bcr(self) -> float:
-        """SLA goodput at capacity per USD/h."""
-        cost = self.cost_usd_h
-        return self.goodput_req_s / cost if cost > 0 else 0.0
+    def bcr_per_1000_usd_h(self) -> float:
+        """BCR: SLA goodput at capacity (req/s) per 1000 USD/h."""
+        return bcr_per_1000_usd_h(self.sla_goodput_req_s, self.cost_usd_h)
 
 
 class PlanResult(BaseModel):
@@ -277,10 +277,10 @@ def _confirm(
     picks: dict[Family, list[int]] = {}
     for family in families:
         kin = [i for i, r in enumerate(plan.results) if r.family == family and plan.feasible(r)]
-        kin.sort(key=lambda i: (-plan.results[i].screened_bcr, i))
+        kin.sort(key=lambda i: (-plan.results[i].screened_bcr_per_1000_usd_h, i))
         if kin:
-            top = plan.results[kin[0]].screened_bcr
-            close = [i for i in kin[1:2] if plan.results[i].screened_bcr >= top * (
+            top = plan.results[kin[0]].screened_bcr_per_1000_usd_h
+            close = [i for i in kin[1:2] if plan.results[i].screened_bcr_per_1000_usd_h >= top * (
                 1 - settings.screen_tolerance)]  # fmt: skip
             picks[family] = [kin[0], *close]
     chosen = [i for group in picks.values() for i in group]
@@ -297,7 +297,10 @@ def _confirm(
         advance("confirming", 0, len(jobs))
     for i, outcome in zip(chosen, executor.map(run_capacity_job, jobs), strict=True):
         plan.results[i].status, plan.results[i].confirmed = "confirmed", outcome
-    best = {f: max(group, key=lambda i: (plan.results[i].bcr, -i)) for f, group in picks.items()}
+    best = {
+        f: max(group, key=lambda i: (plan.results[i].bcr_per_1000_usd_h, -i))
+        for f, group in picks.items()
+    }
     plan.best = {str(f): i for f, i in best.items()}
     if advance is not None:
         advance("confirming", len(jobs), len(jobs))

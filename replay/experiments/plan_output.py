@@ -3,7 +3,7 @@ and its tables (the PDD front, the verdict against each baseline, its sensitivit
 
 ``plan.json`` (``plan_json``)::
 
-    {"schema": "pdd-router/plan/3", "trace", "preset", "policy", "seeds", "sla", "target",
+    {"schema": "pdd-router/plan/4", "trace", "preset", "policy", "seeds", "sla", "target",
      "tolerance", "screen_tolerance", "window": {"warmup_s", "window_s", "windows",
      "tail_s"}, "screen_window": {...}, "trace_rate_req_s", "target_rate_req_s",
      "line_price_usd_per_gbps_month", "space": {...},
@@ -12,12 +12,13 @@ and its tables (the PDD front, the verdict against each baseline, its sensitivit
                      "line_usd_h", "pdd": {p, rld, md, gpu_*, wan_gbps, params} | null,
                      "bounds": {"bound_req_s", "limit", "prefill_req_s", ...},
                      "limit_shown", "status", "pruned_by", "capacity_req_s",
-                     "sla_goodput_req_s", "bcr_req_s_per_1000_usd_h", "feasible",
+                     "sla_goodput_at_capacity_req_s", "bcr_per_1000_usd_h", "feasible",
                      "on_front", "screen": capacity | null, "confirmed": capacity | null}],
      "front": [label, ...], "best": {family: label},
      "verdict": [comparison, ...], "sensitivity_seed": seed | null,
      "sensitivity": [{"change", "kind", "bcr_ratio": {baseline: ratio}, "seed",
-                      "sla_goodput_req_s": {family: req/s}, "reused": [family, ...]}],
+                      "sla_goodput_at_capacity_req_s": {family: req/s},
+                      "reused": [family, ...]}],
      "remeasured": [{"change": {"kind", "factor", "band"}, "text", "seed",
                      "capacity": {family: capacity}, "reused": [family, ...]}],
      "warnings": [text, ...]}
@@ -28,11 +29,11 @@ tightest bound's resource when that bound is within 2x of the measured capacity,
 null: a bound further off says nothing of what limits the deployment.
 
 A sensitivity row of ``kind`` price reuses the confirmed capacities (``seed`` null,
-``sla_goodput_req_s`` empty); one of ``kind`` measured holds each family's SLA goodput
-at capacity measured again under the change on ``seed`` alone (the first row, "as
-confirmed", is that seed's figures in the confirmation: the reference), ``reused``
-naming the families the change leaves as they are. ``remeasured`` holds those searches
-whole. Schema 3 added ``kind``, ``seed``, ``sla_goodput_req_s``, ``reused``,
+``sla_goodput_at_capacity_req_s`` empty); one of ``kind`` measured holds each family's
+SLA goodput at capacity measured again under the change on ``seed`` alone (the first
+row, "as confirmed", is that seed's figures in the confirmation: the reference),
+``reused`` naming the families the change leaves as they are. ``remeasured`` holds those searches
+whole. Schema 4 added ``kind``, ``seed``, ``sla_goodput_at_capacity_req_s``, ``reused``,
 ``sensitivity_seed`` and ``remeasured``.
 """
 
@@ -56,19 +57,20 @@ __all__ = [
     "limit_shown",
     "plan_json",
     "plan_warnings",
+    "sensitivity_headers",
     "sensitivity_table",
     "verdict_lines",
     "verdict_table",
     "write_plan",
 ]
 
-SCHEMA = "pdd-router/plan/3"
+SCHEMA = "pdd-router/plan/4"
 LIMIT_WITHIN = 2.0  # a bound more than this many times the capacity is not named the limit
 
-_CSV_FIELDS = (
+PLAN_CSV_FIELDS = (
     "family", "label", "cost_usd_h", "line_usd_h", "bound_req_s", "limit", "limit_shown",
     "status", "pruned_by", "capacity_req_s", "capacity_low_req_s", "capacity_high_req_s",
-    "sla_goodput_req_s", "bcr_req_s_per_1000_usd_h", "feasible", "on_front",
+    "sla_goodput_at_capacity_req_s", "bcr_per_1000_usd_h", "feasible", "on_front",
 )  # fmt: skip
 
 
@@ -99,8 +101,8 @@ def _candidate(plan: PlanResult, i: int) -> dict[str, Any]:
         },
         "limit_shown": limit_shown(r), "status": r.status, "pruned_by": r.pruned_by,
         "capacity_req_s": r.capacity_req_s if r.result is not None else None,
-        "sla_goodput_req_s": r.goodput_req_s if r.result is not None else None,
-        "bcr_req_s_per_1000_usd_h": round(r.bcr * 1000, 6) if r.result is not None else None,
+        "sla_goodput_at_capacity_req_s": r.sla_goodput_req_s if r.result is not None else None,
+        "bcr_per_1000_usd_h": round(r.bcr_per_1000_usd_h, 6) if r.result is not None else None,
         "feasible": plan.feasible(r), "on_front": i in plan.front,
         "screen": None if r.screen is None else r.screen.model_dump(mode="json"),
         "confirmed": None if r.confirmed is None else r.confirmed.model_dump(mode="json"),
@@ -149,7 +151,7 @@ def plan_json(plan: PlanResult) -> dict[str, Any]:
 
 
 def _csv_row(row: dict[str, Any]) -> dict[str, Any]:
-    flat = {k: row[k] for k in _CSV_FIELDS if k in row}
+    flat = {k: row[k] for k in PLAN_CSV_FIELDS if k in row}
     flat["bound_req_s"] = row["bounds"]["bound_req_s"]
     flat["limit"] = row["bounds"]["limit"]
     got = row["confirmed"] or row["screen"]
@@ -184,7 +186,7 @@ def write_plan(plan: PlanResult, out: Path) -> list[Path]:
     written = [out / "plan.json", out / "plan.csv"]
     written[0].write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
     with written[1].open("w", encoding="utf-8", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(_CSV_FIELDS))
+        writer = csv.DictWriter(handle, fieldnames=list(PLAN_CSV_FIELDS))
         writer.writeheader()
         for row in data["candidates"]:
             writer.writerow(_csv_row(row))
@@ -199,16 +201,33 @@ def _interval(r: CandidateResult) -> str:
     return "" if c is None else f" [{c.capacity_low_req_s:.2f}, {c.capacity_high_req_s:.2f}]"
 
 
+FRONT_HEADERS = (
+    "cost (USD/h)", "capacity (req/s)", "BCR (req/s per 1000 USD/h)", "P", "RLD", "MD",
+    "WAN (Gbps)", "limit",
+)  # fmt: skip
+VERDICT_HEADERS = (
+    "family", "cost (USD/h)", "capacity (req/s)", "SLA goodput at capacity (req/s)",
+    "BCR (req/s per 1000 USD/h)", "BCR ratio", "factors",
+)  # fmt: skip
+
+
+def _widest(header: str) -> int:
+    """A header's longest word: the column never narrower, so no word is cut."""
+    return max(len(word) for word in header.split())
+
+
 def front_table(plan: PlanResult) -> Table:
     """PDD's Pareto front on the screening's figures, cheapest first (fits 80 columns)."""
     table = Table(
         title="PDD: cost against capacity (screened)",
-        caption="capacity: req/s at which the target share meets the SLA (steady state, "
-        "screened); BCR: SLA goodput per 1000 USD/h; * best BCR (confirmed in the verdict); "
-        "limit: the tightest bound, when within 2x of the capacity",
+        caption="capacity: the highest arrival rate at which the target share meets the SLA "
+        "(steady state, screened); BCR: SLA goodput at capacity per 1000 USD/h; * best BCR "
+        "(confirmed in the verdict); limit: the tightest bound, when within 2x of the capacity",
     )
-    for name in ("USD/h", "capacity", "BCR", "P", "RLD", "MD", "Gbps", "limit"):
-        table.add_column(name, justify="right" if name != "limit" else "left")
+    for name in FRONT_HEADERS:
+        table.add_column(
+            name, justify="right" if name != "limit" else "left", min_width=_widest(name)
+        )
     best = plan.best.get("pdd")
     for i in plan.front:
         r = plan.results[i]
@@ -216,7 +235,7 @@ def front_table(plan: PlanResult) -> Table:
         assert c is not None
         table.add_row(
             f"{r.cost_usd_h:.2f}", f"{r.screened_req_s:.2f}",
-            f"{r.screened_bcr * 1000:.1f}" + ("*" if i == best else ""),
+            f"{r.screened_bcr_per_1000_usd_h:.1f}" + ("*" if i == best else ""),
             f"{c.p}x{c.gpu_p}", f"{c.rld}x{c.gpu_rld}", f"{c.md}x{c.gpu_md}",
             f"{c.wan_gbps:g}", limit_shown(r) or "-",
         )  # fmt: skip
@@ -230,11 +249,14 @@ def verdict_table(plan: PlanResult) -> Table:
     """Each family's confirmed best, and PDD's BCR over it with the factors (80 columns)."""
     table = Table(
         title="Verdict: each family's best over the same budget (confirmed)",
-        caption="capacity, goodput: req/s [95%]; BCR per 1000 USD/h; ratio: PDD's BCR over "
-        "the row's = goodput x hardware x line factors",
+        caption="[95%] intervals; BCR ratio: PDD's BCR over the row's = SLA goodput x "
+        "hardware x line factors",
     )
-    for name in ("family", "USD/h", "capacity", "goodput", "BCR", "ratio", "factors"):
-        table.add_column(name, justify="left" if name in ("family", "factors") else "right")
+    for name in VERDICT_HEADERS:
+        width = len("colocated") if name == "family" else _widest(name)
+        table.add_column(
+            name, justify="left" if name in ("family", "factors") else "right", min_width=width
+        )
     by_family = {c.baseline: c for c in comparisons(plan)}
     for family, i in plan.best.items():
         r = plan.results[i]
@@ -247,16 +269,23 @@ def verdict_table(plan: PlanResult) -> Table:
         )
         factors = (
             "" if c is None
-            else f"{c.goodput_factor:.2f} x {c.hardware_factor:.2f} x {c.line_factor:.2f}"
+            else f"{c.sla_goodput_factor:.2f} x {c.hardware_factor:.2f} x {c.line_factor:.2f}"
         )  # fmt: skip
         table.add_row(
             FAMILY_NAMES.get(family, family), f"{r.cost_usd_h:.2f}",
             f"{r.capacity_req_s:.2f}" + _interval(r),
-            f"{r.goodput_req_s:.2f}" + ("" if got is None else
-                f" [{got.goodput_low_req_s:.2f}, {got.goodput_high_req_s:.2f}]"),
-            f"{r.bcr * 1000:.1f}", ratio, factors,
+            f"{r.sla_goodput_req_s:.2f}" + ("" if got is None else
+                f" [{got.sla_goodput_low_req_s:.2f}, {got.sla_goodput_high_req_s:.2f}]"),
+            f"{r.bcr_per_1000_usd_h:.1f}", ratio, factors,
         )  # fmt: skip
     return table
+
+
+def sensitivity_headers(families: list[str]) -> list[str]:
+    """The sensitivity table's headers: the change, a BCR ratio per baseline family, PDD's
+    SLA goodput at capacity."""
+    ratios = [f"BCR ratio vs {FAMILY_NAMES[f]}" for f in families]
+    return ["change", *ratios, "PDD's SLA goodput at capacity (req/s)"]
 
 
 def sensitivity_table(plan: PlanResult) -> Table | None:
@@ -267,19 +296,19 @@ def sensitivity_table(plan: PlanResult) -> Table | None:
         return None
     families = [f for f in ("intra-dc-pd", "colocated") if any(f in r.bcr_ratio for r in rows)]
     seed = plan.remeasured[0].seed if plan.remeasured else None
-    caption = "ratio: PDD's BCR over the family's best; price rows reuse the confirmed capacities"
+    caption = "BCR ratio: PDD's BCR over the family's best's; price rows reuse the confirmed "
+    caption += "capacities"
     if seed is not None:
         caption += (
             f"; measured rows: each family's best measured again on seed {seed} alone, read "
-            "against the 'as confirmed' row (that seed's own figures); goodput: PDD's, req/s"
+            "against the 'as confirmed' row (that seed's own figures)"
         )
     table = Table(title="Sensitivity of the verdict", caption=caption)
-    table.add_column("change")
-    for f in families:
-        table.add_column(f"vs {FAMILY_NAMES[f]}", justify="right")
-    table.add_column("goodput", justify="right")
+    headers = sensitivity_headers(families)
+    for k, name in enumerate(headers):
+        table.add_column(name, justify="right" if k else "left", min_width=_widest(name))
     for r in rows:
-        good = r.sla_goodput_req_s.get("pdd")
+        good = r.sla_goodput_at_capacity_req_s.get("pdd")
         table.add_row(
             r.change, *(f"{r.bcr_ratio[f]:.2f}" if f in r.bcr_ratio else "-" for f in families),
             "" if good is None else f"{good:.2f}",

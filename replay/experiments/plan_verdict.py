@@ -43,16 +43,16 @@ class Comparison(BaseModel):
     baseline_label: str
     pdd_cost_usd_h: float
     baseline_cost_usd_h: float
-    pdd_goodput_req_s: float
-    pdd_goodput_low_req_s: float
-    pdd_goodput_high_req_s: float
-    baseline_goodput_req_s: float
-    baseline_goodput_low_req_s: float
-    baseline_goodput_high_req_s: float
+    pdd_sla_goodput_req_s: float
+    pdd_sla_goodput_low_req_s: float
+    pdd_sla_goodput_high_req_s: float
+    baseline_sla_goodput_req_s: float
+    baseline_sla_goodput_low_req_s: float
+    baseline_sla_goodput_high_req_s: float
     bcr_ratio: float
     bcr_ratio_low: float
     bcr_ratio_high: float
-    goodput_factor: float
+    sla_goodput_factor: float
     hardware_factor: float
     line_factor: float
 
@@ -68,21 +68,27 @@ def _ratio(a: float, b: float) -> float:
 
 def _compare(pdd: CandidateResult, base: CandidateResult) -> Comparison | None:
     p, b = pdd.confirmed, base.confirmed
-    if p is None or b is None or b.goodput_req_s <= 0:
+    if p is None or b is None or b.sla_goodput_req_s <= 0:
         return None
     pc, bc = pdd.cost_usd_h, base.cost_usd_h
     gpu = pdd.deployment.gpu_usd_h
     return Comparison(
         baseline=base.family, pdd_label=pdd.label, baseline_label=base.label,
         pdd_cost_usd_h=round(pc, 6), baseline_cost_usd_h=round(bc, 6),
-        pdd_goodput_req_s=p.goodput_req_s, pdd_goodput_low_req_s=p.goodput_low_req_s,
-        pdd_goodput_high_req_s=p.goodput_high_req_s, baseline_goodput_req_s=b.goodput_req_s,
-        baseline_goodput_low_req_s=b.goodput_low_req_s,
-        baseline_goodput_high_req_s=b.goodput_high_req_s,
-        bcr_ratio=round(_ratio(p.goodput_req_s * bc, b.goodput_req_s * pc), 6),
-        bcr_ratio_low=round(_ratio(p.goodput_low_req_s * bc, b.goodput_high_req_s * pc), 6),
-        bcr_ratio_high=round(_ratio(p.goodput_high_req_s * bc, b.goodput_low_req_s * pc), 6),
-        goodput_factor=round(_ratio(p.goodput_req_s, b.goodput_req_s), 6),
+        pdd_sla_goodput_req_s=p.sla_goodput_req_s,
+        pdd_sla_goodput_low_req_s=p.sla_goodput_low_req_s,
+        pdd_sla_goodput_high_req_s=p.sla_goodput_high_req_s,
+        baseline_sla_goodput_req_s=b.sla_goodput_req_s,
+        baseline_sla_goodput_low_req_s=b.sla_goodput_low_req_s,
+        baseline_sla_goodput_high_req_s=b.sla_goodput_high_req_s,
+        bcr_ratio=round(_ratio(p.sla_goodput_req_s * bc, b.sla_goodput_req_s * pc), 6),
+        bcr_ratio_low=round(
+            _ratio(p.sla_goodput_low_req_s * bc, b.sla_goodput_high_req_s * pc), 6
+        ),
+        bcr_ratio_high=round(
+            _ratio(p.sla_goodput_high_req_s * bc, b.sla_goodput_low_req_s * pc), 6
+        ),
+        sla_goodput_factor=round(_ratio(p.sla_goodput_req_s, b.sla_goodput_req_s), 6),
         hardware_factor=round(_ratio(bc, gpu), 6),
         line_factor=round(_ratio(gpu, pc), 6),
     )  # fmt: skip
@@ -112,7 +118,7 @@ class Sensitivity(BaseModel):
     kind: Literal["price", "measured"] = "price"
     bcr_ratio: dict[str, float]  # baseline family -> ratio
     seed: int | None = None
-    sla_goodput_req_s: dict[str, float] = {}  # family -> at capacity (measured rows)
+    sla_goodput_at_capacity_req_s: dict[str, float] = {}  # family -> (measured rows)
     reused: list[str] = []  # families the change leaves as they are: reference kept
 
 
@@ -138,7 +144,8 @@ def _measured_row(
     }
     return Sensitivity(
         change=change, kind="measured", bcr_ratio=ratios, seed=seed,
-        sla_goodput_req_s={f: round(g, 6) for f, g in goodput.items()}, reused=reused,
+        sla_goodput_at_capacity_req_s={f: round(g, 6) for f, g in goodput.items()},
+        reused=reused,
     )  # fmt: skip
 
 
@@ -159,7 +166,7 @@ def measured_sensitivity(plan: PlanResult) -> list[Sensitivity]:
         return []
     rows = [_measured_row(f"as confirmed, seed {seed} alone", reference, costs, seed, [])]
     for m in plan.remeasured:
-        goodput = {f: m.capacity[f].goodput_req_s if f in m.capacity else g
+        goodput = {f: m.capacity[f].sla_goodput_req_s if f in m.capacity else g
                    for f, g in reference.items()}  # fmt: skip
         rows.append(_measured_row(m.text, goodput, costs, seed, list(m.reused)))
     return rows
@@ -180,10 +187,10 @@ def sensitivity(plan: PlanResult) -> list[Sensitivity]:
     for text, line, premium in changes:
         ratios = {}
         for base in bases:
-            if base.confirmed is None or base.confirmed.goodput_req_s <= 0:
+            if base.confirmed is None or base.confirmed.sla_goodput_req_s <= 0:
                 continue
-            pdd_bcr = pdd.confirmed.goodput_req_s / _cost(pdd, line, premium)
-            base_bcr = base.confirmed.goodput_req_s / _cost(base, line, premium)
+            pdd_bcr = pdd.confirmed.sla_goodput_req_s / _cost(pdd, line, premium)
+            base_bcr = base.confirmed.sla_goodput_req_s / _cost(base, line, premium)
             ratios[base.family] = round(pdd_bcr / base_bcr, 6)
         out.append(Sensitivity(change=text, bcr_ratio=ratios))
     return out + measured_sensitivity(plan)

@@ -1,4 +1,4 @@
-"""SLA goodput by bisection: the highest arrival rate at which enough requests meet the SLA.
+"""Capacity by bisection: the highest arrival rate at which enough requests meet the SLA.
 
 ``run_sweep`` replays the trace at several ``--rate-scale`` values (each probe is a
 full replay with the same seed). From the starting scale it doubles (or halves) until
@@ -6,11 +6,10 @@ one probe meets the target SLA attainment (default 90%) and one misses it, then
 bisects between the highest passing and the lowest failing scale until they are
 within ``tolerance`` of each other (relative) or ``max_probes`` replays have run.
 
-The answer is stated as the paper states goodput: the highest passing probe's arrival
-rate (requests over the trace's duration at that scale) is the policy's *SLA goodput*,
-and the BCR it implies is that rate over the cluster's cost per hour. The probe's own
-``goodput_rps`` (SLA-meeting requests per second, at least ``target`` of the rate) is
-reported beside it. Attainment need not fall monotonically with the rate, so the
+The highest passing probe's arrival rate (requests over the trace's duration at that
+scale) is the policy's capacity on the trace's own timing; the probe's
+``sla_goodput_req_s`` (SLA-meeting requests per second, at least ``target`` of the rate)
+is its SLA goodput there. Attainment need not fall monotonically with the rate, so the
 answer is a crossing point found by bisection, not a proof that no higher rate passes.
 
 On W workers (``executor``: processes or Ray) each round replays the next probe together
@@ -19,41 +18,42 @@ keeps those on the path the serial search takes: the same probes, the same sweep
 in about 1/log2(W + 1) of the rounds (W = 3: half; W = 7: a third; W = 2: two thirds on
 average), each round as long as its slowest replay when there are W cores.
 
-Two words, two figures: *SLA goodput* is the sweep's answer, an arrival rate (req/s);
-a probe's *goodput* (``goodput_rps``, as in ``replay run``) is the requests per second
-that met the SLA at that probe's rate. ``sla_attainment`` is a fraction (0-1) in the
-JSON and a percentage in the printed table. ``bcr`` is req/s per USD/h (kept for
-compatibility); ``bcr_per_1000_usd_h`` is the same figure as printed, per 1000 USD/h.
+The words are the README's: *capacity* is an arrival rate (req/s), the highest at which
+``target`` of the requests meet the SLA; *SLA goodput* is the requests per second that
+met the SLA at a given arrival rate (a probe's ``sla_goodput_req_s``, as in ``replay
+run``); *BCR* is the SLA goodput at capacity per 1000 USD/h of the cluster's cost.
+``sla_attainment`` is a fraction (0-1) in the JSON and a percentage in the printed table.
 
 ``sweep.json`` (``SweepResult.to_json``)::
 
-    {"schema": "pdd-router/sweep/1", "trace", "preset", "policy", "params", "seed",
+    {"schema": "pdd-router/sweep/2", "trace", "preset", "policy", "params", "seed",
      "sla": {...}, "target": 0.9, "tolerance": 0.02,   # target: a fraction
-     "sla_goodput_rps": float | null,       # SLA goodput: highest passing arrival rate
-     "bcr": float | null,                   # sla_goodput_rps / cost_per_hour
-     "bcr_per_1000_usd_h": float | null,    # bcr * 1000, the figure printed
+     "capacity_req_s": float | null,        # the capacity (see below)
+     "capacity_low_req_s": float | null, "capacity_high_req_s": float | null,  # 95%
+     "sla_goodput_at_capacity_req_s": float | null,
+     "bcr_per_1000_usd_h": float | null,    # sla_goodput_at_capacity_req_s per 1000 USD/h
+     "trace_timing_capacity_req_s": float | null,  # the best probe's arrival rate
      "cost_per_hour": float,                # USD/h
      "best": probe | null, "bracketed": bool,  # false: no failing probe was found
-     "probes": [{"rate_scale", "rate_rps",  # rate_rps: the probe's arrival rate
+     "probes": [{"rate_scale", "arrival_rate_req_s",
                  "sla_attainment",          # fraction of requests meeting the SLA
-                 "goodput_rps",             # req/s meeting the SLA at that rate
+                 "sla_goodput_req_s",       # req/s meeting the SLA at that rate
                  "ttft_p99_s", "passed"}, ...],   # in the order they ran
+     "capacity": {...every probe...} | null,
+     "warnings": [text, ...],  # trace too short, attainment not monotone, answers apart
      "units": {key: meaning}}               # the units above, in the file itself
 
-With a steady window (``steady``, what ``replay sweep`` runs by default) the answer that
-counts is then measured again as **capacity at steady state** (``capacity``): the trace
-tiled to a window past a warm-up at each rate (a short trace would otherwise be judged on
-a burst), bisected from the sweep's answer per seed, with a 95% interval over seeds and
-windows. sweep.json then also holds::
-
-     "capacity_req_s", "capacity_low_req_s", "capacity_high_req_s",
-     "sla_goodput_at_capacity_req_s", "bcr_at_capacity_per_1000_usd_h",
-     "capacity": {...every probe...} | null,
-     "warnings": [text, ...]   # trace too short, attainment not monotone, answers apart
+With a steady window (``steady``, what ``replay sweep`` runs by default) the capacity is
+measured again at steady state (``capacity``): the trace tiled to a window past a warm-up
+at each rate (a short trace would otherwise be judged on a burst), bisected from the
+bisection's answer per seed, with a 95% interval over seeds and windows. Then
+``capacity_req_s``, its interval, the SLA goodput at capacity and the BCR are the steady
+state's; without it (``--window 0``) they are the best probe's (no interval), and
+``trace_timing_capacity_req_s`` always is. One capacity, one BCR per file.
 
 ``probes.csv`` (``SweepResult.write_probes_csv``): one row per probe, in the order they
 ran, with the probe's columns above and ``probe`` (its number) and ``best`` (the probe
-whose arrival rate is the SLA goodput).
+whose arrival rate is the capacity on the trace's timing).
 """
 
 from __future__ import annotations
@@ -72,6 +72,7 @@ from replay.experiments.experiment_config import SweepConfig, SweepSearch
 from replay.experiments.policy_spec import PolicySpec, parse_policy_spec
 from replay.experiments.replay_job import run_jobs
 from replay.experiments.sweep_search import Bisection, SearchState, speculate
+from replay.metrics.bcr import bcr_per_1000_usd_h
 from replay.metrics.summary import Summary
 from replay.runner.config import ReplayConfig
 from replay.runner.run import ReplayResult
@@ -79,22 +80,27 @@ from replay.sim.simulator import ProgressObserver
 
 __all__ = ["Probe", "SweepConfig", "SweepResult", "SweepSearch", "run_sweep"]
 
-SCHEMA = "pdd-router/sweep/1"
+SCHEMA = "pdd-router/sweep/2"
 
 UNITS: dict[str, str] = {
-    "sla_goodput_rps": "req/s: the highest probe arrival rate (rate_rps) meeting the target",
-    "bcr": "req/s per USD/h: sla_goodput_rps / cost_per_hour",
-    "bcr_per_1000_usd_h": "req/s per 1000 USD/h: bcr * 1000 (the figure printed as BCR)",
+    "capacity_req_s": "req/s: the highest arrival rate at which the target share meets the "
+    "SLA (at steady state when measured, else trace_timing_capacity_req_s)",
+    "sla_goodput_at_capacity_req_s": "req/s: requests meeting the SLA per second at capacity",
+    "bcr_per_1000_usd_h": "req/s per 1000 USD/h: sla_goodput_at_capacity_req_s over "
+    "cost_per_hour / 1000",
+    "trace_timing_capacity_req_s": "req/s: the highest probe arrival rate "
+    "(arrival_rate_req_s) meeting the target, on the trace's own timing",
     "cost_per_hour": "USD/h",
     "target": "fraction (0-1) of requests that must meet the SLA",
-    "rate_rps": "req/s: the probe's arrival rate (requests over the trace's duration)",
+    "arrival_rate_req_s": "req/s: the probe's arrival rate (requests over the trace's duration)",
     "sla_attainment": "fraction (0-1) of the probe's requests meeting the SLA",
-    "goodput_rps": "req/s: the probe's requests meeting the SLA, per second",
+    "sla_goodput_req_s": "req/s: the probe's SLA goodput (requests meeting the SLA per "
+    "second, at its arrival rate)",
     "ttft_p99_s": "seconds",
 }
 PROBE_COLUMNS = (
-    "probe", "rate_scale", "rate_rps", "sla_attainment", "goodput_rps", "ttft_p99_s",
-    "passed", "best",
+    "probe", "rate_scale", "arrival_rate_req_s", "sla_attainment", "sla_goodput_req_s",
+    "ttft_p99_s", "passed", "best",
 )  # fmt: skip
 
 
@@ -103,9 +109,9 @@ class Probe:
     """One replay of the sweep."""
 
     rate_scale: float
-    rate_rps: float
+    arrival_rate_req_s: float
     sla_attainment: float
-    goodput_rps: float
+    sla_goodput_req_s: float
     ttft_p99_s: float | None
     passed: bool
 
@@ -114,9 +120,9 @@ class Probe:
         duration = summary.trace_duration_s
         return cls(
             rate_scale=summary.rate_scale,
-            rate_rps=round(summary.requests / duration, 6) if duration > 0 else 0.0,
+            arrival_rate_req_s=round(summary.requests / duration, 6) if duration > 0 else 0.0,
             sla_attainment=summary.sla_attainment,
-            goodput_rps=summary.goodput_rps,
+            sla_goodput_req_s=summary.sla_goodput_req_s,
             ttft_p99_s=summary.ttft_s.p99,
             passed=summary.sla_attainment >= target,
         )
@@ -138,21 +144,30 @@ class SweepResult:
     steady: CapacityResult | None = None  # capacity at steady state, when measured
 
     @property
-    def sla_goodput_rps(self) -> float | None:
-        return self.best.rate_rps if self.best is not None else None
+    def trace_timing_capacity_req_s(self) -> float | None:
+        """The bisection's answer: the best probe's arrival rate, on the trace's timing."""
+        return self.best.arrival_rate_req_s if self.best is not None else None
 
     @property
-    def bcr(self) -> float | None:
-        rate = self.sla_goodput_rps
-        if rate is None or self.cost_per_hour <= 0:
-            return None
-        return round(rate / self.cost_per_hour, 9)
+    def capacity_req_s(self) -> float | None:
+        """The capacity: at steady state when measured, else on the trace's timing."""
+        if self.steady is not None:
+            return self.steady.capacity_req_s
+        return self.trace_timing_capacity_req_s
+
+    @property
+    def sla_goodput_at_capacity_req_s(self) -> float | None:
+        if self.steady is not None:
+            return self.steady.sla_goodput_req_s
+        return self.best.sla_goodput_req_s if self.best is not None else None
 
     @property
     def bcr_per_1000_usd_h(self) -> float | None:
-        """BCR as printed: SLA goodput (req/s) per 1000 USD/h."""
-        bcr = self.bcr
-        return None if bcr is None else round(bcr * 1000, 6)
+        """BCR: the SLA goodput at capacity (req/s) per 1000 USD/h."""
+        good = self.sla_goodput_at_capacity_req_s
+        if good is None or self.cost_per_hour <= 0:
+            return None
+        return round(bcr_per_1000_usd_h(good, self.cost_per_hour), 6)
 
     @property
     def best_number(self) -> int | None:
@@ -162,7 +177,7 @@ class SweepResult:
         return next(i for i, p in enumerate(self.probes, start=1) if p is self.best)
 
     def to_json(self) -> dict[str, Any]:
-        s = self.first
+        s, c = self.first, self.steady
         return {
             "schema": SCHEMA,
             "trace": s.trace,
@@ -173,30 +188,19 @@ class SweepResult:
             "sla": s.sla.model_dump(mode="json"),
             "target": self.target,
             "tolerance": self.tolerance,
-            "sla_goodput_rps": self.sla_goodput_rps,
-            "bcr": self.bcr,
+            "capacity_req_s": self.capacity_req_s,
+            "capacity_low_req_s": None if c is None else c.capacity_low_req_s,
+            "capacity_high_req_s": None if c is None else c.capacity_high_req_s,
+            "sla_goodput_at_capacity_req_s": self.sla_goodput_at_capacity_req_s,
             "bcr_per_1000_usd_h": self.bcr_per_1000_usd_h,
+            "trace_timing_capacity_req_s": self.trace_timing_capacity_req_s,
             "cost_per_hour": self.cost_per_hour,
             "best": None if self.best is None else _probe_json(self.best),
             "bracketed": self.bracketed,
             "probes": [_probe_json(p) for p in self.probes],
-            **self._steady_json(),
-            "units": UNITS,
-        }
-
-    def _steady_json(self) -> dict[str, Any]:
-        c = self.steady
-        if c is None:
-            return {"capacity": None, "warnings": []}
-        bcr = c.goodput_req_s / self.cost_per_hour * 1000 if self.cost_per_hour > 0 else None
-        return {
-            "capacity_req_s": c.capacity_req_s,
-            "capacity_low_req_s": c.capacity_low_req_s,
-            "capacity_high_req_s": c.capacity_high_req_s,
-            "sla_goodput_at_capacity_req_s": c.goodput_req_s,
-            "bcr_at_capacity_per_1000_usd_h": None if bcr is None else round(bcr, 6),
-            "capacity": c.model_dump(mode="json"),
+            "capacity": None if c is None else c.model_dump(mode="json"),
             "warnings": self.warnings(),
+            "units": UNITS,
         }
 
     def warnings(self) -> list[str]:
@@ -205,7 +209,7 @@ class SweepResult:
         if c is None:
             return []
         out = list(c.warnings)
-        burst = self.sla_goodput_rps
+        burst = self.trace_timing_capacity_req_s
         if burst is not None and c.capacity_req_s > 0:
             off = burst / c.capacity_req_s - 1.0
             if abs(off) > 2 * self.tolerance:
@@ -231,8 +235,8 @@ class SweepResult:
             for i, p in enumerate(self.probes, start=1):
                 ttft = "" if p.ttft_p99_s is None else p.ttft_p99_s
                 writer.writerow([
-                    i, p.rate_scale, p.rate_rps, p.sla_attainment, p.goodput_rps, ttft,
-                    p.passed, i == best,
+                    i, p.rate_scale, p.arrival_rate_req_s, p.sla_attainment,
+                    p.sla_goodput_req_s, ttft, p.passed, i == best,
                 ])  # fmt: skip
 
 
@@ -263,9 +267,9 @@ def _steady(
 def _probe_json(probe: Probe) -> dict[str, Any]:
     return {
         "rate_scale": probe.rate_scale,
-        "rate_rps": probe.rate_rps,
+        "arrival_rate_req_s": probe.arrival_rate_req_s,
         "sla_attainment": probe.sla_attainment,
-        "goodput_rps": probe.goodput_rps,
+        "sla_goodput_req_s": probe.sla_goodput_req_s,
         "ttft_p99_s": probe.ttft_p99_s,
         "passed": probe.passed,
     }

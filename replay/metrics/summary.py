@@ -9,6 +9,7 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel, Field
 
+from replay.metrics.bcr import bcr_per_1000_usd_h
 from replay.metrics.binding import Binding, find_binding
 from replay.metrics.columns import float_values, is_none, sequential_sum, string_counts
 from replay.metrics.record import RequestRecord
@@ -66,7 +67,7 @@ class Summary(BaseModel):
     e2e_s: Percentiles
     max_gap_s: Percentiles
     sla_attainment: float
-    goodput_rps: float
+    sla_goodput_req_s: float
     throughput_rps: float
     wan_bytes: float
     wan_gbps_mean: float
@@ -96,7 +97,10 @@ class Summary(BaseModel):
     reactive_p_rld: int
     hit_rate: dict[str, float]
     cost_per_hour: float
-    bcr: float
+    bcr_at_trace_rate_per_1000_usd_h: float = Field(
+        description="BCR at the trace's rate: sla_goodput_req_s per 1000 USD/h of "
+        "cost_per_hour (req/s per 1000 USD/h)"
+    )
     trace_duration_s: float
     simulated_s: float
     wall_s: float
@@ -241,7 +245,7 @@ def summarize(
         completed=completed, seed=setup.seed, rate_scale=setup.rate_scale,
         kv_event_delay_s=setup.kv_event_delay_s, sla=setup.sla, **latency,
         sla_attainment=round(met / n, 6) if n else 0.0,
-        goodput_rps=round(goodput, 6),
+        sla_goodput_req_s=round(goodput, 6),
         throughput_rps=round(completed / duration, 6),
         wan_bytes=wan_bytes,
         wan_gbps_mean=round(wan_mean, 6),
@@ -259,7 +263,7 @@ def summarize(
         reactive_p_rld=int(float_values(records, "reactive").sum()),
         hit_rate=_hit_rates(records, served),
         cost_per_hour=round(cost, 6),
-        bcr=round(goodput / cost, 9) if cost > 0 else 0.0,
+        bcr_at_trace_rate_per_1000_usd_h=round(bcr_per_1000_usd_h(goodput, cost), 6),
         trace_duration_s=round(duration, 6),
         simulated_s=round(simulated, 6),
         wall_s=round(observed.wall_s, 3),

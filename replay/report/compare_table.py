@@ -1,11 +1,13 @@
 """The comparison as a rich table for the terminal.
 
 Labels are the report's (``MetricSpec.label``) with the row's display unit in brackets,
-as ``replay run``'s table writes them: ``SLA met (%)``, ``goodput (req/s)``, ``BCR (req/s
-per 1000 USD/h)``. A difference is in the row's unit (percentage points for a share),
-followed by the relative change. The table reads at 80 columns: metric names never
-wrap, policy labels fold rather than being cut, and a difference column is headed by
-``Δ`` alone (it follows its policy's column; the baseline is in the title).
+as ``replay run``'s table writes them: ``SLA met (%)``, ``SLA goodput at the trace's rate
+(req/s)``, ``BCR at the trace's rate (req/s per 1000 USD/h)``; the percentiles of one
+quantity (TTFT P50, P90, P99) share one unit. A difference is in the row's unit
+(percentage points for a share), followed by the relative change. The table reads at 80
+columns: metric names never wrap, policy labels fold rather than being cut, and a
+difference column is headed by ``Δ`` alone (it follows its policy's column; the baseline
+is in the title).
 """
 
 from __future__ import annotations
@@ -18,7 +20,14 @@ from rich.table import Table
 from rich.text import Text
 
 from replay.experiments.compare import CompareResult, MetricRow
-from replay.report.format import fmt_ci, fmt_diff, fmt_number, fmt_relative, scale_for
+from replay.report.format import (
+    Scale,
+    fmt_ci,
+    fmt_diff,
+    fmt_number,
+    fmt_relative,
+    shared_scales,
+)
 from replay.report.page import HEADLINE, metric_group
 
 __all__ = ["compare_table"]
@@ -41,10 +50,9 @@ def _mark(row: MetricRow, j: int) -> str:
     return "good" if improved else "bad"
 
 
-def _diff_cell(row: MetricRow, j: int, unit: str) -> Text:
+def _diff_cell(row: MetricRow, j: int, scale: Scale) -> Text:
     """``+7.04* +53.0%`` over ``[+6.29, +8.63]``: the difference in the row's unit (``pp``
     for a share), ``*`` when its interval excludes 0, the relative change, the interval."""
-    scale = scale_for(unit, row.values)
     d = row.differences[j]
     mark = _mark(row, j)
     star = "*" if mark in ("good", "bad", "sig") else " "
@@ -87,6 +95,7 @@ def _table(result: CompareResult, all_metrics: bool, wrap: int | None) -> Table:
         if i:
             table.add_column("Δ [95% CI]", justify="right", overflow="fold")
     group = ""
+    scales = shared_scales([(r.spec.key, r.spec.unit, r.values) for r in result.rows])
     for row in result.rows:
         if not all_metrics and row.spec.key not in HEADLINE:
             continue
@@ -94,12 +103,12 @@ def _table(result: CompareResult, all_metrics: bool, wrap: int | None) -> Table:
             if group:
                 table.add_section()
             group = metric_group(row.spec.key)
-        scale = scale_for(row.spec.unit, row.values)
+        scale = scales[row.spec.key]
         name = f"{row.spec.label} ({scale.unit})" if scale.unit else row.spec.label
         cells: list[str | Text] = [textwrap.fill(name, wrap) if wrap else name]
         for i, value in enumerate(row.values):
             cells.append(fmt_number(value, scale))
             if i:
-                cells.append(_diff_cell(row, i - 1, row.spec.unit))
+                cells.append(_diff_cell(row, i - 1, scale))
         table.add_row(*cells)
     return table

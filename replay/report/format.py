@@ -19,6 +19,7 @@ __all__ = [
     "fmt_relative",
     "fmt_value",
     "scale_for",
+    "shared_scales",
 ]
 
 
@@ -41,11 +42,19 @@ def scale_for(unit: str, values: Sequence[float | None]) -> Scale:
         return Scale(100.0, "%")
     if unit == "B":
         return Scale(1e-9, "GB")
-    if unit == "req/s per USD/h":
-        return Scale(1000.0, "req/s per 1000 USD/h")
     if unit == "":
         return Scale(1.0, "", integer=True)
     return Scale(1.0, unit)
+
+
+def shared_scales(rows: Sequence[tuple[str, str, Sequence[float | None]]]) -> dict[str, Scale]:
+    """One display scale per quantity: rows ``(key, unit, values)`` whose keys share the
+    part before the first dot (``ttft_s.p50``, ``ttft_s.p99``) get the scale of all their
+    values together, so a table never shows one percentile in ms beside another in s."""
+    pooled: dict[str, list[float | None]] = {}
+    for key, _, values in rows:
+        pooled.setdefault(key.split(".")[0], []).extend(values)
+    return {key: scale_for(unit, pooled[key.split(".")[0]]) for key, unit, _ in rows}
 
 
 def _num(x: float, scale: Scale, signed: bool = False) -> str:

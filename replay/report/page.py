@@ -22,6 +22,7 @@ from replay.report.format import (
     fmt_relative,
     fmt_value,
     scale_for,
+    shared_scales,
 )
 from replay.report.load_cost import cost_rows, load_context
 from replay.report.model import Report, ReportRun
@@ -34,7 +35,16 @@ FloatArray = npt.NDArray[np.float64]
 
 _GROUPS = (
     ("Latency", ("ttft_s", "tpot_s", "e2e_s", "max_gap_s")),
-    ("SLA and throughput", ("sla_attainment", "goodput_rps", "throughput_rps", "completed", "bcr")),
+    (
+        "SLA and throughput",
+        (
+            "sla_attainment",
+            "sla_goodput_req_s",
+            "throughput_rps",
+            "completed",
+            "bcr_at_trace_rate_per_1000_usd_h",
+        ),
+    ),
     ("WAN and KV transfer", ("wan_bytes", "wan_gbps_mean", "wan_gbps_peak", "transfer_s")),
     (
         "Routing",
@@ -52,8 +62,8 @@ HEADLINE = (
     "tpot_s.p99",
     "max_gap_s.p99",
     "sla_attainment",
-    "goodput_rps",
-    "bcr",
+    "sla_goodput_req_s",
+    "bcr_at_trace_rate_per_1000_usd_h",
     "wan_gbps_mean",
     "transfer_s.p99",
     "rld_token_share",
@@ -82,8 +92,9 @@ def table_rows(report: Report) -> list[dict[str, Any]]:
     """One dict per metric: label, formatted values and differences, its group."""
     rows: list[dict[str, Any]] = []
     if report.compare is not None:
+        scales = shared_scales([(r.spec.key, r.spec.unit, r.values) for r in report.compare.rows])
         for row in report.compare.rows:
-            scale = scale_for(row.spec.unit, row.values)
+            scale = scales[row.spec.key]
             diffs = [
                 {
                     "text": fmt_diff(d.difference, scale, unit=scale.unit == "%"),
@@ -96,9 +107,12 @@ def table_rows(report: Report) -> list[dict[str, Any]]:
             rows.append(_row(row.spec, scale, [fmt_number(v, scale) for v in row.values], diffs))
         return rows
     summaries = [run.summary for run in report.runs]
-    for spec in metric_specs(summaries):
-        values = [spec.value(s) for s in summaries]
-        scale = scale_for(spec.unit, values)
+    specs = metric_specs(summaries)
+    values_of = {spec.key: [spec.value(s) for s in summaries] for spec in specs}
+    scales = shared_scales([(spec.key, spec.unit, values_of[spec.key]) for spec in specs])
+    for spec in specs:
+        values = values_of[spec.key]
+        scale = scales[spec.key]
         rows.append(_row(spec, scale, [fmt_number(v, scale) for v in values], []))
     return rows
 
@@ -129,9 +143,12 @@ def _cards(runs: Sequence[ReportRun]) -> list[dict[str, Any]]:
             ("TTFT P50 / P99", f"{fmt_value(s.ttft_s.p50, sec)} / {fmt_value(s.ttft_s.p99, sec)}"),
             ("TPOT P50", fmt_value(s.tpot_s.p50, scale_for("s", [s.tpot_s.p50]))),
             ("SLA met", fmt_value(s.sla_attainment, scale_for("share", []))),
-            ("goodput", f"{s.goodput_rps:.3g} req/s"),
+            ("SLA goodput at the trace's rate", f"{s.sla_goodput_req_s:.3g} req/s"),
             ("WAN mean", f"{s.wan_gbps_mean:.3g} Gbps"),
-            ("BCR", f"{s.bcr * 1000:.3g} req/s per 1000 USD/h"),
+            (
+                "BCR at the trace's rate",
+                f"{s.bcr_at_trace_rate_per_1000_usd_h:.3g} req/s per 1000 USD/h",
+            ),
         ]
         out.append({"label": run.label, "color": i, "items": items})
     return out
@@ -221,8 +238,8 @@ def _figures(report: Report) -> dict[str, str]:
     if report.sweep is not None:
         probes = report.sweep.probes
         figs["sweep"] = sweep_figure(
-            [p.rate_rps for p in probes], [p.sla_attainment for p in probes],
-            report.sweep.target, report.sweep.sla_goodput_rps,
+            [p.arrival_rate_req_s for p in probes], [p.sla_attainment for p in probes],
+            report.sweep.target, report.sweep.trace_timing_capacity_req_s,
         )  # fmt: skip
     return figs
 
@@ -245,7 +262,7 @@ def page_context(report: Report) -> dict[str, Any]:
     titles = {
         "run": f"Replay of {labels[0]}",
         "compare": f"{compared} comparison: " + " vs ".join(labels),
-        "sweep": f"SLA goodput sweep of {labels[0]}",
+        "sweep": f"Capacity sweep of {labels[0]}",
     }
     presets = (
         ("presets", ", ".join(f"{run.label}: {run.summary.preset}" for run in report.runs))

@@ -123,7 +123,7 @@ def sweep_figure(
         ax.scatter(r[~ok], a[~ok], color="#dc2626", label="misses it", zorder=2)
         ax.axhline(100.0 * target, color="#475569", linestyle="--", linewidth=1.0)
         if best is not None:
-            ax.axvline(best, color="#2563eb", linewidth=1.2, label=f"SLA goodput {best:.3g} req/s")
+            ax.axvline(best, color="#2563eb", linewidth=1.2, label=f"capacity {best:.3g} req/s")
         if r.size and r.min() > 0 and r.max() / r.min() > 8.0:
             ax.set_xscale("log")
             ax.xaxis.set_major_formatter(ScalarFormatter())

@@ -45,7 +45,7 @@ class AgenticProfile(BaseModel):
         gt=0,
         description=(
             "Long-run request arrival rate in requests/s (side requests included); "
-            "10 rps is about the SLA-compliant goodput of the paper's PDD cluster "
+            "10 rps is about the SLA goodput the paper reports for its PDD cluster "
             "(9-11.5 RPS). Sessions arrive at rate * (1 - odd_share) / turns_mean."
         ),
     )

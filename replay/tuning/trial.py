@@ -39,8 +39,8 @@ class Figures(BaseModel):
     """What one replay of a trial gave."""
 
     scenario: str
-    goodput_rps: float
-    bcr: float
+    sla_goodput_req_s: float
+    bcr_at_trace_rate_per_1000_usd_h: float
     sla_attainment: float
     ttft_p50_s: float | None
     ttft_p99_s: float | None
@@ -52,8 +52,8 @@ class Figures(BaseModel):
     def of(cls, scenario: str, summary: Summary) -> Figures:
         return cls(
             scenario=scenario,
-            goodput_rps=summary.goodput_rps,
-            bcr=summary.bcr,
+            sla_goodput_req_s=summary.sla_goodput_req_s,
+            bcr_at_trace_rate_per_1000_usd_h=summary.bcr_at_trace_rate_per_1000_usd_h,
             sla_attainment=summary.sla_attainment,
             ttft_p50_s=summary.ttft_s.p50,
             ttft_p99_s=summary.ttft_s.p99,
@@ -63,7 +63,9 @@ class Figures(BaseModel):
         )
 
     def value(self, objective: Objective) -> float:
-        return self.goodput_rps if objective == "goodput" else self.bcr
+        if objective == "goodput":
+            return self.sla_goodput_req_s
+        return self.bcr_at_trace_rate_per_1000_usd_h
 
 
 class Trial(BaseModel):
@@ -72,8 +74,8 @@ class Trial(BaseModel):
     number: int
     params: dict[str, Any]  # only what differs from the defaults
     figures: list[Figures]
-    goodput_rps: float  # summed over scenarios
-    bcr: float  # summed over scenarios
+    sla_goodput_req_s: float  # summed over scenarios
+    bcr_at_trace_rate_per_1000_usd_h: float  # summed over scenarios
     # coordinate search: "best", "replaced by trial N" or why it was not kept (else None)
     verdict: str | None = None
 
@@ -83,12 +85,16 @@ class Trial(BaseModel):
             number=number,
             params=dict(params),
             figures=figures,
-            goodput_rps=round(sum(f.goodput_rps for f in figures), 9),
-            bcr=round(sum(f.bcr for f in figures), 12),
+            sla_goodput_req_s=round(sum(f.sla_goodput_req_s for f in figures), 9),
+            bcr_at_trace_rate_per_1000_usd_h=round(
+                sum(f.bcr_at_trace_rate_per_1000_usd_h for f in figures), 9
+            ),
         )
 
     def value(self, objective: Objective) -> float:
-        return self.goodput_rps if objective == "goodput" else self.bcr
+        if objective == "goodput":
+            return self.sla_goodput_req_s
+        return self.bcr_at_trace_rate_per_1000_usd_h
 
     def score(self, objective: Objective) -> tuple[float, float, float]:
         """Larger is better: the objective, then the lower worst TTFT P99, then P50."""

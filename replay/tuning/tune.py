@@ -2,8 +2,9 @@
 
 Trial 0 is the policy's defaults. A trial replays its configuration on every tuning
 scenario (one or more traces, at one or more rate scales: thresholds should hold across
-loads) and is scored by the objective summed over them: SLA-compliant goodput, or BCR
-(goodput per cost; the cluster is fixed, so both rank alike unless the preset changes);
+loads) and is scored by the objective summed over them: SLA goodput at the trace's rate,
+or BCR at the trace's rate (that SLA goodput per 1000 USD/h; the cluster is fixed, so both
+rank alike unless the preset changes);
 ties go to the lower worst TTFT P99, then P50.
 
 The default search is coordinate ascent from the defaults: one threshold at a time, its
@@ -52,8 +53,8 @@ Search = Literal["coordinate", "random"]
 
 
 TRIAL_COLUMNS = (
-    "trial", "rank", "best", "verdict", "params", "scenario", "goodput_rps",
-    "bcr_per_1000_usd_h", "sla_attainment", "ttft_p50_s", "ttft_p99_s", "wan_gb",
+    "trial", "rank", "best", "verdict", "params", "scenario", "sla_goodput_req_s",
+    "bcr_at_trace_rate_per_1000_usd_h", "sla_attainment", "ttft_p50_s", "ttft_p99_s", "wan_gb",
     "rld_token_share", "max_gap_p99_s",
 )  # fmt: skip
 
@@ -68,8 +69,9 @@ class CheckResult(BaseModel):
 
     @property
     def not_worse(self) -> bool:
-        """The tuned configuration's SLA goodput, summed over the check, is not lower."""
-        return self.tuned.goodput_rps >= self.default.goodput_rps
+        """The tuned configuration's SLA goodput at the trace's rate, summed over the check, is
+        not lower."""
+        return self.tuned.sla_goodput_req_s >= self.default.sla_goodput_req_s
 
 
 class TuneResult(BaseModel):
@@ -112,10 +114,11 @@ class TuneResult(BaseModel):
                 for fig in trial.figures:
                     writer.writerow([
                         trial.number, rank[trial.number], trial.number == self.best.number,
-                        trial.verdict or "", params, fig.scenario, fig.goodput_rps,
-                        round(fig.bcr * 1000, 9), fig.sla_attainment, _blank(fig.ttft_p50_s),
-                        _blank(fig.ttft_p99_s), round(fig.wan_bytes / 1e9, 6),
-                        fig.rld_token_share, _blank(fig.max_gap_p99_s),
+                        trial.verdict or "", params, fig.scenario, fig.sla_goodput_req_s,
+                        fig.bcr_at_trace_rate_per_1000_usd_h, fig.sla_attainment,
+                        _blank(fig.ttft_p50_s), _blank(fig.ttft_p99_s),
+                        round(fig.wan_bytes / 1e9, 6), fig.rld_token_share,
+                        _blank(fig.max_gap_p99_s),
                     ])  # fmt: skip
 
 
@@ -225,7 +228,7 @@ def _lost_on(trial: Trial, incumbent: Trial, objective: Objective) -> str | None
 
 def _short_gain(top: Trial, best: Trial, objective: Objective, gain: float, least: float) -> str:
     """Why ``top`` did not replace ``best``: no gain, or less than ``least`` (relative)."""
-    name = "BCR" if objective == "bcr" else "goodput"
+    name = "BCR at the trace's rate" if objective == "bcr" else "SLA goodput at the trace's rate"
     if gain <= 0:
         return f"its {name} is no higher than trial {best.number}'s"
     base = best.value(objective)

@@ -31,13 +31,13 @@ def overload(
     assert "past its capacity" in stdout
     result: dict[str, Any] = json.loads((out / "overload.json").read_text())
     csv_rows = (out / "overload.csv").read_text().splitlines()
-    assert csv_rows[0].startswith("multiple,rate_scale,rate_rps")
+    assert csv_rows[0].startswith("multiple,rate_scale,arrival_rate_req_s")
     assert len(csv_rows) == 1 + 3
     return result
 
 
 def kept(result: dict[str, Any]) -> dict[float, float]:
-    return {p["multiple"]: p["goodput_kept"] for p in result["points"]}
+    return {p["multiple"]: p["sla_goodput_kept"] for p in result["points"]}
 
 
 def test_the_default_policy_keeps_its_goodput_past_capacity(
@@ -46,9 +46,10 @@ def test_the_default_policy_keeps_its_goodput_past_capacity(
     result = overload(capsys, agentic, tmp_path / "default")
     assert result["policy"] == "pdd-adaptive"  # the preset's default
     capacity = result["capacity"]
-    assert capacity["sla_goodput_rps"] > 0
+    assert capacity["sla_goodput_at_capacity_req_s"] > 0
     points = {p["multiple"]: p for p in result["points"]}
-    assert points[1.2]["rate_rps"] == pytest.approx(1.2 * capacity["rate_rps"], rel=0.01)
+    rate = points[1.2]["arrival_rate_req_s"]
+    assert rate == pytest.approx(1.2 * capacity["capacity_req_s"], rel=0.01)
     assert kept(result)[1.2] >= 0.9
     assert kept(result)[2.0] >= 0.9
     # it keeps the goodput by refusing the excess, and refuses more the more there is

@@ -20,7 +20,7 @@ SUMMARY_KEYS = {
     "tpot_s",
     "e2e_s",
     "sla_attainment",
-    "goodput_rps",
+    "sla_goodput_req_s",
     "wan_bytes",
     "wan_gbps_mean",
     "wan_gbps_peak",
@@ -29,7 +29,7 @@ SUMMARY_KEYS = {
     "pipelines",
     "handoffs",
     "cost_per_hour",
-    "bcr",
+    "bcr_at_trace_rate_per_1000_usd_h",
     "simulated_s",
     "wall_s",
 }

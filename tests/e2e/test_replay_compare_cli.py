@@ -34,6 +34,11 @@ def _table_lines(stdout: str) -> list[str]:
     return [line for line in stdout.splitlines() if line[:1] in "┏┃┡│├└"]
 
 
+def _row(cells: dict[str, list[str]], label: str) -> list[str]:
+    """A metric's values by its label, whose first line is all a wrapped label shows."""
+    return cells[max((k for k in cells if k and label.startswith(k)), key=len)]
+
+
 @pytest.mark.usefixtures("columns_80")
 def test_compare_writes_json_report_and_one_folder_per_policy(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, trace: Path
@@ -63,23 +68,25 @@ def test_compare_writes_json_report_and_one_folder_per_policy(
     assert "* interval excludes 0" in words
     assert "in the row's unit (pp: percentage points)" in words
     # the table at 80 columns, each label with its unit as `replay run` words it: SLA met
-    # in percent (summary.json's fraction x 100), goodput in req/s, BCR per 1000 USD/h
+    # in percent (summary.json's fraction x 100), SLA goodput in req/s, BCR per 1000 USD/h
     lines = _table_lines(stdout)
     assert lines
     assert all(len(line) <= 80 for line in lines)
     assert "…" not in stdout
     metrics = {m["key"]: m for m in data["metrics"]}
     sla = metrics["sla_attainment"]["values"]
-    goodput = metrics["goodput_rps"]["values"]
-    bcr = metrics["bcr"]["values"]
+    goodput = metrics["sla_goodput_req_s"]["values"]
+    bcr = metrics["bcr_at_trace_rate_per_1000_usd_h"]["values"]
     cells = {
         cells[0]: cells[1:3]
         for line in lines
         if len(cells := [c.strip() for c in line.strip("│").split("│")]) == 4
     }
-    assert cells["SLA met (%)"] == [f"{sla[arm] * 100:.3g}" for arm in sla]
-    assert cells["goodput (req/s)"] == [f"{goodput[arm]:.3g}" for arm in goodput]
-    assert cells["BCR (req/s per 1000 USD/h)"] == [f"{bcr[arm] * 1000:.3g}" for arm in bcr]
+    assert _row(cells, "SLA met (%)") == [f"{sla[arm] * 100:.3g}" for arm in sla]
+    got = _row(cells, "SLA goodput at the trace's rate (req/s)")
+    assert got == [f"{goodput[arm]:.3g}" for arm in goodput]
+    got = _row(cells, "BCR at the trace's rate (req/s per 1000 USD/h)")
+    assert got == [f"{bcr[arm]:.3g}" for arm in bcr]
     assert "SLA attainment" not in stdout
     # compare.csv beside compare.json: one row per metric and policy, the same numbers
     assert f"{out / 'compare.csv'}" in words
@@ -149,27 +156,34 @@ def test_sweep_finds_the_rate_that_keeps_the_sla(
     best = data["best"]
     assert best["passed"]
     assert best["sla_attainment"] >= 0.9
-    assert data["sla_goodput_rps"] == best["rate_rps"]
-    assert data["bcr"] == pytest.approx(best["rate_rps"] / data["cost_per_hour"], rel=1e-6)
-    passing = [p["rate_rps"] for p in probes if p["passed"]]
-    assert best["rate_rps"] == max(passing)
+    assert data["trace_timing_capacity_req_s"] == best["arrival_rate_req_s"]
+    # one capacity and one BCR: the steady state's, its SLA goodput per 1000 USD/h
+    assert data["sla_goodput_at_capacity_req_s"] == capacity["sla_goodput_req_s"]
+    assert data["bcr_per_1000_usd_h"] == pytest.approx(
+        capacity["sla_goodput_req_s"] / data["cost_per_hour"] * 1000, rel=1e-6
+    )
+    passing = [p["arrival_rate_req_s"] for p in probes if p["passed"]]
+    assert best["arrival_rate_req_s"] == max(passing)
     if data["bracketed"]:
         lowest_fail = min(p["rate_scale"] for p in probes if not p["passed"])
         assert lowest_fail > best["rate_scale"]
     assert (out / "report.html").exists()
     assert (out / "best" / "summary.json").exists()
-    # one word per figure: SLA goodput is the best probe's arrival rate, its goodput the
-    # requests that met the SLA there; BCR with its unit, in the JSON too
+    # one word per figure: capacity is an arrival rate, SLA goodput the requests that met
+    # the SLA there; BCR with its unit, in the JSON too, printed once
     number = probes.index(best) + 1
     assert (
-        f"SLA goodput of pdd: {data['sla_goodput_rps']:.3f} req/s"
-        f"{'' if data['bracketed'] else ' (no probe missed the target: a lower bound)'}, "
-        f"the highest arrival rate at which 90% of requests met the SLA (probe {number}, "
-        f"rate scale {best['rate_scale']:.4g}: {best['sla_attainment']:.1%} met it, a "
-        f"goodput of {best['goodput_rps']:.3f} req/s)"
+        f"capacity of pdd on the trace's timing: {data['trace_timing_capacity_req_s']:.3f} "
+        f"req/s{'' if data['bracketed'] else ' (no probe missed the target: a lower bound)'}"
+        f", the highest arrival rate at which 90% of requests met the SLA (probe {number}, "
+        f"rate scale {best['rate_scale']:.4g}: {best['sla_attainment']:.1%} met it, SLA "
+        f"goodput there {best['sla_goodput_req_s']:.3f} req/s)"
     ) in stdout
-    assert data["bcr_per_1000_usd_h"] == pytest.approx(data["bcr"] * 1000)
-    assert f"BCR: {data['bcr_per_1000_usd_h']:.3f} req/s per 1000 USD/h" in stdout
+    assert (
+        f"SLA goodput at capacity: {data['sla_goodput_at_capacity_req_s']:.3f} req/s; BCR: "
+        f"{data['bcr_per_1000_usd_h']:.3f} req/s per 1000 USD/h"
+    ) in stdout
+    assert stdout.count("BCR") == 1
     assert "fraction" in data["units"]["sla_attainment"]
     # the table at 80 columns: one row per probe, every figure whole, the best marked
     rows = [line for line in stdout.splitlines() if re.match(r"│ +\d+ │", line)]
@@ -178,18 +192,21 @@ def test_sweep_finds_the_rate_that_keeps_the_sla(
     for i, (row, probe) in enumerate(zip(rows, probes, strict=True), start=1):
         cells = [c.strip() for c in row.strip("│").split("│")]
         assert cells[:6] == [
-            str(i), f"{probe['rate_scale']:.4g}", f"{probe['rate_rps']:.4g}",
-            f"{probe['sla_attainment']:.1%}", f"{probe['goodput_rps']:.4g}",
+            str(i), f"{probe['rate_scale']:.4g}", f"{probe['arrival_rate_req_s']:.4g}",
+            f"{probe['sla_attainment']:.1%}", f"{probe['sla_goodput_req_s']:.4g}",
             f"{probe['ttft_p99_s']:.3g}",
         ]  # fmt: skip
-        verdict = "met: SLA goodput" if i == number else "met" if probe["passed"] else "missed"
+        verdict = "met: capacity" if i == number else "met" if probe["passed"] else "missed"
         assert cells[6] == verdict
     # probes.csv next to sweep.json: the same probes, the same units
     with (out / "probes.csv").open(newline="") as f:
         table = list(csv.DictReader(f))
     assert [int(r["probe"]) for r in table] == list(range(1, len(probes) + 1))
     for written, probe in zip(table, probes, strict=True):
-        for key in ("rate_scale", "rate_rps", "sla_attainment", "goodput_rps", "ttft_p99_s"):
+        for key in (
+            "rate_scale", "arrival_rate_req_s", "sla_attainment", "sla_goodput_req_s",
+            "ttft_p99_s",
+        ):  # fmt: skip
             assert float(written[key]) == probe[key]
         assert written["passed"] == str(probe["passed"])
     assert [r["best"] for r in table].index("True") == number - 1

@@ -31,7 +31,7 @@ def test_plan_writes_a_front_a_verdict_and_a_preset_that_replays(
     assert "PDD: cost against capacity" in printed
     assert "Verdict" in printed
     data = json.loads((out / "plan.json").read_text())
-    assert data["schema"] == "pdd-router/plan/3"
+    assert data["schema"] == "pdd-router/plan/4"
     rows = data["candidates"]
     pdd = [r for r in rows if r["family"] == "pdd"]
     assert len(pdd) == 4
@@ -70,7 +70,7 @@ def test_plan_writes_a_front_a_verdict_and_a_preset_that_replays(
         assert got["capacity_low_req_s"] <= got["capacity_req_s"] <= got["capacity_high_req_s"]
     for comparison in data["verdict"]:
         product = (
-            comparison["goodput_factor"] * comparison["hardware_factor"]
+            comparison["sla_goodput_factor"] * comparison["hardware_factor"]
             * comparison["line_factor"]
         )  # fmt: skip
         assert comparison["bcr_ratio"] == pytest.approx(product, rel=1e-4)
@@ -112,9 +112,9 @@ def _check_sensitivity(data: dict[str, Any]) -> None:
         assert set(rows[change]["bcr_ratio"]) == baselines
         assert rows[change]["seed"] == 0
     assert set(rows["line RTT x2 (30 -> 60 ms)"]["reused"]) == baselines
-    ref = rows["as confirmed, seed 0 alone"]["sla_goodput_req_s"]
+    ref = rows["as confirmed, seed 0 alone"]["sla_goodput_at_capacity_req_s"]
     for base in baselines:  # the RTT row keeps the baselines' reference figures
-        assert rows["line RTT x2 (30 -> 60 ms)"]["sla_goodput_req_s"][base] == ref[base]
+        assert rows["line RTT x2 (30 -> 60 ms)"]["sla_goodput_at_capacity_req_s"][base] == ref[base]
     for m in data["remeasured"]:
         families = {"pdd"} if m["change"]["kind"] == "line_rtt" else {"pdd", *baselines}
         assert set(m["capacity"]) == families
@@ -122,7 +122,9 @@ def _check_sensitivity(data: dict[str, Any]) -> None:
             assert {p["seed"] for p in got["probes"]} == {0}
     # 15% dearer steps cannot serve more than 15% cheaper ones
     slow, fast = rows["step costs x1.15"], rows["step costs x0.85"]
-    assert slow["sla_goodput_req_s"]["pdd"] < fast["sla_goodput_req_s"]["pdd"]
+    assert (
+        slow["sla_goodput_at_capacity_req_s"]["pdd"] < fast["sla_goodput_at_capacity_req_s"]["pdd"]
+    )
 
 
 @pytest.mark.parametrize(

@@ -25,7 +25,7 @@ def test_each_policy_is_swept_into_its_own_folder(
         data = json.loads((folder / "sweep.json").read_text())
         assert data["policy"] == label
         assert 2 <= len(data["probes"]) <= 3
-        assert f"SLA goodput of {label}: " in stdout
+        assert f"capacity of {label} on the trace's timing: " in stdout
         best = json.loads((folder / "best" / "summary.json").read_text())
         # every probe is a replay with the options given, recorded whole
         assert best["config"]["index_mode"] == "approximate"

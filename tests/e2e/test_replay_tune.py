@@ -13,6 +13,8 @@ from cli_support import synth_agentic
 from cli.app import main
 from replay.tuning.space import SPACES, draw_trials
 
+BCR = "bcr_at_trace_rate_per_1000_usd_h"
+
 
 @pytest.fixture(scope="module")
 def traces(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
@@ -73,9 +75,11 @@ def test_tune_reports_the_best_configuration_and_checks_it_elsewhere(
     assert [t["number"] for t in trials] == [0, 1, 2, 3]
     assert trials[0]["params"] == {}  # the defaults are always a candidate
     best = result["best"]
-    assert best["bcr"] == max(t["bcr"] for t in trials)
-    assert best["bcr"] >= trials[0]["bcr"]  # so tuning never loses on its own trace
-    assert best["bcr"] == pytest.approx(best["goodput_rps"] / (117.5 + 20 * 72.4 / 730), rel=1e-6)
+    assert best[BCR] == max(t[BCR] for t in trials)
+    assert best[BCR] >= trials[0][BCR]  # so tuning never loses on its own trace
+    assert best[BCR] == pytest.approx(
+        best["sla_goodput_req_s"] / (117.5 + 20 * 72.4 / 730) * 1000, rel=1e-6
+    )
     assert [f["scenario"] for f in best["figures"]] == ["agentic-1.jsonl (pdd-small, x2)"]
     check = result["check"]
     assert check["default"]["params"] == {}
@@ -84,8 +88,8 @@ def test_tune_reports_the_best_configuration_and_checks_it_elsewhere(
     assert "ranks first but is not the best" not in printed
     for trial in trials:  # every trial's figures, once each, in the table as printed
         fig = trial["figures"][0]
-        assert f"{fig['goodput_rps']:.3f}" in printed
-        assert f"{fig['bcr'] * 1000:.2f}" in printed
+        assert f"{fig['sla_goodput_req_s']:.3f}" in printed
+        assert f"{fig[BCR]:.2f}" in printed
         assert f"{fig['sla_attainment']:.2%}" in printed
     # trials.csv beside --out: one row per trial and scenario, in the JSON's figures
     rows = _rows(tmp_path / "tune.trials.csv")
@@ -94,8 +98,8 @@ def test_tune_reports_the_best_configuration_and_checks_it_elsewhere(
     for row, trial in zip(rows, trials, strict=True):
         fig = trial["figures"][0]
         assert row["scenario"] == fig["scenario"]
-        assert float(row["goodput_rps"]) == fig["goodput_rps"]
-        assert float(row["bcr_per_1000_usd_h"]) == pytest.approx(fig["bcr"] * 1000)
+        assert float(row["sla_goodput_req_s"]) == fig["sla_goodput_req_s"]
+        assert float(row[BCR]) == pytest.approx(fig[BCR])
         assert float(row["sla_attainment"]) == fig["sla_attainment"]  # a fraction
         assert 0 <= float(row["sla_attainment"]) <= 1
     assert f"wrote {out} and {tmp_path / 'tune.trials.csv'}" in printed
@@ -123,9 +127,9 @@ def test_the_best_differs_from_the_first_ranked_only_with_a_reason_and_checks_on
     trials = result["trials"]
     assert result["best"]["number"] == 0
     assert result["min_gain"] == 0.05
-    first = max(trials, key=lambda t: t["goodput_rps"])
+    first = max(trials, key=lambda t: t["sla_goodput_req_s"])
     assert first["number"] != 0
-    gain = first["goodput_rps"] / trials[0]["goodput_rps"] - 1
+    gain = first["sla_goodput_req_s"] / trials[0]["sla_goodput_req_s"] - 1
     assert 0 < gain < 0.05
     why = next(line for line in printed.splitlines() if "ranks first" in line)
     assert why.startswith(f"trial {first['number']} ranks first but is not the best: its ")
@@ -140,9 +144,9 @@ def test_the_best_differs_from_the_first_ranked_only_with_a_reason_and_checks_on
     check_rows = [x for x in lines if x.startswith("│ C") or x.startswith("│ sum")]
     assert len(check_rows) == 3
     for row, fig in zip(check_rows[:2], check["default"]["figures"], strict=True):
-        assert f"{fig['goodput_rps']:.3f}" in row
+        assert f"{fig['sla_goodput_req_s']:.3f}" in row
         assert f"{fig['sla_attainment']:.2%}" in row
-    assert f"{check['default']['goodput_rps']:.3f}" in check_rows[2]
+    assert f"{check['default']['sla_goodput_req_s']:.3f}" in check_rows[2]
     assert "the best is the defaults (trial 0): the check replays them once" in printed
     assert all(len(line) <= 80 for line in lines)
     rows = _rows(tmp_path / "tune.trials.csv")
@@ -174,7 +178,8 @@ def test_coordinate_search_moves_one_threshold_at_a_time_from_the_defaults(
     assert all(len(t["figures"]) == 2 for t in trials)  # every load, every configuration
     best = result["best"]
     for tuned, default in zip(best["figures"], trials[0]["figures"], strict=True):
-        assert tuned["goodput_rps"] >= default["goodput_rps"]  # it loses on no scenario
+        # it loses on no scenario
+        assert tuned["sla_goodput_req_s"] >= default["sla_goodput_req_s"]
     rows = _rows(tmp_path / "tune.trials.csv")  # one row per trial and scenario
     assert len(rows) == 24
     assert [(int(r["trial"]), r["scenario"]) for r in rows] == [
@@ -224,8 +229,8 @@ def test_scenarios_mix_traces_on_their_own_presets_and_loads_and_the_check_cover
         "agentic-2.jsonl (pdd, x1)",
     ]
     for trial in result["trials"]:  # the score is the sum over every scenario
-        assert trial["goodput_rps"] == pytest.approx(
-            sum(f["goodput_rps"] for f in trial["figures"]), abs=1e-6
+        assert trial["sla_goodput_req_s"] == pytest.approx(
+            sum(f["sla_goodput_req_s"] for f in trial["figures"]), abs=1e-6
         )
     check = result["check"]
     # the check's preset defaults to the first scenario's
@@ -239,7 +244,9 @@ def test_scenarios_mix_traces_on_their_own_presets_and_loads_and_the_check_cover
         assert default == tuned
         assert "the best is the defaults (trial 0): the check replays them once" in printed
     else:
-        verdict = "not worse" if tuned["goodput_rps"] >= default["goodput_rps"] else "WORSE"
+        verdict = (
+            "not worse" if tuned["sla_goodput_req_s"] >= default["sla_goodput_req_s"] else "WORSE"
+        )
         assert f"summed over the check's scenarios ({verdict})" in printed
 
 

@@ -121,13 +121,16 @@ def test_compare_json_and_the_bathtub(tmp_path: Path, requests: list[TraceReques
     )
     result.write_json(tmp_path / "compare.json")
     data = json.loads((tmp_path / "compare.json").read_text())
-    assert data["schema"] == "pdd-router/compare/1"
+    assert data["schema"] == "pdd-router/compare/2"
     assert data["baseline"] == "xdc-pd"
     assert [p["label"] for p in data["policies"]] == ["xdc-pd", "pdd"]
     assert data["bootstrap"]["windows"] >= 30
     keys = {m["key"] for m in data["metrics"]}
-    assert {"ttft_s.p99", "goodput_rps", "wan_gbps_mean", "bcr", "sla_attainment"} <= keys
-    goodput = next(m for m in data["metrics"] if m["key"] == "goodput_rps")
+    assert {
+        "ttft_s.p99", "sla_goodput_req_s", "wan_gbps_mean", "bcr_at_trace_rate_per_1000_usd_h",
+        "sla_attainment",
+    } <= keys  # fmt: skip
+    goodput = next(m for m in data["metrics"] if m["key"] == "sla_goodput_req_s")
     assert goodput["method"] == "windows"
     assert set(goodput["differences"]["pdd"]) == {"difference", "relative", "ci", "significant"}
     tub = data["bathtub"]

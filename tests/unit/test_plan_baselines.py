@@ -62,7 +62,7 @@ def test_a_colocated_engine_is_bounded_as_prefill_and_decode() -> None:
 def _capacity(goodput: float, low: float, high: float) -> CapacityResult:
     return CapacityResult(
         capacity_req_s=goodput, capacity_low_req_s=low, capacity_high_req_s=high,
-        goodput_req_s=goodput, goodput_low_req_s=low, goodput_high_req_s=high,
+        sla_goodput_req_s=goodput, sla_goodput_low_req_s=low, sla_goodput_high_req_s=high,
         per_seed_req_s=[goodput], bracketed=True, monotone=True, probes=[], warnings=[],
     )  # fmt: skip
 
@@ -88,7 +88,7 @@ def test_the_verdict_splits_the_bcr_ratio_into_goodput_hardware_and_line() -> No
     (c,) = comparisons(plan)
     # pdd-small: 119.48 USD/h of which 1.98 is the line; idc-pd-small: 120 USD/h
     assert c.bcr_ratio == pytest.approx((12.0 / 119.4836) / (10.0 / 120.0), rel=1e-4)
-    assert c.bcr_ratio == pytest.approx(c.goodput_factor * c.hardware_factor * c.line_factor)
+    assert c.bcr_ratio == pytest.approx(c.sla_goodput_factor * c.hardware_factor * c.line_factor)
     assert c.hardware_factor == pytest.approx(120.0 / 117.5)
     assert c.bcr_ratio_low == pytest.approx((11.0 / 119.4836) / (10.5 / 120.0), rel=1e-4)
     assert c.bcr_ratio_low > 1  # PDD's worst over the baseline's best still wins

@@ -108,7 +108,7 @@ def test_pruning_by_bounds_and_by_cost(monkeypatch: pytest.MonkeyPatch) -> None:
         measured.append(job)
         return CapacityResult(
             capacity_req_s=50.0, capacity_low_req_s=49.0, capacity_high_req_s=51.0,
-            goodput_req_s=47.5, goodput_low_req_s=46.0, goodput_high_req_s=49.0,
+            sla_goodput_req_s=47.5, sla_goodput_low_req_s=46.0, sla_goodput_high_req_s=49.0,
             per_seed_req_s=[50.0], bracketed=True, monotone=True, probes=[], warnings=[],
         )  # fmt: skip
 
@@ -164,7 +164,7 @@ def test_a_runner_up_the_screening_cannot_tell_apart_is_confirmed_too(
         rate = bcr * load_preset(job.preset, job.replay.overrides).cost_per_hour()
         return CapacityResult(
             capacity_req_s=rate, capacity_low_req_s=rate, capacity_high_req_s=rate,
-            goodput_req_s=rate, goodput_low_req_s=rate, goodput_high_req_s=rate,
+            sla_goodput_req_s=rate, sla_goodput_low_req_s=rate, sla_goodput_high_req_s=rate,
             per_seed_req_s=[rate], bracketed=True, monotone=True, probes=[], warnings=[],
         )  # fmt: skip
 
@@ -182,4 +182,4 @@ def test_a_runner_up_the_screening_cannot_tell_apart_is_confirmed_too(
     by_p = {r.candidate.p: r for r in plan.results if r.candidate is not None}
     assert by_p[2].status == by_p[3].status == "confirmed"
     assert plan.best == {"pdd": plan.results.index(by_p[3])}
-    assert by_p[3].bcr == pytest.approx(0.100)
+    assert by_p[3].bcr_per_1000_usd_h == pytest.approx(100.0)

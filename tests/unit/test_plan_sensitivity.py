@@ -41,7 +41,8 @@ def _probe(seed: int, rate: float, attainment: float) -> CapacityProbe:
 def _capacity(goodput: float, probes: list[CapacityProbe] | None = None) -> CapacityResult:
     return CapacityResult(
         capacity_req_s=goodput, capacity_low_req_s=goodput, capacity_high_req_s=goodput,
-        goodput_req_s=goodput, goodput_low_req_s=goodput, goodput_high_req_s=goodput,
+        sla_goodput_req_s=goodput, sla_goodput_low_req_s=goodput,
+        sla_goodput_high_req_s=goodput,
         per_seed_req_s=[goodput], bracketed=True, monotone=True, probes=probes or [],
         warnings=[],
     )  # fmt: skip
@@ -95,12 +96,12 @@ def test_measured_rows_read_each_change_against_the_first_seeds_own_figures() ->
     ref = rows["as confirmed, seed 0 alone"]
     assert ref.kind == "measured"
     assert ref.seed == 0
-    assert ref.sla_goodput_req_s == {"pdd": 12.0, "intra-dc-pd": 10.0, "colocated": 6.0}
+    assert ref.sla_goodput_at_capacity_req_s == {"pdd": 12.0, "intra-dc-pd": 10.0, "colocated": 6.0}
     assert ref.bcr_ratio["intra-dc-pd"] == pytest.approx(_ratio(12, 10, IDC_USD_H), rel=1e-5)
     # the RTT leaves the baselines (no line) at their reference
     row = rows["line RTT x2 (30 -> 60 ms)"]
     assert row.reused == ["intra-dc-pd", "colocated"]
-    assert row.sla_goodput_req_s == {"pdd": 9.0, "intra-dc-pd": 10.0, "colocated": 6.0}
+    assert row.sla_goodput_at_capacity_req_s == {"pdd": 9.0, "intra-dc-pd": 10.0, "colocated": 6.0}
     assert row.bcr_ratio["intra-dc-pd"] == pytest.approx(_ratio(9, 10, IDC_USD_H), rel=1e-5)
     assert row.bcr_ratio["colocated"] == pytest.approx(_ratio(9, 6, COLOCATED_USD_H), rel=1e-5)
     # 1.15 x the step costs: every family measured again
@@ -120,11 +121,11 @@ def test_plan_json_and_the_table_carry_the_rows() -> None:
     )  # fmt: skip
     plan = _plan([rtt])
     data = plan_json(plan)
-    assert data["schema"] == "pdd-router/plan/3"
+    assert data["schema"] == "pdd-router/plan/4"
     assert data["sensitivity_seed"] == 0
     kinds = [(r["change"], r["kind"]) for r in data["sensitivity"]]
     assert kinds[-2:] == [("as confirmed, seed 0 alone", "measured"), ("line RTT x2", "measured")]
-    assert data["remeasured"][0]["capacity"]["pdd"]["goodput_req_s"] == 9.0
+    assert data["remeasured"][0]["capacity"]["pdd"]["sla_goodput_req_s"] == 9.0
     table = sensitivity_table(plan)
     assert table is not None
     assert table.row_count == 7  # 5 price rows, the reference, the RTT

@@ -103,8 +103,10 @@ def test_summary_is_consistent_with_the_records(agentic: list[TraceRequest]) -> 
     assert s.ttft_s.p50 is not None
     assert s.ttft_s.p99 is not None
     assert s.ttft_s.p50 <= s.ttft_s.p99
-    assert s.bcr == pytest.approx(s.goodput_rps / s.cost_per_hour, rel=1e-6)
-    assert s.goodput_rps <= s.throughput_rps
+    assert s.bcr_at_trace_rate_per_1000_usd_h == pytest.approx(
+        s.sla_goodput_req_s / s.cost_per_hour * 1000, rel=1e-6
+    )
+    assert s.sla_goodput_req_s <= s.throughput_rps
     tokens = sum(r.output_length for r in records if r.rejected is None)
     assert sum(r.tokens_rld + r.tokens_md for r in records) == tokens
     assert s.rld_token_share == pytest.approx(sum(r.tokens_rld for r in records) / tokens, abs=1e-6)

@@ -56,7 +56,7 @@ def test_capacity_of_one_server_is_one_over_its_service_time() -> None:
     assert 4.0 * (1 - 0.02) <= result.capacity_req_s <= 4.0
     assert result.capacity_low_req_s <= result.capacity_req_s <= result.capacity_high_req_s
     assert result.capacity_high_req_s <= 4.0
-    assert result.goodput_req_s == pytest.approx(result.capacity_req_s)  # all met there
+    assert result.sla_goodput_req_s == pytest.approx(result.capacity_req_s)  # all met there
     assert result.bracketed
     assert result.monotone
 
