@@ -138,7 +138,7 @@ def _capacities(
     if out is not None:
         for (setup, summary), c in zip(results, found, strict=True):
             data = c.model_dump(mode="json")
-            data["bcr_at_capacity_per_1000_usd_h"] = round(
+            data["bcr_per_1000_usd_h"] = round(  # BCR proper: at capacity
                 bcr_at_capacity(c, summary.cost_per_hour), 6
             )
             path = out / setup.preset / "capacity.json"

@@ -22,6 +22,7 @@ from pathlib import Path
 from replay.experiments.capacity import CapacityResult, CapacitySettings
 from replay.experiments.capacity_job import CapacityJob
 from replay.experiments.steady_replay import SteadyWindow
+from replay.metrics.bcr import bcr_per_1000_usd_h
 from replay.runner.config import ReplaySettings
 
 __all__ = [
@@ -61,7 +62,7 @@ def capacity_job(
 
 def bcr_at_capacity(result: CapacityResult, cost_usd_h: float) -> float:
     """SLA goodput at capacity per 1000 USD/h (0 for a cluster that costs nothing)."""
-    return result.goodput_req_s / cost_usd_h * 1000 if cost_usd_h > 0 else 0.0
+    return bcr_per_1000_usd_h(result.sla_goodput_req_s, cost_usd_h)
 
 
 def capacity_cell(value: float, low: float, high: float, lowest_probe_req_s: float) -> str:
@@ -82,7 +83,9 @@ def capacity_rows(
             for r, low in zip(results, lowest, strict=True)
         ]),
         ("SLA goodput at capacity (req/s) [95% interval]", [
-            capacity_cell(r.goodput_req_s, r.goodput_low_req_s, r.goodput_high_req_s, low)
+            capacity_cell(
+                r.sla_goodput_req_s, r.sla_goodput_low_req_s, r.sla_goodput_high_req_s, low
+            )
             for r, low in zip(results, lowest, strict=True)
         ]),
         ("BCR at capacity (req/s per 1000 USD/h)", [

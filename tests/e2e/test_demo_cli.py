@@ -141,9 +141,7 @@ def test_readme_headline_table_is_what_the_demo_prints(
             f"{c['capacity_high_req_s']:.2f}]"
         )
         cost = json.loads((tmp_path / preset / "summary.json").read_text())["cost_per_hour"]
-        assert c["bcr_at_capacity_per_1000_usd_h"] == pytest.approx(
-            c["goodput_req_s"] / cost * 1000
-        )
+        assert c["bcr_per_1000_usd_h"] == pytest.approx(c["sla_goodput_req_s"] / cost * 1000)
         assert c["bracketed"]
     # naive cross-DC PD collapses on the line: a fraction of the others' capacity
     assert caps["xdc-pd-small"]["capacity_req_s"] * 4 < caps["idc-pd-small"]["capacity_req_s"]

@@ -37,7 +37,7 @@ def result(cap: float, low: float, high: float, good: float, good_low: float,
            good_high: float, probes: list[CapacityProbe]) -> CapacityResult:  # fmt: skip
     return CapacityResult(
         capacity_req_s=cap, capacity_low_req_s=low, capacity_high_req_s=high,
-        goodput_req_s=good, goodput_low_req_s=good_low, goodput_high_req_s=good_high,
+        sla_goodput_req_s=good, sla_goodput_low_req_s=good_low, sla_goodput_high_req_s=good_high,
         per_seed_req_s=[cap], bracketed=True, monotone=True, probes=probes, warnings=[],
     )  # fmt: skip
 
