@@ -38,8 +38,14 @@ from replay.experiments.compare_csv import COMPARE_COLUMNS
 from replay.experiments.demo import DemoSetup, comparison_table
 from replay.experiments.overload import COLUMNS as OVERLOAD_COLUMNS
 from replay.experiments.overload import OverloadPoint, OverloadResult
-from replay.experiments.plan_output import FRONT_HEADERS, PLAN_CSV_FIELDS, VERDICT_HEADERS
-from replay.experiments.plan_verdict import Comparison
+from replay.experiments.plan_changes import Change, Remeasured
+from replay.experiments.plan_output import (
+    FRONT_HEADERS,
+    PLAN_CSV_FIELDS,
+    VERDICT_HEADERS,
+    sensitivity_headers,
+)
+from replay.experiments.plan_verdict import Comparison, Sensitivity
 from replay.experiments.policy_spec import parse_policy_spec
 from replay.experiments.sweep import PROBE_COLUMNS, Probe, SweepResult
 from replay.metrics.record import RequestRecord
@@ -144,6 +150,9 @@ def _field_names(runs: list[ReplayResult], compared: CompareResult) -> dict[str,
         "overload.csv": set(OVERLOAD_COLUMNS),
         "plan.json": set(PLAN_CSV_FIELDS)
         | set(Comparison.model_fields)
+        | set(Sensitivity.model_fields)
+        | set(Remeasured.model_fields)
+        | set(Change.model_fields)
         | set(CapacityResult.model_fields),
         "plan.csv": set(PLAN_CSV_FIELDS),
         "tune.json": set(_leaves(trial.model_dump(mode="json"))),
@@ -229,6 +238,7 @@ def _headers(runs: list[ReplayResult], compared: CompareResult) -> dict[str, lis
         "replay overload": list(OVERLOAD_HEADERS),
         "replay plan (front)": list(FRONT_HEADERS),
         "replay plan (verdict)": list(VERDICT_HEADERS),
+        "replay plan (sensitivity)": sensitivity_headers(["intra-dc-pd", "colocated"]),
         "replay tune": list(TUNE_HEADERS),
         "report.html (run)": [f"{r['label']} ({r['unit']})" for r in table_rows(report)],
         "report.html (compare)": [f"{r['label']} ({r['unit']})" for r in table_rows(report_cmp)],
