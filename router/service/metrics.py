@@ -7,6 +7,7 @@ import contextlib
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from router.service.loop_watch import LoopWatch
 from router.service.request_metrics import RequestFamilies
 
 __all__ = ["ServiceMetrics"]
@@ -90,6 +91,8 @@ class ServiceMetrics:
             "brought up to date (set by the index when its state changes)",
             registry=r,
         )
+        # how long the event loop is held, and how much of it by the router's own work
+        self.loop = LoopWatch(r)
 
     def forget_instance(self, instance_id: str) -> None:
         """Drop the instance's series (it was removed): instances come and go under their
