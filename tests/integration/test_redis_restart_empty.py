@@ -15,6 +15,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
+from e2e.loop_support import LOOP_HELD_S, LoopWatch
 from engine_sim.engine import SimEngine, SimEngineConfig
 from engines_adapter.contract import EngineAdapter
 from router.errors import UserError
@@ -23,7 +24,6 @@ from router.index.redis_index import RedisPrefixIndex
 from router.service.app import create_app
 from router.service.schemas import InstanceConfig
 from router.settings import Settings
-from tests.e2e.loop_support import LOOP_HELD_S, LoopWatch
 
 VOCAB = 512
 PROMPT = [(7 * i + 3) % VOCAB for i in range(640)]  # 40 blocks of 16
