@@ -30,6 +30,8 @@ from engines_adapter.kv_events import with_gap
 __all__ = ["RequestTimes", "SimEngine", "SimEngineConfig", "SimFaults"]
 
 _REPICK = 0x5851F42D4C957F2D
+HOLD_POLL_S = 0.01
+"""How often a request held by the ``hold`` fault looks whether it was lifted."""
 """Mixed into the state to pick the opening token that replaces EOS."""
 
 Sleep = Callable[[float], Awaitable[None]]
@@ -330,6 +332,8 @@ class SimEngine:
         run = _Run(request.request_id, list(prompt), scheduled_at=time.perf_counter())
         self._running[run.request_id] = run
         try:
+            while self.faults.hold and not run.aborted.is_set():  # running, not yet computed
+                await asyncio.sleep(HOLD_POLL_S)
             bs = self.config.block_size
             blocks = self.cache.chain(prompt, salt=_salt(request))
             # Like vLLM, at least the last prompt token is computed, never served from cache.
