@@ -53,7 +53,7 @@ class Ticks:
         return f"{self.total} ticks, longest <= {self.worst_s() * 1e3:g} ms"
 
 
-class LoopWatch:
+class LoopReading:
     """Readings of a router's loop histograms, from ``start()`` to ``stop()``."""
 
     def __init__(self, url: str, headers: dict[str, str] | None = None) -> None:
@@ -65,11 +65,11 @@ class LoopWatch:
         return {name: buckets(self.url, f"pdd_router_event_loop_{name}_seconds", self.headers)
                 for name in ("held", "lag")}  # fmt: skip
 
-    def start(self) -> LoopWatch:
+    def start(self) -> LoopReading:
         self._before = self._read()
         return self
 
-    def stop(self) -> LoopWatch:
+    def stop(self) -> LoopReading:
         after = self._read()
         diff = {name: Ticks({b: after[name][b] - self._before[name].get(b, 0.0)
                              for b in after[name]})

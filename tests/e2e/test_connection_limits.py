@@ -22,7 +22,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from loop_support import LOOP_HELD_S, LoopWatch
+from loop_support import LOOP_HELD_S, LoopReading
 from process_support import free_port, terminate, wait_for
 
 HEADER_S, BODY_S, KEEP_ALIVE_S = 1.5, 2.0, 1
@@ -142,7 +142,7 @@ POST = b"POST /v1/chat/completions HTTP/1.1\r\nHost: r\r\nContent-Type: applicat
 
 
 def test_slow_headers_and_bodies_are_closed_at_their_deadlines(timed: Router) -> None:
-    loop = LoopWatch(timed.url("")).start()
+    loop = LoopReading(timed.url("")).start()
     good = WellBehaved(timed)
     good.start()
     idle = [connect(timed, "127.0.0.2") for _ in range(3)]

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from loop_support import LOOP_HELD_S, LoopWatch
+from loop_support import LOOP_HELD_S, LoopReading
 from process_support import Stack, stream_tokens
 
 pytestmark = pytest.mark.slow
@@ -92,7 +92,7 @@ def test_a_hung_engine_is_taken_out_and_requests_go_elsewhere(p_md: Stack) -> No
                     healthz.append(time.monotonic() - start)
                     time.sleep(0.05)
 
-        loop = LoopWatch(p_md.router).start()
+        loop = LoopReading(p_md.router).start()
         watcher = threading.Thread(target=probe_healthz)
         watcher.start()
         ejected_after = None

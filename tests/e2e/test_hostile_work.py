@@ -18,7 +18,7 @@ from typing import Any
 
 import httpx
 import pytest
-from loop_support import LOOP_HELD_S, LoopWatch
+from loop_support import LOOP_HELD_S, LoopReading
 from process_support import Stack
 
 MODEL = "m"
@@ -99,11 +99,11 @@ def rss_bytes(pid: int) -> int:
     return total
 
 
-def while_running(router: Router, hostile: Callable[[], Any]) -> tuple[Any, LoopWatch, int]:
+def while_running(router: Router, hostile: Callable[[], Any]) -> tuple[Any, LoopReading, int]:
     """Run ``hostile`` in a thread; meanwhile poll /healthz and serve a well-behaved chat.
     Returns its result, how long the router's loop was held meanwhile and the
     well-behaved chat's status (the slowest /healthz is printed)."""
-    loop = LoopWatch(router.url).start()
+    loop = LoopReading(router.url).start()
     with ThreadPoolExecutor(1) as pool:
         future: Future[Any] = pool.submit(hostile)
         time.sleep(0.3)  # the hostile requests are in the router (only timing, not sync)

@@ -20,7 +20,7 @@ import httpx
 import pytest
 import zmq
 from index_watch import indexed_blocks
-from loop_support import LOOP_HELD_S, LoopWatch
+from loop_support import LOOP_HELD_S, LoopReading
 from process_support import Stack, free_port
 
 from engines_adapter.kv_events import encode_frames
@@ -75,7 +75,7 @@ def test_an_oversized_relay_batch_is_refused_and_the_router_keeps_answering(
 
 def _oversized_batch_after_small_ones(
     stack: Stack, pub: zmq.Socket[bytes], client: httpx.Client
-) -> tuple[int, float, LoopWatch]:
+) -> tuple[int, float, LoopReading]:
     """Small batches until the router takes them, then an oversized one and a small one
     after it; md0's indexed blocks once settled, the slowest /healthz meanwhile and how
     long the router's event loop was held."""
@@ -96,7 +96,7 @@ def _oversized_batch_after_small_ones(
             slowest[0] = max(slowest[0], time.monotonic() - start)
             time.sleep(0.01)
 
-    loop = LoopWatch(stack.router).start()
+    loop = LoopReading(stack.router).start()
     watcher = threading.Thread(target=probe_healthz)
     watcher.start()
     try:

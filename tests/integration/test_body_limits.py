@@ -17,7 +17,7 @@ import pytest
 import uvicorn
 from fastapi import FastAPI
 
-from e2e.loop_support import LOOP_HELD_S, LoopWatch
+from e2e.loop_support import LOOP_HELD_S, LoopReading
 from e2e.process_support import Stack, free_port, spawn, wait_for
 from engine_sim.engine import SimEngine, SimEngineConfig
 from router.service.app import create_app
@@ -129,7 +129,7 @@ def test_chunked_body_over_the_limit_is_refused_while_it_streams(small_limit: st
             yield chunk
 
     rss_before = _rss_bytes()
-    loop = LoopWatch(small_limit, AUTH).start()
+    loop = LoopReading(small_limit, AUTH).start()
     with httpx.Client(base_url=small_limit, timeout=10) as other:
         response = httpx.post(
             f"{small_limit}/v1/completions", content=body(other), timeout=30,
@@ -260,7 +260,7 @@ def test_large_kv_event_batch_leaves_the_event_loop_free(router_process: str) ->
 
     with httpx.Client(base_url=router_process, timeout=60) as client:
         client.get("/healthz")
-        loop = LoopWatch(router_process, AUTH).start()
+        loop = LoopReading(router_process, AUTH).start()
         poster = threading.Thread(target=post)
         poster.start()
         while not done.wait(0.01):

@@ -15,7 +15,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from e2e.loop_support import LOOP_HELD_S, LoopWatch
+from e2e.loop_support import LOOP_HELD_S, LoopReading
 from engine_sim.engine import SimEngine, SimEngineConfig
 from engines_adapter.contract import EngineAdapter
 from router.errors import UserError
@@ -300,7 +300,7 @@ def test_a_hung_redis_never_holds_the_event_loop(redis_server: RedisServer) -> N
                         codes.append(other.post("/v1/completions", json={"prompt": prompt,
                                                 "max_tokens": 4}).status_code)  # fmt: skip
 
-            loop = LoopWatch(base, AUTH).start()
+            loop = LoopReading(base, AUTH).start()
             sender = threading.Thread(target=traffic)
             sender.start()
             waits = []
