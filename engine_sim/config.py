@@ -35,6 +35,10 @@ class SimEngineConfig(BaseModel):
         return self
 
 
+HOLD_POLL_S = 0.01
+"""How often a request held by the ``hold`` fault looks whether it was lifted."""
+
+
 class SimFaults(BaseModel):
     """Faults to inject; change them on a running engine (``engine.faults.refuse = True``)."""
 

@@ -12,7 +12,7 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 from engine_sim.cache import ChainBlock, SimEngineCache
-from engine_sim.config import SimEngineConfig, SimFaults
+from engine_sim.config import HOLD_POLL_S, SimEngineConfig, SimFaults
 from engine_sim.outputs import TextEncoder, fake_logprob, forced_tokens
 from engine_sim.toy_model import ToyModel
 from engines_adapter.contract import (
@@ -30,8 +30,6 @@ from engines_adapter.kv_events import with_gap
 __all__ = ["RequestTimes", "SimEngine", "SimEngineConfig", "SimFaults"]
 
 _REPICK = 0x5851F42D4C957F2D
-HOLD_POLL_S = 0.01
-"""How often a request held by the ``hold`` fault looks whether it was lifted."""
 """Mixed into the state to pick the opening token that replaces EOS."""
 
 Sleep = Callable[[float], Awaitable[None]]
