@@ -60,6 +60,7 @@ class LoopWatch:
         self.interval_s = interval_s
         self._clock = clock
         self._waited = waited
+        self._last: tuple[float, float | None] = (0.0, None)  # the last tick's end
         self.lag = Histogram(
             "pdd_router_event_loop_lag_seconds",
             f"How late a tick of the event loop (every {interval_s:g} s) ran: what a "
@@ -76,9 +77,10 @@ class LoopWatch:
 
     def tick(self, started: float, waited_before: float | None) -> tuple[float, float]:
         """Record one tick begun at ``started`` (the clock) with the thread's run-queue
-        wait then; its (lag, held) in seconds."""
-        lag = max(self._clock() - started - self.interval_s, 0.0)
-        waited_after = self._waited()
+        wait then; its (lag, held) in seconds. Its end is the next tick's start."""
+        ended, waited_after = self._clock(), self._waited()
+        self._last = (ended, waited_after)
+        lag = max(ended - started - self.interval_s, 0.0)
         queued = (waited_after - waited_before
                   if waited_before is not None and waited_after is not None else 0.0)  # fmt: skip
         held = min(max(lag - queued, 0.0), lag)
@@ -87,8 +89,8 @@ class LoopWatch:
         return lag, held
 
     async def run(self) -> None:
-        """Forever, on the loop it watches."""
+        """Forever, on the loop it watches (one clock and one kernel reading a tick)."""
+        self._last = (self._clock(), self._waited())
         while True:
-            started, waited = self._clock(), self._waited()
             await asyncio.sleep(self.interval_s)
-            self.tick(started, waited)
+            self.tick(*self._last)
