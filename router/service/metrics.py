@@ -71,6 +71,13 @@ class ServiceMetrics:
             "Router replicas sharing the Redis index, this one included (last heartbeat)",
             registry=r,
         )
+        self.replica_decisions_alone = Counter(
+            "pdd_router_replica_decisions_alone",
+            "Decisions published without the other replicas' load: the exchange with Redis "
+            "failed or waits out redis.retry_after_s after a failure (each replica then "
+            "decides on its own load and its last view of theirs)",
+            registry=r,
+        )  # fmt: skip
         self.kv_event_leases = Gauge(
             "pdd_router_kv_event_leases",
             "Instances whose KV events this replica writes to the shared index",
