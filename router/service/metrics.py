@@ -98,8 +98,7 @@ class ServiceMetrics:
             "brought up to date (set by the index when its state changes)",
             registry=r,
         )
-        # how long the event loop is held, and how much of it by the router's own work
-        self.loop = LoopWatch(r)
+        self.loop = LoopWatch(r)  # how long the event loop is held, and by the router's work
 
     def forget_instance(self, instance_id: str) -> None:
         """Drop the instance's series (it was removed): instances come and go under their
