@@ -99,7 +99,7 @@ def serve(
     else:
         from router.service.app import create_app
 
-        app = create_app(settings)
+        app = create_app(settings, freeze_heap=True)
     _run(app, settings.service, log_level, known)
 
 

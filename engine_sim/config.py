@@ -35,6 +35,10 @@ class SimEngineConfig(BaseModel):
         return self
 
 
+HOLD_POLL_S = 0.01
+"""How often a request held by the ``hold`` fault looks whether it was lifted."""
+
+
 class SimFaults(BaseModel):
     """Faults to inject; change them on a running engine (``engine.faults.refuse = True``)."""
 
@@ -44,4 +48,5 @@ class SimFaults(BaseModel):
     refuse: bool = False  # every new request fails with a retryable EngineError
     fail_after_tokens: int | None = Field(None, ge=0)  # streams fail after this many tokens
     hang: bool = False  # requests stall until aborted
+    hold: bool = False  # admitted requests wait, before their prefill, until it is false again
     busy_next: int = Field(0, ge=0)  # the server answers this many next completions 429

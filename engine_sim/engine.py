@@ -12,7 +12,7 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 from engine_sim.cache import ChainBlock, SimEngineCache
-from engine_sim.config import SimEngineConfig, SimFaults
+from engine_sim.config import HOLD_POLL_S, SimEngineConfig, SimFaults
 from engine_sim.outputs import TextEncoder, fake_logprob, forced_tokens
 from engine_sim.toy_model import ToyModel
 from engines_adapter.contract import (
@@ -330,6 +330,8 @@ class SimEngine:
         run = _Run(request.request_id, list(prompt), scheduled_at=time.perf_counter())
         self._running[run.request_id] = run
         try:
+            while self.faults.hold and not run.aborted.is_set():  # running, not yet computed
+                await asyncio.sleep(HOLD_POLL_S)
             bs = self.config.block_size
             blocks = self.cache.chain(prompt, salt=_salt(request))
             # Like vLLM, at least the last prompt token is computed, never served from cache.

@@ -25,6 +25,7 @@ from router.service.body_limit import BodyLimit
 from router.service.composition import AdapterFactory, compose, engine_timeouts, start, stop
 from router.service.deps import request_families_of
 from router.service.errors import install_error_handlers
+from router.service.gc_pause import settle_heap
 from router.service.openai_api import openai_router
 from router.service.ops_api import docs_router, ops_router
 from router.service.refusals import RefusalCount
@@ -90,8 +91,11 @@ def create_app(
     index: PrefixIndex | None = None,
     adapter_factory: AdapterFactory | None = None,
     tracer_provider: TracerProvider | None = None,
+    freeze_heap: bool = False,
 ) -> FastAPI:
-    """Build the service; nothing is created until the lifespan starts."""
+    """Build the service; nothing is created until the lifespan starts. ``freeze_heap``:
+    once started, what the process holds is moved out of the garbage collector's sight
+    (``settle_heap``; for a process that runs this one service)."""
     factory = adapter_factory or adapter_factory_for(settings)
     provider = tracer_provider or _tracer_provider()
 
@@ -104,6 +108,8 @@ def create_app(
             svc = compose(settings, index, factory, provider, log)
             try:
                 await start(svc)
+                if freeze_heap:
+                    settle_heap()
                 yield {"svc": svc}
             finally:
                 await stop(svc)

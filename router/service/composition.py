@@ -165,9 +165,10 @@ def _peers(
 
 
 async def start(svc: ServiceState) -> None:
-    """The instances file's engines attached; load polling, KV relays and the replicas'
-    heartbeat running."""
+    """The instances file's engines attached; the event loop's watch, load polling, KV
+    relays and the replicas' heartbeat running."""
     service = svc.settings.service
+    svc.background.append(asyncio.create_task(svc.metrics.loop.run()))
     if service.instances_file:
         for config in load_instances_file(service.instances_file):
             await svc.instances.attach(config)

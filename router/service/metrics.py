@@ -7,6 +7,7 @@ import contextlib
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from router.service.loop_watch import LoopWatch
 from router.service.request_metrics import RequestFamilies
 
 __all__ = ["ServiceMetrics"]
@@ -70,6 +71,13 @@ class ServiceMetrics:
             "Router replicas sharing the Redis index, this one included (last heartbeat)",
             registry=r,
         )
+        self.replica_decisions_alone = Counter(
+            "pdd_router_replica_decisions_alone",
+            "Decisions published without the other replicas' load: the exchange with Redis "
+            "failed or waits out redis.retry_after_s after a failure (each replica then "
+            "decides on its own load and its last view of theirs)",
+            registry=r,
+        )  # fmt: skip
         self.kv_event_leases = Gauge(
             "pdd_router_kv_event_leases",
             "Instances whose KV events this replica writes to the shared index",
@@ -90,6 +98,7 @@ class ServiceMetrics:
             "brought up to date (set by the index when its state changes)",
             registry=r,
         )
+        self.loop = LoopWatch(r)  # how long the event loop is held, and by the router's work
 
     def forget_instance(self, instance_id: str) -> None:
         """Drop the instance's series (it was removed): instances come and go under their

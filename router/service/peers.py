@@ -116,7 +116,10 @@ class Peers:
             else:
                 view = self.sync.admit(own, self.version)
             self._apply(view)
-            if view is None or view.admitted:  # None: Redis did not answer, decide alone
+            if view is None:  # Redis did not answer: decided alone
+                self.metrics.replica_decisions_alone.inc()
+                return True
+            if view.admitted:
                 return True
             self.pool.release(key)
             return False

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from loop_support import LOOP_HELD_S, LoopReading
 from process_support import free_port, terminate, wait_for
 
 HEADER_S, BODY_S, KEEP_ALIVE_S = 1.5, 2.0, 1
@@ -141,6 +142,7 @@ POST = b"POST /v1/chat/completions HTTP/1.1\r\nHost: r\r\nContent-Type: applicat
 
 
 def test_slow_headers_and_bodies_are_closed_at_their_deadlines(timed: Router) -> None:
+    loop = LoopReading(timed.url("")).start()
     good = WellBehaved(timed)
     good.start()
     idle = [connect(timed, "127.0.0.2") for _ in range(3)]
@@ -157,6 +159,8 @@ def test_slow_headers_and_bodies_are_closed_at_their_deadlines(timed: Router) ->
         good.join(timeout=15)
         for sock in heads + body:
             sock.close()
+    loop.stop()
+    print(f"\n/healthz slowest {good.slowest * 1e3:.1f} ms; {loop}")
     for seconds in closed[: len(heads)]:  # header deadline, trickled bytes or not
         assert seconds is not None, closed
         assert HEADER_S - 0.2 <= seconds <= HEADER_S + MARGIN_S, closed
@@ -165,7 +169,7 @@ def test_slow_headers_and_bodies_are_closed_at_their_deadlines(timed: Router) ->
         assert BODY_S - 0.2 <= seconds <= BODY_S + MARGIN_S, closed
     assert len(good.statuses) >= 4
     assert set(good.statuses) == {200}, good.statuses
-    assert good.slowest < 0.5
+    assert loop.held.over(LOOP_HELD_S) == 0, loop  # /healthz never waited on the slow clients
     assert_logged(timed, "header_timeout_s", len(heads), "127.0.0.2")
     assert_logged(timed, "body_timeout_s", len(body), "127.0.0.2")
 

@@ -29,7 +29,9 @@ pytestmark = pytest.mark.slow
 
 PREFIX_TOKENS = 1024  # 64 blocks of 16 shared by the whole burst
 BURST = 6
+HELD = 3  # the burst's first requests, one per replica: decided while no P has computed
 STAGGER_S = 0.05  # the burst's requests arrive 50 ms apart
+P_IDS = ("p0", "p1", "p2")
 ENGINE_BLOCKS = (PREFIX_TOKENS + 16) // 16  # blocks a request stores on an empty instance
 
 
@@ -74,6 +76,9 @@ def start_replicas(
         "PDD_ROUTER_POLICY__NAME": "pdd",
         "PDD_ROUTER_POLICY__PARAMS": json.dumps({"wan_budget_s": 1e6}),  # P-MD only
         "PDD_ROUTER_REDIS__KEY_PREFIX": f"pdd-replicas:{uuid.uuid4().hex[:8]}",
+        # Redis is not what is tested: a loaded machine must not look like an outage (on
+        # one, a replica decides alone for retry_after_s), so a reply may take 2 s
+        "PDD_ROUTER_REDIS__SOCKET_TIMEOUT_S": "2",
         **(env or {}),
     }
     prefix = env["PDD_ROUTER_REDIS__KEY_PREFIX"]
@@ -99,9 +104,34 @@ def replicas_seen(url: str) -> float:
     return 0.0
 
 
+def hold(stack: Stack, held: bool) -> None:
+    """Hold (or let go) the prefills the P engines are sent: held, a request is admitted
+    and counted running, and computes nothing (so no P ends one or caches its prefix)."""
+    for iid in P_IDS:
+        faults = {"hold": held}
+        httpx.post(
+            f"{stack.engines[iid].url}/sim/faults", json=faults, timeout=5
+        ).raise_for_status()
+
+
+def wait_running(stack: Stack, n: int) -> None:
+    """Until the P engines run ``n`` requests between them (each one was decided)."""
+    deadline = time.monotonic() + 30
+    running = 0.0
+    while time.monotonic() < deadline:
+        running = sum(stack.engines[iid].running() for iid in P_IDS)
+        if running >= n:
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"the P engines run {running} requests, never {n}")
+
+
 def burst(replicas: Replicas, seed: int) -> list[str]:
     """BURST requests sharing one prefix, round robin over the replicas, STAGGER_S apart;
-    the P instance that served each, in order of arrival."""
+    the P instance that served each, in order of arrival. The first HELD are all decided
+    before any P computes: each finds every earlier one in prefill, however slowly the
+    machine runs them (left to the clock, a first prefill that ended before the third
+    request was decided made p0 idle, holding the prefix, and rightly chosen again)."""
     shared = [(seed * 37 + 11 * i) % 512 for i in range(PREFIX_TOKENS)]
     served: list[str] = [""] * BURST
     errors: list[str] = []
@@ -117,11 +147,18 @@ def burst(replicas: Replicas, seed: int) -> list[str]:
         served[k] = response.json()["pdd"]["instances"]["p"]
 
     threads = []
-    for k in range(BURST):
-        thread = threading.Thread(target=send, args=(k,))
-        thread.start()
-        threads.append(thread)
-        time.sleep(STAGGER_S)
+    hold(replicas.stack, True)
+    try:
+        for k in range(BURST):
+            thread = threading.Thread(target=send, args=(k,))
+            thread.start()
+            threads.append(thread)
+            if k == HELD - 1:
+                wait_running(replicas.stack, HELD)
+                hold(replicas.stack, False)
+            time.sleep(STAGGER_S)
+    finally:
+        hold(replicas.stack, False)
     for thread in threads:
         thread.join(timeout=90)
     assert not errors, errors
@@ -160,8 +197,9 @@ def test_replicas_spread_a_burst_and_write_kv_events_once(
         counts = dict(sorted(collections.Counter(run).items()))
         print(f"{name}: P instances in order {run} {counts}, Redis block writes {writes[name]}")
 
-    # the burst's first three requests (one per replica) find every P idle: one replica
-    # sends them to three different instances, and so do three sharing replicas
+    # the burst's first three requests (one per replica, each decided while the earlier
+    # ones wait at their P) find every P idle: one replica sends them to three different
+    # instances, and so do three sharing replicas
     assert len(set(alone[:3])) == 3, alone
     assert len(set(shared[:3])) == 3, shared
     assert set(shared) == {"p0", "p1", "p2"}, shared

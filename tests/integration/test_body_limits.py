@@ -17,6 +17,7 @@ import pytest
 import uvicorn
 from fastapi import FastAPI
 
+from e2e.loop_support import LOOP_HELD_S, LoopReading
 from e2e.process_support import Stack, free_port, spawn, wait_for
 from engine_sim.engine import SimEngine, SimEngineConfig
 from router.service.app import create_app
@@ -128,12 +129,15 @@ def test_chunked_body_over_the_limit_is_refused_while_it_streams(small_limit: st
             yield chunk
 
     rss_before = _rss_bytes()
+    loop = LoopReading(small_limit, AUTH).start()
     with httpx.Client(base_url=small_limit, timeout=10) as other:
         response = httpx.post(
             f"{small_limit}/v1/completions", content=body(other), timeout=30,
             headers={**AUTH, "content-type": "application/json"},
         )  # fmt: skip
     grown = _rss_bytes() - rss_before
+    loop.stop()
+    print(f"\nchunked body: /healthz slowest {max(healthz) * 1e3:.1f} ms; {loop}")
     assert response.status_code == 413
     assert response.json()["error"] == {
         "message": f"request body over {LIMIT} bytes", "type": "invalid_request_error",
@@ -142,7 +146,7 @@ def test_chunked_body_over_the_limit_is_refused_while_it_streams(small_limit: st
     assert sent < 32 * LIMIT, f"the client could send {sent} bytes after the limit"
     assert grown < 64 * 1024 * 1024, f"RSS grew by {grown / 1e6:.0f} MB"
     assert len(healthz) == 8
-    assert max(healthz) < 1.0, healthz
+    assert loop.held.over(LOOP_HELD_S) == 0, loop
 
 
 def test_declared_length_over_the_limit_is_refused_before_the_body(small_limit: str) -> None:
@@ -256,6 +260,7 @@ def test_large_kv_event_batch_leaves_the_event_loop_free(router_process: str) ->
 
     with httpx.Client(base_url=router_process, timeout=60) as client:
         client.get("/healthz")
+        loop = LoopReading(router_process, AUTH).start()
         poster = threading.Thread(target=post)
         poster.start()
         while not done.wait(0.01):
@@ -263,12 +268,13 @@ def test_large_kv_event_batch_leaves_the_event_loop_free(router_process: str) ->
             assert client.get("/healthz").status_code == 200
             healthz.append(time.perf_counter() - start)
         poster.join(timeout=120)
+        loop.stop()
         route = client.post("/v1/route", json={"token_ids": first_tokens}, headers=AUTH)
     assert outcome["status"] == 202
     seconds = float(outcome["seconds"])
     print(f"kv-events batch {len(body) / 1e6:.1f} MB in {seconds:.2f} s; /healthz during it: "
-          f"n={len(healthz)} max={max(healthz) * 1000:.0f} ms")  # fmt: skip
+          f"n={len(healthz)} max={max(healthz) * 1000:.0f} ms; {loop}")  # fmt: skip
     assert len(healthz) >= 5
-    assert max(healthz) < 0.4 * seconds
+    assert loop.held.over(LOOP_HELD_S) == 0, loop
     # the batch's first 64 tokens, as the engine would serve them: 48 (never the last token)
     assert route.json()["predicted_hit"]["md"] == pytest.approx(48 / 64)

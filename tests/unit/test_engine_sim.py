@@ -207,6 +207,23 @@ async def test_faults_refuse_fail_midstream_hang_and_health() -> None:
     assert (await engine.load()).running == 0
 
 
+async def test_held_requests_run_but_compute_nothing_until_the_hold_is_lifted() -> None:
+    """Held: two prefills are admitted (the engine reports them running) and neither has
+    stored a block; lifted, both finish, the second finding the first one's blocks."""
+    engine = SimEngine("e", faults=SimFaults(hold=True))
+    prompt = _prompt(64)
+    first = asyncio.ensure_future(engine.prefill(_req(prompt, rid="a")))
+    second = asyncio.ensure_future(engine.prefill(_req(prompt, rid="b")))
+    await asyncio.sleep(0.05)
+    assert not first.done()
+    assert not second.done()
+    assert (await engine.load()).running == 2
+    assert engine.cache.match(engine.cache.chain(prompt, salt=None)) == 0
+    engine.faults = SimFaults()
+    done = await asyncio.wait_for(asyncio.gather(first, second), 5)
+    assert [r.cached_tokens for r in done] == [0, 48]  # b found a's blocks (never the last)
+
+
 async def test_out_of_vocabulary_and_empty_prompts_are_not_retryable() -> None:
     engine = SimEngine("e", SimEngineConfig(vocab_size=100))
     for prompt in ([1, 100], [-1]):

@@ -8,12 +8,21 @@ from collections.abc import Iterator
 
 import pytest
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
+from engines_adapter.contract import EngineAdapter
 from policies.tiers import Tier
+from policies.types import Decision, Pipeline
 from router.index.base import IndexedInstance
 from router.index.memory_index import MemoryPrefixIndex
 from router.index.resilient_index import ResilientIndex
 from router.replicas import ReplicaSync
+from router.service.metrics import ServiceMetrics
+from router.service.peers import Peers
+from router.service.pool import InstancePool
+from router.service.schemas import InstanceConfig
+from router.settings import ClusterSettings, ReplicaSettings
 from tests.contract.conftest import delete_prefix, require_redis, unique_prefix
 
 IDS = ["md0", "md1", "p0", "p1", "p2", "rld0"]
@@ -268,3 +277,27 @@ def test_only_load_that_grows_moves_the_version(shared: tuple[redis.Redis, str])
     assert admitted is not None
     assert admitted.admitted
     assert admitted.load == {}
+
+
+def _no_engine(config: InstanceConfig) -> EngineAdapter:
+    raise AssertionError(f"no engine is built here ({config.instance_id})")
+
+
+def test_a_decision_redis_does_not_answer_is_claimed_here_and_counted_as_alone() -> None:
+    """Redis unreachable: each admission is let through (its work counts in this
+    replica's load) and counted in pdd_router_replica_decisions_alone_total; the second
+    is within the retry delay, so Redis is not even tried."""
+    client = redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.2,
+                         retry=Retry(NoBackoff(), 0))  # fmt: skip
+    sync = ReplicaSync(client, key_prefix="x", replica_id="a", retry_after_s=60.0)
+    pool = InstancePool(ClusterSettings(), _no_engine)
+    metrics = ServiceMetrics()
+    peers = Peers(sync, pool, ResilientIndex(MemoryPrefixIndex()), metrics, ReplicaSettings())
+    decision = Decision(policy="test", pipeline=Pipeline.P_MD, p_instance="p0",
+                        md_instance="md0")  # fmt: skip
+    assert peers.admission("r1", 100)(decision)
+    assert peers.admission("r2", 60)(decision)
+    assert pool.claims.total("p0") == (0, 160)  # prompt tokens to compute, none cached
+    assert pool.claims.total("md0") == (2, 0)  # a stream each
+    assert metrics.registry.get_sample_value("pdd_router_replica_decisions_alone_total") == 2
+    assert sync.failures == 1

@@ -1,0 +1,81 @@
+"""How long a router's event loop was held over a stretch of a test, from its /metrics.
+
+``/healthz`` answers as soon as the router's event loop gets to it, so a test that wants
+/healthz to stay fast under a hostile client asks the router how long its loop was held
+meanwhile (``pdd_router_event_loop_held_seconds``: each 10 ms tick's lateness less the
+time the loop's thread waited for a CPU). A wall-clock bound on /healthz itself also
+counts every other process of a loaded machine; that lateness is reported (``lag``), not
+asserted. See docs/operations.md, "Event-loop responsiveness".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import httpx
+
+LOOP_HELD_S = 0.1
+"""The longest the router's own work may hold its event loop (what /healthz waits)."""
+
+
+def buckets(url: str, family: str, headers: dict[str, str] | None = None) -> dict[float, float]:
+    """Cumulative counts of ``family``'s histogram by upper bound (inf: the count)."""
+    text = httpx.get(f"{url}/metrics", headers=headers or {}, timeout=10).text
+    out: dict[float, float] = {}
+    prefix = f'{family}_bucket{{le="'
+    for line in text.splitlines():
+        if line.startswith(prefix):
+            bound, value = line[len(prefix) :].split('"}')
+            out[float(bound)] = float(value)
+    assert out, f"{family} is not in {url}/metrics"
+    return out
+
+
+@dataclass
+class Ticks:
+    """The ticks of one histogram between two readings."""
+
+    counts: dict[float, float]  # cumulative, by upper bound
+
+    @property
+    def total(self) -> int:
+        return int(self.counts[float("inf")])
+
+    def over(self, bound_s: float) -> int:
+        """Ticks longer than ``bound_s`` (one of the histogram's bounds)."""
+        return self.total - int(self.counts[bound_s])
+
+    def worst_s(self) -> float:
+        """Upper bound of the longest tick (0 without ticks)."""
+        return min((b for b, n in self.counts.items() if n >= self.total), default=0.0)
+
+    def __str__(self) -> str:
+        return f"{self.total} ticks, longest <= {self.worst_s() * 1e3:g} ms"
+
+
+class LoopReading:
+    """Readings of a router's loop histograms, from ``start()`` to ``stop()``."""
+
+    def __init__(self, url: str, headers: dict[str, str] | None = None) -> None:
+        self.url, self.headers = url, headers
+        self._before: dict[str, dict[float, float]] = {}
+        self.held = self.lag = Ticks({float("inf"): 0.0})
+
+    def _read(self) -> dict[str, dict[float, float]]:
+        return {name: buckets(self.url, f"pdd_router_event_loop_{name}_seconds", self.headers)
+                for name in ("held", "lag")}  # fmt: skip
+
+    def start(self) -> LoopReading:
+        self._before = self._read()
+        return self
+
+    def stop(self) -> LoopReading:
+        after = self._read()
+        diff = {name: Ticks({b: after[name][b] - self._before[name].get(b, 0.0)
+                             for b in after[name]})
+                for name in after}  # fmt: skip
+        self.held, self.lag = diff["held"], diff["lag"]
+        return self
+
+    def __str__(self) -> str:
+        return f"loop held: {self.held}; loop lag (the machine included): {self.lag}"
