@@ -288,7 +288,7 @@ class AbortableStreams:
         scope = anyio.CancelScope()
 
         async def emit(delta: TokenDelta) -> None:
-            await queue.put(delta)
+            queue.put_nowait(delta)  # unbounded: the merge catches a slow consumer up
 
         async def work() -> None:
             # cancelled through its scope only (see run_scoped): the HTTP stream's close,

@@ -76,6 +76,9 @@ async def stream_events(
         await run.close()
 
 
+_ENCODE = json.JSONEncoder(separators=(",", ":")).encode  # json.dumps' output, built once
+
+
 def sse_data(obj: object) -> str:
     """One server-sent event carrying ``obj`` as JSON."""
-    return f"data: {json.dumps(obj, separators=(',', ':'))}\n\n"
+    return f"data: {_ENCODE(obj)}\n\n"
