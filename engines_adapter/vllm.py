@@ -31,6 +31,7 @@ from engines_adapter.contract import (
     StructuredOutput,
     TokenDelta,
     TokenLogprob,
+    token_delta,
 )
 from engines_adapter.engine_metrics import VLLM_METRICS
 from engines_adapter.http_adapter import Emit, HttpEngineCommon, HttpEngineOptions
@@ -204,15 +205,12 @@ class VLLMAdapter(HttpEngineCommon):
                             cause=cause_of_status(_error_code(chunk)),
                             reason=message_of(chunk),
                         )
-                    cached = _usage_cached(chunk) if cached is None else cached
+                    if cached is None and "usage" in chunk:
+                        cached = _usage_cached(chunk)
                     for choice in chunk.get("choices") or []:
                         ids = list(choice.get("token_ids") or [])
-                        delta = TokenDelta(
-                            token_ids=ids,
-                            finished=choice.get("finish_reason") is not None,
-                            finish_reason=choice.get("finish_reason"),
-                            logprobs=_logprobs(choice.get("logprobs"), ids),
-                        )
+                        logprobs = _logprobs(choice.get("logprobs"), ids)
+                        delta = token_delta(ids, choice.get("finish_reason"), logprobs)
                         if delta.finished:
                             final = delta  # held until the usage chunk that follows it
                         elif delta.token_ids:
