@@ -45,6 +45,8 @@ class _Connection(asyncio.Protocol):
         self._buffered = 0
         self._paused = False
         self._waiter: asyncio.Future[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._due = 0.0  # when the read waiting now times out (loop time)
         self._error: Exception | None = None
         self._eof_ends = False  # no length, not chunked: the body ends with the connection
         self.head_done = False
@@ -121,20 +123,36 @@ class _Connection(asyncio.Protocol):
         self.transport.write(data)
 
     async def _wait(self, timeout_s: float | None) -> None:
+        """Until the parser has news (a read), or ReadTimeout ``timeout_s`` after the
+        start; one timer per connection, set again only when it goes off early (a
+        relayed token's read schedules no timer of its own)."""
         if self._error is not None:
             raise self._error
-        waiter = self._waiter = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        waiter = self._waiter = loop.create_future()
+        if timeout_s is not None:
+            self._due = loop.time() + timeout_s
+            if self._timer is None:
+                self._timer = loop.call_at(self._due, self._check)
         try:
-            async with asyncio.timeout(timeout_s):
-                await waiter
-        except TimeoutError:
-            self.close()
-            what = "timed out reading the response"
-            raise httpx.ReadTimeout(what, request=self.request) from None
+            await waiter
         finally:
             self._waiter = None
         if self._error is not None:
             raise self._error
+
+    def _check(self) -> None:
+        """The read timer: a read waiting past its due time fails the connection; one
+        waiting less long sets the timer for its due time; none waiting: the next sets it."""
+        self._timer = None
+        if self._waiter is None or self._waiter.done():
+            return
+        loop = asyncio.get_running_loop()
+        if loop.time() < self._due:
+            self._timer = loop.call_at(self._due, self._check)
+            return
+        self.close()
+        self._fail(httpx.ReadTimeout("timed out reading the response", request=self.request))
 
     async def head(self, timeout_s: float | None) -> tuple[int, list[tuple[bytes, bytes]]]:
         """The status and headers of the response."""
@@ -162,6 +180,9 @@ class _Connection(asyncio.Protocol):
         return self.complete and self.keep_alive and not self.lost
 
     def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         if self.transport is not None and not self.lost:
             self.transport.close()
         self.lost = True

@@ -156,6 +156,27 @@ async def test_an_engine_that_stays_silent_is_a_read_timeout() -> None:
             await read_stream(http, url)
 
 
+async def test_a_stream_whose_tokens_keep_coming_outlives_its_read_timeout() -> None:
+    events = chunked(*EVENTS * 4)  # 16 pieces of 40 bytes, 0.05 s apart: 0.8 s in all
+    async with serving(Server([events], pause_s=0.05)) as url, client(read=0.3) as http:
+        assert await read_stream(http, url) == (200, b"".join(EVENTS * 4))
+
+
+async def test_a_stream_that_stops_midway_is_a_read_timeout() -> None:
+    server = Server([chunked(*EVENTS)[:80]], pause_s=0.05)  # then silent, still open
+    async with serving(server) as url, client(read=0.3) as http:
+        got: list[bytes] = []
+
+        async def read() -> None:
+            async with http.stream("POST", url + "/x", json={}, headers=SSE) as response:
+                async for piece in response.aiter_bytes():
+                    got.append(piece)
+
+        with pytest.raises(httpx.ReadTimeout):
+            await read()
+    assert b"".join(got).startswith(EVENTS[0])  # the body came, then the silence
+
+
 async def test_no_engine_listening_is_a_connect_error() -> None:
     async with serving(Server([])) as url:
         pass  # the port is free again
