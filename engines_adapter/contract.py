@@ -21,7 +21,6 @@ __all__ = [
     "StructuredOutput",
     "TokenDelta",
     "TokenLogprob",
-    "token_delta",
 ]
 
 
@@ -155,23 +154,6 @@ class TokenDelta(BaseModel):
     finish_reason: str | None = None
     cached_tokens: int | None = None  # reported once, when the engine says it (usage)
     logprobs: list[TokenLogprob] | None = None  # one per token ID, when the request asked
-
-
-def token_delta(
-    ids: list[int], finish_reason: object, logprobs: list[TokenLogprob] | None = None
-) -> TokenDelta:
-    """A ``TokenDelta`` from an engine's answer (finished when it has a finish reason);
-    validated only when its token IDs or finish reason are not of their type already (a
-    relayed token's delta is built without pydantic's validation)."""
-    if (finish_reason is None or isinstance(finish_reason, str)) and all(
-        type(t) is int for t in ids
-    ):
-        return TokenDelta.model_construct(
-            token_ids=ids, finished=finish_reason is not None, finish_reason=finish_reason,
-            cached_tokens=None, logprobs=logprobs,
-        )  # fmt: skip
-    return TokenDelta(token_ids=ids, finished=finish_reason is not None,
-                      finish_reason=finish_reason, logprobs=logprobs)  # fmt: skip
 
 
 class EngineLoad(BaseModel):

@@ -288,7 +288,7 @@ def _merged(delta: TokenDelta, items: collections.deque[_Item]) -> TokenDelta:
             logprobs.extend(following.logprobs)
         cached = cached if cached is not None else following.cached_tokens
         delta = following
-    return TokenDelta.model_construct(
+    return TokenDelta(
         token_ids=ids, finished=delta.finished, finish_reason=delta.finish_reason,
         cached_tokens=cached, logprobs=logprobs,
     )  # fmt: skip

@@ -31,7 +31,6 @@ from engines_adapter.contract import (
     StructuredOutput,
     TokenDelta,
     TokenLogprob,
-    token_delta,
 )
 from engines_adapter.engine_metrics import VLLM_METRICS
 from engines_adapter.http_adapter import Emit, HttpEngineCommon, HttpEngineOptions
@@ -209,8 +208,13 @@ class VLLMAdapter(HttpEngineCommon):
                         cached = _usage_cached(chunk)
                     for choice in chunk.get("choices") or []:
                         ids = list(choice.get("token_ids") or [])
-                        logprobs = _logprobs(choice.get("logprobs"), ids)
-                        delta = token_delta(ids, choice.get("finish_reason"), logprobs)
+                        reason = choice.get("finish_reason")
+                        delta = TokenDelta(
+                            token_ids=ids,
+                            finished=reason is not None,
+                            finish_reason=reason,
+                            logprobs=_logprobs(choice.get("logprobs"), ids),
+                        )
                         if delta.finished:
                             final = delta  # held until the usage chunk that follows it
                         elif delta.token_ids:
