@@ -8,7 +8,6 @@ ZMQ and closes what it opened.
 
 from __future__ import annotations
 
-import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any, TypedDict
@@ -86,16 +85,15 @@ class HttpEngineCommon(ABC):
     async def _stream(self, request_id: str, body: dict[str, Any], emit: Emit) -> None:
         """Send ``body``, emit the engine's deltas, the last one finished."""
 
-    async def generate(self, request: GenerateRequest) -> AsyncGenerator[TokenDelta, None]:
-        """Stream the request's tokens (``_stream``); ``abort`` ends the stream early."""
-        body = self._generate_body(request)
+    def generate(self, request: GenerateRequest) -> AsyncGenerator[TokenDelta, None]:
+        """Stream the request's tokens (``_stream``); ``abort`` ends the stream early. The
+        stream itself is returned (a relayed token passes one generator less); a prompt
+        the engine refuses is raised on its first step, as the stream's errors are."""
 
         async def produce(emit: Emit) -> None:
-            await self._stream(request.request_id, body, emit)
+            await self._stream(request.request_id, self._generate_body(request), emit)
 
-        async with contextlib.aclosing(self._streams.run(request.request_id, produce)) as deltas:
-            async for delta in deltas:
-                yield delta
+        return self._streams.run(request.request_id, produce)
 
     async def abort(self, request_id: str) -> None:
         """Close the request's stream; the engine aborts it. Unknown ids are ignored."""

@@ -5,13 +5,14 @@ timeouts, 5xx, 408 and 425 are the ``instance``'s (another may serve); a 429 say
 engine is ``busy`` (back-pressure: another may serve, and it counts as load); other 4xx
 (a request the engine will never accept) are the ``request``'s, with the engine's
 message as the reason the client is told. A streamed generation runs in a task
-that feeds a queue, so ``abort`` can cancel it (closing the HTTP stream, which makes
+that feeds a channel, so ``abort`` can cancel it (closing the HTTP stream, which makes
 vLLM and SGLang abort the request) while the consumer sees a clean final delta.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import json
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
@@ -195,7 +196,8 @@ async def sse_payloads(response: httpx.Response) -> AsyncGenerator[bytes, None]:
     left out). Reads bytes and frames lines itself (``\n``, ``\r\n`` or ``\r``): a relayed
     token costs a fraction of what httpx's text lines do."""
     pending = b""
-    async for chunk in response.aiter_bytes():
+    encoded = "content-encoding" in response.headers  # else the bytes as they came
+    async for chunk in response.aiter_bytes() if encoded else response.aiter_raw():
         lines = (pending + chunk).splitlines(keepends=True)
         pending = lines.pop() if lines and not lines[-1].endswith((b"\n", b"\r")) else b""
         for line in lines:
@@ -239,40 +241,57 @@ async def _stop(task: asyncio.Task[None], scope: anyio.CancelScope) -> None:
             await asyncio.wait({task})
 
 
-def _merged(delta: TokenDelta, queue: asyncio.Queue[_Item]) -> tuple[TokenDelta, list[_Item]]:
+class _Channel:
+    """What a stream's producer task hands its consumer: a deque and one waiter (lighter
+    than an ``asyncio.Queue``, which a relayed token went through twice)."""
+
+    __slots__ = ("_waiter", "items")
+
+    def __init__(self) -> None:
+        self.items: collections.deque[_Item] = collections.deque()
+        self._waiter: asyncio.Future[None] | None = None
+
+    def put(self, item: _Item) -> None:
+        self.items.append(item)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def get(self) -> _Item:
+        while not self.items:
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        return self.items.popleft()
+
+
+def _merged(delta: TokenDelta, items: collections.deque[_Item]) -> TokenDelta:
     """``delta`` and the token deltas already waiting behind it as one delta, when the
     consumer has fallen behind the engine (as vLLM merges a slow consumer's outputs): each
     relayed event costs the same whatever its tokens, so a busy router catches up instead
     of falling further behind. A delta that finishes the stream ends the merge (it keeps
-    its finish reason and cached tokens); an error or the end met on the way is returned
-    to be handled next. The merged delta reports the cached tokens any of them reported
-    (vLLM's last, SGLang's first)."""
-    ids: list[int] | None = None
+    its finish reason and cached tokens); an error or the end met on the way stays in
+    ``items``, to be handled next. The merged delta reports the cached tokens any of them
+    reported (vLLM's last, SGLang's first)."""
+    if delta.finished or not items or not isinstance(items[0], TokenDelta):
+        return delta
+    ids = list(delta.token_ids)
     logprobs = None if delta.logprobs is None else list(delta.logprobs)
     cached = delta.cached_tokens
-    while not delta.finished and not queue.empty():
-        following = queue.get_nowait()
-        if not isinstance(following, TokenDelta):
-            return _joined(delta, ids, cached, logprobs), [following]
-        if ids is None:
-            ids = list(delta.token_ids)
+    while not delta.finished and items and isinstance(items[0], TokenDelta):
+        following = items.popleft()
+        assert isinstance(following, TokenDelta)
         ids.extend(following.token_ids)  # once each: a long backlog merges in linear time
         if logprobs is not None and following.logprobs is not None:
             logprobs.extend(following.logprobs)
         cached = cached if cached is not None else following.cached_tokens
         delta = following
-    return _joined(delta, ids, cached, logprobs), []
-
-
-def _joined(
-    delta: TokenDelta, ids: list[int] | None, cached: int | None, logprobs: list[Any] | None
-) -> TokenDelta:
-    """The last delta of a merge with all of its tokens (and their log probabilities) and
-    the cached tokens one reported."""
-    if ids is None:
-        return delta
-    update = {"token_ids": ids, "cached_tokens": cached, "logprobs": logprobs}
-    return delta.model_copy(update=update)
+    return TokenDelta(
+        token_ids=ids, finished=delta.finished, finish_reason=delta.finish_reason,
+        cached_tokens=cached, logprobs=logprobs,
+    )  # fmt: skip
 
 
 class AbortableStreams:
@@ -284,11 +303,11 @@ class AbortableStreams:
 
     async def run(self, request_id: str, producer: Producer) -> AsyncGenerator[TokenDelta, None]:
         """Yield what ``producer`` emits; after an abort, one final ``finish_reason="abort"``."""
-        queue: asyncio.Queue[_Item] = asyncio.Queue()
+        channel = _Channel()
         scope = anyio.CancelScope()
 
         async def emit(delta: TokenDelta) -> None:
-            await queue.put(delta)
+            channel.put(delta)  # unbounded: the merge catches a slow consumer up
 
         async def work() -> None:
             # cancelled through its scope only (see run_scoped): the HTTP stream's close,
@@ -297,19 +316,18 @@ class AbortableStreams:
                 try:
                     await producer(emit)
                 except Exception as exc:
-                    await queue.put(exc)
+                    channel.put(exc)
                 else:
-                    await queue.put(None)
+                    channel.put(None)
 
         task = asyncio.create_task(work(), name=f"stream-{request_id}")
         self._tasks[request_id] = (task, scope)
-        task.add_done_callback(lambda _: queue.put_nowait(None))
+        task.add_done_callback(lambda _: channel.put(None))
         try:
-            held: list[_Item] = []  # taken from the queue by a merge, to handle next
             while True:
-                item = held.pop() if held else await queue.get()
+                item = await channel.get()
                 if isinstance(item, TokenDelta):
-                    item, held = _merged(item, queue)
+                    item = _merged(item, channel.items)
                 if request_id in self._aborted:
                     yield TokenDelta(token_ids=[], finished=True, finish_reason="abort")
                     return

@@ -204,13 +204,15 @@ class VLLMAdapter(HttpEngineCommon):
                             cause=cause_of_status(_error_code(chunk)),
                             reason=message_of(chunk),
                         )
-                    cached = _usage_cached(chunk) if cached is None else cached
+                    if cached is None and "usage" in chunk:
+                        cached = _usage_cached(chunk)
                     for choice in chunk.get("choices") or []:
                         ids = list(choice.get("token_ids") or [])
+                        reason = choice.get("finish_reason")
                         delta = TokenDelta(
                             token_ids=ids,
-                            finished=choice.get("finish_reason") is not None,
-                            finish_reason=choice.get("finish_reason"),
+                            finished=reason is not None,
+                            finish_reason=reason,
                             logprobs=_logprobs(choice.get("logprobs"), ids),
                         )
                         if delta.finished:

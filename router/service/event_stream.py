@@ -5,7 +5,7 @@ the way, and ``[DONE]``."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any, Protocol
 
 from engines_adapter.contract import EngineError, TokenLogprob
@@ -45,15 +45,16 @@ async def stream_events(
     the ``pdd`` field on the last one, usage when asked, an error event if an engine
     fails on the way, and ``[DONE]``; the engines stop when the client leaves."""
     sent = 0
+    chunk = _chunk_writer(head)
     try:
         for opening in form.opening():
-            yield sse_data({**head, "choices": [opening]})
+            yield chunk(opening)
         try:
             async for delta_ids in run.deltas():
                 out, ids = await text.take(delta_ids)
                 sent += len(ids)
                 for choice in await form.delta(out, ids, run.take_logprobs(len(ids))):
-                    yield sse_data({**head, "choices": [choice]})
+                    yield chunk(choice)
                 if text.stopped:
                     break
         except EngineError as exc:
@@ -67,7 +68,7 @@ async def stream_events(
         reason = "stop" if text.stopped else run.outcome.finish_reason or "length"
         *choices, last = await form.final(rest, reason)
         for choice in choices:
-            yield sse_data({**head, "choices": [choice]})
+            yield chunk(choice)
         yield sse_data({**head, "choices": [last], "pdd": run.served()})
         if include_usage:
             yield sse_data({**head, "choices": [], "usage": run.usage(sent)})
@@ -76,6 +77,18 @@ async def stream_events(
         await run.close()
 
 
+_ENCODE = json.JSONEncoder(separators=(",", ":")).encode  # json.dumps' output, built once
+
+
+def _chunk_writer(head: dict[str, Any]) -> Callable[[dict[str, Any]], str]:
+    """What ``sse_data({**head, "choices": [choice]})`` gives, with ``head``'s JSON
+    written once for the stream rather than once per chunk."""
+    if not head or "choices" in head:
+        return lambda choice: sse_data({**head, "choices": [choice]})
+    prefix = f'data: {_ENCODE(head)[:-1]},"choices":['  # the head's JSON without its }
+    return lambda choice: f"{prefix}{_ENCODE(choice)}]}}\n\n"
+
+
 def sse_data(obj: object) -> str:
     """One server-sent event carrying ``obj`` as JSON."""
-    return f"data: {json.dumps(obj, separators=(',', ':'))}\n\n"
+    return f"data: {_ENCODE(obj)}\n\n"

@@ -4,8 +4,7 @@ cut short when an instance is taken out of service, and the readiness of the tie
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -34,6 +33,29 @@ class Watch:
         when = self.deadline.when()
         if when is None or soon < when:
             self.deadline.reschedule(soon)
+
+
+class _UntilEjected:
+    """``PoolHealth.until_ejected``'s block: the watch is among the instance's waiting
+    calls while in it."""
+
+    __slots__ = ("_flight", "_health", "_instance_id", "_watch")
+
+    def __init__(self, health: PoolHealth, instance_id: str, watch: Watch) -> None:
+        self._health, self._instance_id, self._watch = health, instance_id, watch
+        self._flight: _Waited | None = None
+
+    def __enter__(self) -> Watch:
+        flight = self._flight = self._health.inflight_of(self._instance_id)
+        if flight is not None:
+            flight.waiting.add(self._watch)
+            if self._health.ejected(self._instance_id):
+                self._watch.cut_now()
+        return self._watch
+
+    def __exit__(self, *_: object) -> None:
+        if self._flight is not None:
+            self._flight.waiting.discard(self._watch)
 
 
 class _Waited(Protocol):
@@ -69,26 +91,19 @@ class PoolHealth:
             for watch in list(flight.waiting):  # ejected: nobody waits for it any longer
                 watch.cut_now()
 
-    @contextlib.contextmanager
     def until_ejected(
         self, instance_id: str, deadline: asyncio.Timeout, grace_s: float = 0.0
-    ) -> Iterator[Watch]:
+    ) -> _UntilEjected:
         """While in this block, ``deadline`` expires ``grace_s`` after the instance's
         breaker opens (a hung engine ejected by its probes, say), or already is open: a
         call waiting on an instance out of service gives up then, not at its own deadline.
-        The Watch yielded says whether that is why it ended."""
-        watch = Watch(deadline, grace_s)
-        flight = self._inflight.get(instance_id)
-        if flight is None:
-            yield watch
-            return
-        flight.waiting.add(watch)
-        try:
-            if self.ejected(instance_id):
-                watch.cut_now()
-            yield watch
-        finally:
-            flight.waiting.discard(watch)
+        The Watch it gives says whether that is why it ended (a class, not a generator:
+        a relayed token enters one)."""
+        return _UntilEjected(self, instance_id, Watch(deadline, grace_s))
+
+    def inflight_of(self, instance_id: str) -> _Waited | None:
+        """The instance's calls in flight (None for one not in the pool)."""
+        return self._inflight.get(instance_id)
 
     def ejected(self, instance_id: str) -> bool:
         """Whether the instance is out of service (its breaker is open)."""

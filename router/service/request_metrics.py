@@ -26,6 +26,7 @@ from engines_adapter.contract import EngineError
 from policies.types import Decision
 from router.service.errors import ApiError
 from router.service.models import DEFAULT_MODEL, ResolvedModel
+from router.service.token_tally import TokenTally
 
 __all__ = [
     "FINISH_REASONS",
@@ -152,8 +153,9 @@ class RequestFamilies:
 
 class RequestMetrics:
     """One request's recorder: ``decided`` when an attempt got its first token, ``tokens``
-    for each batch the client gets, then one end: ``finished``, ``failed`` or ``close``
-    (the first one counts; the others do nothing)."""
+    for each batch the client gets (tallied, added to the families every ``FLUSH_TOKENS``
+    and at the end), then one end: ``finished``, ``failed`` or ``close`` (the first one
+    counts; the others do nothing)."""
 
     def __init__(self, families: RequestFamilies, model: ResolvedModel, prompt_tokens: int) -> None:
         self._f = families
@@ -163,8 +165,7 @@ class RequestMetrics:
         self.arm = "default"
         self.started = time.perf_counter()
         self._last: float | None = None  # when the previous token batch came
-        self._itl: Histogram | None = None  # this request's children, looked up once
-        self._generated: Counter | None = None
+        self._tally: TokenTally | None = None  # over this request's children
         self._ended = False
         families.in_flight.labels(self.model).inc()
         families.queued.labels(self.model).inc()
@@ -181,17 +182,16 @@ class RequestMetrics:
         if n <= 0 or self._ended:
             return
         now = time.perf_counter()
-        if self._last is None or self._itl is None or self._generated is None:
+        if self._last is None or self._tally is None:
             f, labels = self._f, (self.model, self.pipeline)
             f.ttft.labels(*labels, self.arm).observe(now - self.started)
             f.queued.labels(self.model).dec()
             f.prompt_tokens.labels(*labels).inc(self.prompt_tokens)
-            self._itl, self._generated = f.itl.labels(*labels), f.generation_tokens.labels(*labels)
+            itl, generated = f.itl.labels(*labels), f.generation_tokens.labels(*labels)
+            self._tally = TokenTally(itl, generated, ITL_BUCKETS)
+            self._tally.add(n, None)
         else:
-            gap = (now - self._last) / n
-            for _ in range(n):
-                self._itl.observe(gap)
-        self._generated.inc(n)
+            self._tally.add(n, (now - self._last) / n)
         self._last = now
 
     def finished(self, finish_reason: str | None, cached_tokens: int | None) -> None:
@@ -213,6 +213,8 @@ class RequestMetrics:
         if self._ended:
             return False
         self._ended = True
+        if self._tally is not None:
+            self._tally.flush()
         f = self._f
         f.requests.labels(self.model, self.pipeline, outcome).inc()
         f.in_flight.labels(self.model).dec()
