@@ -165,8 +165,11 @@ def _priced(method: _Method) -> _Method:
 
 
 def _short(exc: Exception) -> str:
+    """The estimator's reason in one line; its assertions (shapes it has no tables for,
+    e.g. a TP degree that does not divide the attention heads) read as a refused shape."""
     text = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {text[:240]}"
+    kind = "a shape outside its tables" if isinstance(exc, AssertionError) else type(exc).__name__
+    return f"{kind}: {text[:240]}"
 
 
 class PerfDbCosts:
