@@ -18,6 +18,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeR
 from typer.core import TyperCommand
 
 from replay.trace.defaults import DEFAULT_ODD_MAX_OUTPUT, DEFAULT_ODD_MIN_INPUT, PROFILES
+from router.errors import UserError
 
 __all__ = ["trace_app"]
 
@@ -174,6 +175,10 @@ def synth_command(
 
     overrides = parse_overrides(param)
     if rate is not None:
+        if "rate" in overrides and overrides["rate"] != rate:
+            raise UserError(
+                f"--rate {rate:g} and --param rate={overrides['rate']} disagree: give one"
+            )
         overrides["rate"] = rate
     chosen = make_profile(profile, overrides)
     written = write_synthetic_trace(out, chosen, requests, seed)

@@ -160,3 +160,8 @@ def test_synth_rejects_bad_values(capsys: pytest.CaptureFixture[str], tmp_path: 
     assert (code, "rate" in err) == (2, True)
     code, _, err = run_cli(capsys, "trace", "synth", "--out", out, "--requests", "0")
     assert (code, "positive" in err) == (2, True)
+    code, _, err = run_cli(
+        capsys, "trace", "synth", "--out", out, "--rate", "7", "--param", "rate=5"
+    )  # two rates: neither silently wins
+    assert (code, "--rate 7 and --param rate=5 disagree" in err) == (2, True)
+    assert not Path(out).exists()
