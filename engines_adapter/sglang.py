@@ -56,6 +56,10 @@ __all__ = ["BOOTSTRAP_KEYS", "SGLangAdapter"]
 
 log = logging.getLogger(__name__)
 
+_EVENT_STREAM = {"Accept": "text/event-stream"}
+"""Asked of a streamed generate: the router's client gives such streams connections of
+their own (``engines_adapter/sse_transport.py``)."""
+
 BOOTSTRAP_KEYS = ("bootstrap_host", "bootstrap_port", "bootstrap_room")
 
 
@@ -198,8 +202,9 @@ class SGLangAdapter(HttpEngineCommon):
         finished = False
         try:
             async with open_stream(
-                self._client, "POST", self._url("/generate"), json=body, timeout=self._timeout
-            ) as response:
+                self._client, "POST", self._url("/generate"), json=body,
+                timeout=self._timeout, headers=_EVENT_STREAM,
+            ) as response:  # fmt: skip
                 await raise_for_status(self.instance_id, response, "generate")
                 async for chunk in sse_objects(response):
                     if chunk is None:

@@ -7,15 +7,21 @@ on to the fallback transport."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import httpx
 import pytest
 
+from engines_adapter.contract import GenerateRequest
+from engines_adapter.sglang import SGLangAdapter
+from engines_adapter.sse_connection import PAUSE_BYTES
 from engines_adapter.sse_transport import SseTransport
 
 SSE = {"Accept": "text/event-stream"}
+LENGTH = {"type": "length", "length": 2}
 EVENTS = [b'data: {"t": 1}\n\n', b'data: {"t": 2}\n\n', b"data: [DONE]\n\n"]
 
 
@@ -31,10 +37,18 @@ class Server:
     each request it read."""
 
     def __init__(
-        self, answers: list[bytes | None], *, pause_s: float = 0.0, closing: int = -1
+        self,
+        answers: list[bytes | None],
+        *,
+        pause_s: float = 0.0,
+        closing: int = -1,
+        wait_s: dict[int, float] | None = None,
+        piece_bytes: int = 40,
     ) -> None:
         self.answers = answers
         self.pause_s = pause_s
+        self.wait_s = wait_s or {}  # by the request's index: seconds silent before answering
+        self.piece_bytes = piece_bytes
         self.closing = closing  # the index of the answer after which the server closes
         self.answered = 0
         self.connections = 0
@@ -55,8 +69,10 @@ class Server:
                 answer = self.answers.pop(0)
                 if answer is None:
                     return
-                for i in range(0, len(answer), 40):  # cut anywhere, sent over time
-                    writer.write(answer[i : i + 40])
+                await asyncio.sleep(self.wait_s.get(len(self.requests) - 1, 0.0))
+                step = self.piece_bytes
+                for i in range(0, len(answer), step):  # cut anywhere, sent over time
+                    writer.write(answer[i : i + step])
                     await writer.drain()
                     if self.pause_s:
                         await asyncio.sleep(self.pause_s)
@@ -81,16 +97,23 @@ async def serving(server: Server) -> AsyncIterator[str]:
         listener.close()
 
 
-def client(fallback: httpx.AsyncBaseTransport | None = None, **timeout: float) -> httpx.AsyncClient:
+def client(
+    fallback: httpx.AsyncBaseTransport | None = None, cap: int = 4, **timeout: float
+) -> httpx.AsyncClient:
     inner = fallback or httpx.MockTransport(lambda r: httpx.Response(418))
     return httpx.AsyncClient(
-        transport=SseTransport(inner, max_connections=4),
+        transport=SseTransport(inner, max_connections=cap),
         timeout=httpx.Timeout(timeout.get("read", 5.0), **timeout),
     )
 
 
-async def read_stream(http: httpx.AsyncClient, url: str) -> tuple[int, bytes]:
-    async with http.stream("POST", url + "/v1/completions", json={"a": 1}, headers=SSE) as r:
+async def read_stream(
+    http: httpx.AsyncClient, url: str, timeout: httpx.Timeout | None = None
+) -> tuple[int, bytes]:
+    given = httpx.USE_CLIENT_DEFAULT if timeout is None else timeout
+    async with http.stream(
+        "POST", url + "/v1/completions", json={"a": 1}, headers=SSE, timeout=given
+    ) as r:
         return r.status_code, b"".join([piece async for piece in r.aiter_bytes()])
 
 
@@ -209,3 +232,116 @@ async def test_streams_beyond_the_cap_wait_for_a_connection_then_time_out() -> N
             with pytest.raises(httpx.PoolTimeout):
                 await read_stream(http, url)
             assert first.status_code == 200
+
+
+async def read_while_another_waits(
+    http: httpx.AsyncClient, url: str, other_url: str
+) -> tuple[bytes, tuple[int, bytes]]:
+    """The body of a stream to ``url`` read whole while one to ``other_url`` waits for
+    a connection, and what the waiting one read."""
+    async with http.stream("POST", url + "/x", json={}, headers=SSE) as first:
+        waiting = asyncio.create_task(read_stream(http, other_url))
+        body = b"".join([piece async for piece in first.aiter_bytes()])
+    return body, await waiting
+
+
+async def test_a_stream_waiting_for_the_one_connection_takes_it_once_the_first_ends() -> None:
+    server = Server([chunked(*EVENTS * 4), chunked(EVENTS[1])], pause_s=0.02)
+    async with serving(server) as url, client(cap=1, pool=5.0) as http:
+        got = await read_while_another_waits(http, url, url)
+    assert got == (b"".join(EVENTS * 4), (200, EVENTS[1]))
+    assert server.connections == 1  # the second reused the first's connection
+
+
+async def test_a_stream_waiting_for_another_engine_closes_an_idle_connection_for_room() -> None:
+    one = Server([chunked(*EVENTS * 4)], pause_s=0.02)
+    other = Server([chunked(EVENTS[1])])
+    async with (
+        serving(one) as url_one,
+        serving(other) as url_other,
+        client(cap=1, pool=5.0) as http,
+    ):
+        got = await read_while_another_waits(http, url_one, url_other)
+        assert got == (b"".join(EVENTS * 4), (200, EVENTS[1]))
+        await asyncio.wait_for(one.closed.wait(), 5.0)  # closed idle to make room
+
+
+async def test_a_reused_connection_keeps_no_read_deadline_of_the_last_request() -> None:
+    server = Server([chunked(EVENTS[0]), chunked(EVENTS[1])], wait_s={1: 0.6})
+    async with serving(server) as url, client() as http:
+        assert await read_stream(http, url, httpx.Timeout(5.0, read=0.3)) == (200, EVENTS[0])
+        assert await read_stream(http, url, httpx.Timeout(5.0, read=None)) == (200, EVENTS[1])
+    assert server.connections == 1
+
+
+async def test_a_shorter_read_timeout_on_a_reused_connection_goes_off_in_its_time() -> None:
+    server = Server([chunked(EVENTS[0]), chunked(EVENTS[1])], wait_s={1: 1.0})
+    async with serving(server) as url, client() as http:
+        assert await read_stream(http, url, httpx.Timeout(5.0, read=30.0)) == (200, EVENTS[0])
+        with pytest.raises(httpx.ReadTimeout):  # not 30 s after the first request
+            await read_stream(http, url, httpx.Timeout(5.0, read=0.2))
+
+
+async def test_a_connection_idle_past_its_keep_alive_is_closed_not_reused() -> None:
+    server = Server([chunked(EVENTS[0]), chunked(EVENTS[1])])
+    async with serving(server) as url:
+        transport = SseTransport(httpx.MockTransport(lambda r: httpx.Response(418)), 4, 0.1)
+        async with httpx.AsyncClient(transport=transport) as http:
+            assert await read_stream(http, url) == (200, EVENTS[0])
+            await asyncio.sleep(0.3)
+            assert await read_stream(http, url) == (200, EVENTS[1])
+            await asyncio.wait_for(server.closed.wait(), 5.0)  # the router closed the first
+    assert server.connections == 2
+
+
+async def test_a_connection_paused_under_an_unread_body_is_not_reused() -> None:
+    big = chunked(b"x" * (PAUSE_BYTES + 10))
+    server = Server([big, chunked(EVENTS[1])], piece_bytes=len(big))
+    async with serving(server) as url, client(read=2.0) as http:
+        async with http.stream("POST", url + "/x", json={}, headers=SSE) as response:
+            await asyncio.sleep(0.3)  # all of it comes; none is read
+            assert response.status_code == 200
+        assert await read_stream(http, url) == (200, EVENTS[1])
+    assert server.connections == 2
+
+
+async def test_a_connect_cut_short_counts_its_connection_out_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    loop = asyncio.get_running_loop()
+    real = loop.create_connection
+
+    async def cut(factory: Any, *args: Any, **kwargs: Any) -> Any:
+        monkeypatch.setattr(loop, "create_connection", real)  # the next connects
+        factory().connection_lost(ConnectionResetError())  # closed under the connect
+        raise ConnectionResetError("reset while connecting")  # which then fails
+
+    monkeypatch.setattr(loop, "create_connection", cut)
+    server = Server([chunked(*EVENTS * 20)] * 2, pause_s=0.05)
+    async with serving(server) as url, client(cap=1, pool=0.1) as http:
+        with pytest.raises(httpx.ConnectError):
+            await read_stream(http, url)
+        async with http.stream("POST", url + "/x", json={}, headers=SSE) as first:
+            with pytest.raises(httpx.PoolTimeout):  # the cap of 1 still holds
+                await read_stream(http, url)
+            assert first.status_code == 200
+
+
+async def test_an_sglang_generate_goes_on_the_stream_connections() -> None:
+    others: list[str] = []
+
+    def fallback(request: httpx.Request) -> httpx.Response:
+        others.append(request.url.path)
+        return httpx.Response(418)
+
+    first = {"output_ids": [7], "meta_info": {"completion_tokens": 1}}
+    last = {"output_ids": [8], "meta_info": {"completion_tokens": 2, "finish_reason": LENGTH}}
+    events = [b"data: %s\n\n" % json.dumps(chunk).encode() for chunk in (first, last)]
+    server = Server([chunked(*events)])
+    request = GenerateRequest(request_id="r1", prompt_token_ids=[1, 2], max_tokens=2)
+    async with serving(server) as url, client(httpx.MockTransport(fallback)) as http:
+        adapter = SGLangAdapter("s0", url, client=http)
+        deltas = [delta async for delta in adapter.generate(request)]
+    assert [t for d in deltas for t in d.token_ids] == [7, 8]
+    assert others == []
+    assert server.requests[0].startswith(b"POST /generate HTTP/1.1\r\n")
