@@ -79,6 +79,9 @@ class Connection(asyncio.Protocol):
         self._headers.append((name, value))
 
     def on_headers_complete(self) -> None:
+        if 100 <= self._parser.get_status_code() < 200:  # an interim answer: the real one follows
+            self._headers = []
+            return
         self.head_done = True
         names = {name.lower() for name, _ in self._headers}
         self._eof_ends = not names & {b"content-length", b"transfer-encoding"}
@@ -93,6 +96,8 @@ class Connection(asyncio.Protocol):
         self._wake()
 
     def on_message_complete(self) -> None:
+        if not self.head_done:  # the end of an interim (1xx) answer
+            return
         self.complete = True
         self.keep_alive = self._parser.should_keep_alive()  # False once the parser resets
         self._wake()
@@ -202,6 +207,8 @@ def request_bytes(request: httpx.Request, body: bytes) -> bytes:
     target = request.url.raw_path
     lines = [request.method.encode("ascii"), b" ", target, b" HTTP/1.1\r\n"]
     for name, value in request.headers.raw:
+        if any(c in name or c in value for c in (b"\r", b"\n", b"\0")):
+            raise httpx.LocalProtocolError(f"illegal header {name!r}: {value!r}", request=request)
         lines += [name, b": ", value, b"\r\n"]
     lines.append(b"\r\n")
     lines.append(body)

@@ -54,6 +54,20 @@ class _Body(httpx.AsyncByteStream):
             self._done(self._conn)
 
 
+def _own(request: httpx.Request) -> bool:
+    """An event stream asked for over plain HTTP with a body of known length: what this
+    transport frames itself (anything else, e.g. a chunked upload, an ``Expect`` or a HEAD,
+    goes to httpx's own transport, which knows every case of the protocol)."""
+    headers = request.headers
+    return (
+        request.url.scheme == "http"
+        and headers.get("accept") == "text/event-stream"
+        and request.method in ("GET", "POST")
+        and "transfer-encoding" not in headers
+        and "expect" not in headers
+    )
+
+
 class SseTransport(httpx.AsyncBaseTransport):
     """Event streams (``Accept: text/event-stream``, ``http://``) on at most
     ``max_connections`` connections of its own (waiting for one at most httpx's ``pool``
@@ -69,10 +83,11 @@ class SseTransport(httpx.AsyncBaseTransport):
         self._idle_s = idle_s
         self._open = 0  # connections open or opening, idle ones included
         self._freed: asyncio.Event = asyncio.Event()  # a connection closed or went idle
+        self._shut = False  # closed: no connection is kept any more
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         url = request.url
-        if url.scheme != "http" or request.headers.get("accept") != "text/event-stream":
+        if not _own(request):
             return await self._fallback.handle_async_request(request)
         timeouts = request.extensions.get("timeout", {})
         data = request_bytes(request, await request.aread())
@@ -138,7 +153,7 @@ class SseTransport(httpx.AsyncBaseTransport):
     def _release(self, key: tuple[str, int], conn: Connection) -> None:
         """An ended response's connection goes to its engine's idle list, or is closed."""
         idle = self._idle.setdefault(key, [])
-        if conn.reusable() and len(idle) < IDLE_PER_HOST:
+        if conn.reusable() and len(idle) < IDLE_PER_HOST and not self._shut:
             conn.park(asyncio.get_running_loop().time())
             idle.append(conn)
             self._freed.set()
@@ -150,6 +165,7 @@ class SseTransport(httpx.AsyncBaseTransport):
         self._freed.set()
 
     async def aclose(self) -> None:
+        self._shut = True  # a stream still being read closes its connection when it ends
         for idle in self._idle.values():
             for conn in idle:
                 conn.close()

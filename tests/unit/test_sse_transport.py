@@ -345,3 +345,52 @@ async def test_an_sglang_generate_goes_on_the_stream_connections() -> None:
     assert [t for d in deltas for t in d.token_ids] == [7, 8]
     assert others == []
     assert server.requests[0].startswith(b"POST /generate HTTP/1.1\r\n")
+
+
+async def test_an_interim_answer_is_skipped_and_the_next_stream_gets_its_own_body() -> None:
+    early_hints = b"HTTP/1.1 103 Early Hints\r\nlink: </x>\r\n\r\n"
+    server = Server(  # the interim answer alone in the first piece, the rest 0.1 s later
+        [early_hints + chunked(EVENTS[0]), chunked(EVENTS[1])],
+        piece_bytes=len(early_hints), pause_s=0.1,
+    )  # fmt: skip
+    async with serving(server) as url, client() as http:
+        assert await read_stream(http, url) == (200, EVENTS[0])
+        assert await read_stream(http, url) == (200, EVENTS[1])
+    assert server.connections == 1
+
+
+async def test_a_header_with_a_line_break_is_refused_before_it_is_sent() -> None:
+    server = Server([chunked(EVENTS[0])])
+    async with serving(server) as url, client() as http:
+        with pytest.raises(httpx.LocalProtocolError, match="illegal header"):
+            await http.post(url, headers={**SSE, "x-request-id": "r1\r\nx-injected: yes"})
+    assert server.requests == []
+
+
+async def test_a_chunked_upload_or_an_expect_goes_to_the_fallback_transport() -> None:
+    seen: list[str] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request.headers.get("transfer-encoding") or request.headers["expect"])
+        return httpx.Response(200)
+
+    async def pieces() -> AsyncIterator[bytes]:
+        yield b"{}"
+
+    async with client(httpx.MockTransport(answer)) as http:
+        url = "http://127.0.0.1:1/v1/completions"
+        assert (await http.post(url, content=pieces(), headers=SSE)).status_code == 200
+        expect = {**SSE, "expect": "100-continue"}
+        assert (await http.post(url, json={}, headers=expect)).status_code == 200
+    assert seen == ["chunked", "100-continue"]
+
+
+async def test_a_stream_read_after_the_transport_closed_closes_its_connection() -> None:
+    server = Server([chunked(*EVENTS)], pause_s=0.05)
+    transport = SseTransport(httpx.MockTransport(lambda r: httpx.Response(418)), 4)
+    async with serving(server) as url:
+        http = httpx.AsyncClient(transport=transport, timeout=5.0)
+        async with http.stream("POST", url, json={}, headers=SSE) as r:
+            await transport.aclose()  # shutting down while a stream is being read
+            assert b"".join([p async for p in r.aiter_bytes()]) == b"".join(EVENTS)
+        await asyncio.wait_for(server.closed.wait(), 5)  # not kept idle for ever
