@@ -13,8 +13,10 @@ request already had, in tokens, over its input tokens) sits in ``[low, high]``:
 2. its target hit blocks are ``t = round(target * input_length / block_size)``, at most
    one less than its number of blocks (the last block is always computed) and at most
    the length of the donor's chain (below);
-3. the donor is the latest earlier request of its session (``session_id``) with at least
-   ``t`` blocks, else the latest earlier request of any session with that many, else the
+3. the donor is the latest earlier request of its session (``session_id``) if that one
+   has at least ``t`` blocks, else the latest earlier request of any session with that
+   many (a scan back over the chains given: the session's earlier, shorter turns are
+   not looked at), else the
    earlier request with the most blocks (a request with no earlier one has no donor and
    ``t = 0``);
 4. its new chain is the donor's new chain cut to ``t`` blocks, then fresh block IDs

@@ -29,6 +29,8 @@ class TokenTally:
 
     def __init__(self, itl: Histogram, generated: Counter, bounds: Sequence[float]) -> None:
         self._itl, self._generated, self._bounds = itl, generated, tuple(bounds)
+        if tuple(itl._upper_bounds[:-1]) != self._bounds:  # counts added by position below
+            raise ValueError(f"bounds {self._bounds} are not the histogram's buckets")
         self._counts = [0] * (len(self._bounds) + 1)  # the last: above every bound
         self._sum = 0.0
         self._tokens = 0  # tallied, not yet added

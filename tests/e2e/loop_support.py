@@ -75,6 +75,8 @@ class LoopReading:
                              for b in after[name]})
                 for name in after}  # fmt: skip
         self.held, self.lag = diff["held"], diff["lag"]
+        # no tick at all would pass any bound on held ticks: the watch must have run
+        assert self.held.total > 0, f"{self.url}: the loop watch counted no ticks"
         return self
 
     def __str__(self) -> str:

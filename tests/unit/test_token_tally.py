@@ -67,3 +67,9 @@ def test_a_long_stream_shows_in_the_metrics_every_flush_tokens() -> None:
     tally.add(2, 0.002)
     tally.flush()
     assert registry.get_sample_value("tokens_total", {"model": "m"}) == FLUSH_TOKENS + 2
+
+
+def test_bounds_other_than_the_histogram_s_are_refused() -> None:
+    itl, tokens = families(CollectorRegistry())
+    with pytest.raises(ValueError, match="not the histogram's buckets"):
+        TokenTally(itl.labels("m"), tokens.labels("m"), (0.001, 0.1))
