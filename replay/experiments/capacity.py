@@ -234,7 +234,7 @@ def _short_trace(probes: Sequence[CapacityProbe], capacity: float) -> str | None
 def _extrapolated(probes: Sequence[CapacityProbe], low: float, high: float) -> str | None:
     """A warning when the interval reaches past the probed rates (a resampled seed that
     fails at its lowest probe has its crossing extrapolated below it)."""
-    rates = [p.rate_req_s for p in probes]
+    rates = [round(p.rate_req_s, 6) for p in probes]  # as the bounds are rounded
     if not rates:
         return None
     below = 0.0 < low < min(rates)  # 0 is no passing rate, not an extrapolation

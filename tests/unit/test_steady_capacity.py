@@ -137,6 +137,18 @@ def test_an_interval_bound_below_the_probed_rates_is_marked_extrapolated() -> No
     assert not find_capacity(measure(), CapacitySettings(seeds=(0,))).interval_extrapolated
 
 
+def test_a_bound_on_a_probed_rate_is_not_extrapolated_however_it_is_rounded() -> None:
+    def third(rate_req_s: float, seed: int) -> WindowedAttainment:
+        met = (10, 10) if rate_req_s < 0.5 else (0, 0)
+        return WindowedAttainment(met=met, total=(10, 10))
+
+    settings = CapacitySettings(seeds=(0,), start_req_s=1 / 3, tolerance=1.0)
+    result = find_capacity(third, settings)  # passes at 1/3, fails at 2/3
+    assert result.capacity_low_req_s == result.capacity_high_req_s == 0.333333
+    assert not result.interval_extrapolated
+    assert result.warnings == []
+
+
 # dense then sparse: 20 requests 0.5 s apart, then 20 requests 2 s apart (trace seconds)
 UNEVEN = [TraceRequest(i, 0.5 * i if i < 20 else 10.0 + 2.0 * (i - 20), 100, 1, (i,), 16)
           for i in range(40)]  # fmt: skip
