@@ -16,9 +16,10 @@ drawn seed's windows drawn with replacement (the same window positions at every 
 that seed, so a burst counts against every rate), the seed's capacity found again from its
 own probes. The interval is no finer than the probes: about ``tolerance`` near the answer.
 
-Two warnings a user should see: attainment that is not monotone in the rate (a rate
-passes above one that fails: the answer is a crossing point, not the only one), and a
-trace too short to hold the window at the capacity rate (it was tiled; see ``tiling``).
+Warnings a user should see: attainment that is not monotone in the rate, over all of a
+seed's probes (a rate passes above one that fails: the answer is a crossing point, not
+the only one), a trace too short to hold the window at the capacity rate (it was tiled;
+see ``tiling``), and an interval bound outside the probed rates (extrapolated).
 """
 
 from __future__ import annotations
@@ -102,6 +103,7 @@ class CapacityResult(BaseModel):
     per_seed_req_s: list[float]
     bracketed: bool  # every seed found a failing rate
     monotone: bool
+    interval_extrapolated: bool = False  # a bound lies outside the probed rates
     probes: list[CapacityProbe]
     warnings: list[str]
 
@@ -229,6 +231,21 @@ def _short_trace(probes: Sequence[CapacityProbe], capacity: float) -> str | None
     )
 
 
+def _extrapolated(probes: Sequence[CapacityProbe], low: float, high: float) -> str | None:
+    """A warning when the interval reaches past the probed rates (a resampled seed that
+    fails at its lowest probe has its crossing extrapolated below it)."""
+    rates = [round(p.rate_req_s, 6) for p in probes]  # as the bounds are rounded
+    if not rates:
+        return None
+    below = 0.0 < low < min(rates)  # 0 is no passing rate, not an extrapolation
+    if not below and high <= max(rates):
+        return None
+    return (
+        f"the 95% interval [{low:.3f}, {high:.3f}] req/s reaches past the probed rates "
+        f"[{min(rates):.3f}, {max(rates):.3f}] req/s: that bound is extrapolated"
+    )
+
+
 def find_capacity(
     measure: Measure, settings: CapacitySettings, *, seed_rng: int = 0
 ) -> CapacityResult:
@@ -262,16 +279,21 @@ def find_capacity(
     bracketed = all(any(not p.passed for p in probes) for probes in by_seed)
     if not bracketed:
         warnings.append("no rate failed the SLA: the capacity is a lower bound")
+    low, high = (round(float(np.percentile(caps, q)), 6) for q in (2.5, 97.5))
+    extrapolated = _extrapolated(all_probes, low, high)
+    if extrapolated is not None:
+        warnings.append(extrapolated)
     return CapacityResult(
         capacity_req_s=round(capacity, 6),
-        capacity_low_req_s=round(float(np.percentile(caps, 2.5)), 6),
-        capacity_high_req_s=round(float(np.percentile(caps, 97.5)), 6),
+        capacity_low_req_s=low,
+        capacity_high_req_s=high,
         sla_goodput_req_s=round(float(np.mean(per_goodput)), 6),
         sla_goodput_low_req_s=round(float(np.percentile(goods, 2.5)), 6),
         sla_goodput_high_req_s=round(float(np.percentile(goods, 97.5)), 6),
         per_seed_req_s=[round(c, 6) for c in per_seed],
         bracketed=bracketed,
         monotone=monotone,
+        interval_extrapolated=extrapolated is not None,
         probes=all_probes,
         warnings=warnings,
     )

@@ -1,6 +1,8 @@
 """A ``Measure`` backed by the simulator: the trace tiled to a steady window at each rate.
 
-At arrival rate ``R`` the trace (rate ``r``) is replayed ``R / r`` times faster, tiled
+At arrival rate ``R`` the trace (rate ``r``) is replayed ``R / r`` times faster, rotated
+by the seed's phase (``seed_phase``: seed 0 as is, every other seed starting at another
+point of the trace, so two seeds judge different traffic), tiled
 (``replay.trace.tiling``) until it holds the warm-up, the window and a tail, and cut
 after the tail. Requests arriving in the warm-up (caches filling, queues forming) and in
 the tail (their load still weighs on the window's requests, but they are not judged)
@@ -27,7 +29,7 @@ from replay.metrics.record import RequestRecord
 from replay.metrics.summary import SlaThresholds
 from replay.runner.config import ReplaySettings
 from replay.trace.record import TraceRequest
-from replay.trace.tiling import copies_for, tile, tile_period_s
+from replay.trace.tiling import copies_for, rotate, seed_phase, tile, tile_period_s
 
 __all__ = ["Replay", "SteadyMeasure", "SteadyWindow", "deployment_replay"]
 
@@ -87,7 +89,9 @@ class SteadyMeasure:
         scale = rate_req_s / self.trace_rate_req_s
         horizon = (w.needed_s + w.tail_s) * scale  # trace seconds to replay
         copies = copies_for(self.requests, w.needed_s * scale)
-        tiled = tile(self.requests, copies_for(self.requests, horizon))
+        rotated = rotate(self.requests, seed_phase(seed))  # each seed its own stretch
+        period = tile_period_s(self.requests)
+        tiled = tile(rotated, copies_for(self.requests, horizon), period_s=period)
         first = tiled[0].arrival_s
         kept = [r for r in tiled if r.arrival_s - first <= horizon]
         records = self.replay(kept, scale, seed)

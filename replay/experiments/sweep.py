@@ -40,7 +40,7 @@ run``); *BCR* is the SLA goodput at capacity per 1000 USD/h of the cluster's cos
                  "sla_goodput_req_s",       # req/s meeting the SLA at that rate
                  "ttft_p99_s", "passed"}, ...],   # in the order they ran
      "capacity": {...every probe...} | null,
-     "warnings": [text, ...],  # trace too short, attainment not monotone, answers apart
+     "warnings": [text, ...],  # trace too short, not monotone, answers apart, extrapolated
      "units": {key: meaning}}               # the units above, in the file itself
 
 With a steady window (``steady``, what ``replay sweep`` runs by default) the capacity is

@@ -8,6 +8,12 @@ gets fresh request IDs, fresh session and parent IDs (``s`` becomes ``s#k``) and
 block IDs: a copy's ``hash_ids`` are shifted past every ID of the trace, so the prefix
 reuse within a copy is the trace's own, and no copy hits a block of another (not even a
 shared system prompt: each copy computes it once more, a cost the trace also pays once).
+
+``rotate`` starts the trace at a phase of its period, so that replays with different
+seeds see different stretches of the same traffic: every session that begins before the
+phase moves, whole, one period later (after the trace's end), keeping its requests'
+order, gaps and parent links. ``seed_phase`` gives seed 0 no rotation and seed ``k`` the
+fraction ``k x 0.618... mod 1`` (the golden ratio's), which spreads seeds evenly.
 """
 
 from __future__ import annotations
@@ -19,7 +25,9 @@ from dataclasses import replace
 from replay.trace.record import TraceRequest
 from router.errors import UserError
 
-__all__ = ["copies_for", "tile", "tile_period_s"]
+__all__ = ["copies_for", "rotate", "seed_phase", "tile", "tile_period_s"]
+
+GOLDEN_FRACTION = (math.sqrt(5.0) - 1.0) / 2.0
 
 
 def tile_period_s(requests: Sequence[TraceRequest]) -> float:
@@ -43,12 +51,44 @@ def _suffix(value: str | None, k: int) -> str | None:
     return value if value is None or k == 0 else f"{value}#{k}"
 
 
-def tile(requests: Sequence[TraceRequest], copies: int) -> list[TraceRequest]:
-    """``copies`` back-to-back copies of ``requests`` (sorted by arrival), the first as is."""
+def seed_phase(seed: int) -> float:
+    """The fraction of the period a seed's replay starts at: 0 for seed 0."""
+    return (seed * GOLDEN_FRACTION) % 1.0
+
+
+def rotate(requests: Sequence[TraceRequest], phase: float) -> list[TraceRequest]:
+    """``requests`` (sorted by arrival) with every session whose first request arrives
+    before ``first + phase x period`` moved one period later; a request without a session
+    is a session of its own. Phase 0 leaves the trace as it is."""
+    if not 0.0 <= phase < 1.0:
+        raise UserError(f"a rotation's phase is a fraction of the period in [0, 1), got {phase}")
+    ordered = sorted(requests, key=lambda r: (r.arrival_s, r.request_id))
+    if phase == 0.0:
+        return ordered
+    period = tile_period_s(ordered)
+    cut = ordered[0].arrival_s + phase * period
+    starts: dict[str, float] = {}
+    for r in ordered:
+        if r.session_id is not None:
+            starts.setdefault(r.session_id, r.arrival_s)
+    moved = [
+        replace(r, arrival_s=r.arrival_s + period)
+        if (starts[r.session_id] if r.session_id is not None else r.arrival_s) < cut
+        else r
+        for r in ordered
+    ]
+    return sorted(moved, key=lambda r: (r.arrival_s, r.request_id))
+
+
+def tile(
+    requests: Sequence[TraceRequest], copies: int, *, period_s: float | None = None
+) -> list[TraceRequest]:
+    """``copies`` back-to-back copies of ``requests`` (sorted by arrival), the first as is,
+    ``period_s`` apart (by default the trace's own ``tile_period_s``)."""
     if copies < 1:
         raise UserError(f"tiling needs at least one copy, got {copies}")
     ordered = sorted(requests, key=lambda r: (r.arrival_s, r.request_id))
-    period = tile_period_s(ordered) if copies > 1 else 0.0
+    period = 0.0 if copies == 1 else period_s if period_s is not None else tile_period_s(ordered)
     id_step = max(r.request_id for r in ordered) + 1
     ids = [h for r in ordered for h in r.hash_ids]
     block_step = max(ids) - min(ids) + 1 if ids else 0  # shifted past the trace's IDs

@@ -107,3 +107,65 @@ def test_a_cluster_that_never_fails_gives_a_lower_bound() -> None:
     assert not result.bracketed
     assert result.capacity_req_s == 8.0
     assert any("lower bound" in w for w in result.warnings)
+
+
+def test_a_rise_across_probes_that_are_not_neighbours_is_warned() -> None:
+    def creeping(rate_req_s: float, seed: int) -> WindowedAttainment:
+        met = 80 if rate_req_s < 2 else 84 if rate_req_s < 4 else 88  # +4 points a step
+        return WindowedAttainment(met=(met, met), total=(100, 100))
+
+    settings = CapacitySettings(seeds=(0,), start_req_s=6.0, floor_req_s=1.5)
+    result = find_capacity(creeping, settings)  # 88% at 6, 84% at 3, 80% at 1.5
+    assert [p.rate_req_s for p in result.probes] == [6.0, 3.0, 1.5]
+    assert not result.monotone  # no neighbour rises by 5 points, 1.5 -> 6 rises by 8
+    assert any("80.0% at 1.500 req/s but 88.0% at 6.000" in w for w in result.warnings)
+
+
+def test_an_interval_bound_below_the_probed_rates_is_marked_extrapolated() -> None:
+    def one_bad_window(rate_req_s: float, seed: int) -> WindowedAttainment:
+        met = (100, 85) if rate_req_s < 1.5 else (0, 0)  # 92.5% at 1 req/s, a window of 85%
+        return WindowedAttainment(met=met, total=(100, 100))
+
+    settings = CapacitySettings(seeds=(0,), start_req_s=1.0, tolerance=0.6)
+    result = find_capacity(one_bad_window, settings)
+    assert [p.rate_req_s for p in result.probes] == [1.0, 2.0, 1.5]
+    # a quarter of the draws pick the 85% window twice: 85% at 1, 0% at 1.5, so the
+    # crossing of 90% is extrapolated to 1 + (0.90 - 0.85) / (0 - 0.85) x 0.5 = 0.970588
+    assert result.capacity_low_req_s == pytest.approx(0.970588, abs=1e-6)
+    assert result.interval_extrapolated
+    assert any("extrapolated" in w for w in result.warnings)
+    assert not find_capacity(measure(), CapacitySettings(seeds=(0,))).interval_extrapolated
+
+
+def test_a_bound_on_a_probed_rate_is_not_extrapolated_however_it_is_rounded() -> None:
+    def third(rate_req_s: float, seed: int) -> WindowedAttainment:
+        met = (10, 10) if rate_req_s < 0.5 else (0, 0)
+        return WindowedAttainment(met=met, total=(10, 10))
+
+    settings = CapacitySettings(seeds=(0,), start_req_s=1 / 3, tolerance=1.0)
+    result = find_capacity(third, settings)  # passes at 1/3, fails at 2/3
+    assert result.capacity_low_req_s == result.capacity_high_req_s == 0.333333
+    assert not result.interval_extrapolated
+    assert result.warnings == []
+
+
+# dense then sparse: 20 requests 0.5 s apart, then 20 requests 2 s apart (trace seconds)
+UNEVEN = [TraceRequest(i, 0.5 * i if i < 20 else 10.0 + 2.0 * (i - 20), 100, 1, (i,), 16)
+          for i in range(40)]  # fmt: skip
+
+
+def test_two_seeds_judge_different_stretches_of_the_trace_and_seed_zero_the_trace_as_is() -> None:
+    seen: dict[int, list[TraceRequest]] = {}
+
+    def recording(
+        requests: Sequence[TraceRequest], rate_scale: float, seed: int
+    ) -> Sequence[RequestRecord]:
+        seen[seed] = list(requests)
+        return one_server(requests, rate_scale, seed)
+
+    steady = SteadyMeasure(UNEVEN, recording, SLA, SteadyWindow())
+    zero, one = steady(2.5, 0), steady(2.5, 1)
+    assert [r.arrival_s for r in seen[0][:40]] == [r.arrival_s for r in UNEVEN]
+    # period 48 + 48 / 39; seed 1's phase 0.618 cuts at 30.43 s: it starts at request 31
+    assert [r.request_id for r in seen[1][:2]] == [31, 32]
+    assert zero.total != one.total or zero.met != one.met
