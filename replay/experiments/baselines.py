@@ -12,7 +12,8 @@ timing, handoff and hardware of the base preset (its ``--set`` keys of those) ca
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -21,6 +22,9 @@ from replay.experiments.plan_bounds import Bounds, TraceLoad, bounds_of
 from replay.metrics.summary import SlaThresholds
 from replay.presets.cluster_preset import ClusterPreset
 from replay.presets.loader import load_preset
+
+Bound = Callable[[ClusterPreset], Bounds]
+"""A deployment's bounds on the plan's trace, SLA and target."""
 
 __all__ = [
     "COLOCATED_PRESET",
@@ -76,7 +80,7 @@ def _shared(base: ClusterPreset, overrides: Mapping[str, Any]) -> dict[str, Any]
 
 def _idc(
     shared: dict[str, Any], gpus_p: Sequence[str], gpus_d: Sequence[str],
-    budget: tuple[float, float], load: TraceLoad, target: float, sla: SlaThresholds,
+    budget: tuple[float, float], bound: Bound,
 ) -> list[tuple[Deployment, Bounds]]:  # fmt: skip
     groups: dict[tuple[int, str, str], list[tuple[Deployment, Bounds]]] = {}
     for gp, gd, p in itertools.product(gpus_p, gpus_d, range(1, _MOST_INSTANCES)):
@@ -90,7 +94,7 @@ def _idc(
             if dep.cost_usd_h > budget[1]:
                 break  # more decode instances only cost more
             if dep.cost_usd_h >= budget[0]:
-                bounds = bounds_of(preset, load, target=target, sla=sla)
+                bounds = bound(preset)
                 groups.setdefault((p + d, gp, gd), []).append((dep, bounds))
     out = []
     for group in groups.values():  # the two splits of each size the bounds favour
@@ -100,8 +104,7 @@ def _idc(
 
 
 def _colocated(
-    shared: dict[str, Any], gpus: Sequence[str], budget: tuple[float, float], load: TraceLoad,
-    target: float, sla: SlaThresholds,
+    shared: dict[str, Any], gpus: Sequence[str], budget: tuple[float, float], bound: Bound,
 ) -> list[tuple[Deployment, Bounds]]:  # fmt: skip
     out = []
     for gpu in gpus:
@@ -114,7 +117,7 @@ def _colocated(
             if dep.cost_usd_h > budget[1]:
                 break
             if dep.cost_usd_h >= budget[0]:
-                out.append((dep, bounds_of(preset, load, target=target, sla=sla)))
+                out.append((dep, bound(preset)))
     return out
 
 
@@ -128,11 +131,14 @@ def baseline_deployments(
     *,
     target: float,
     sla: SlaThresholds,
+    step_cost_scale: float = 1.0,
 ) -> list[tuple[Deployment, Bounds]]:
-    """Intra-DC PD and colocated deployments within ``budget`` (USD/h, inclusive)."""
+    """Intra-DC PD and colocated deployments within ``budget`` (USD/h, inclusive), their
+    bounds priced with every engine pass ``step_cost_scale`` times as long."""
     shared = _shared(base, base_overrides)
     kinds = list(dict.fromkeys([*gpus_p, *gpus_d]))
+    bound = partial(bounds_of, load=load, target=target, sla=sla, step_cost_scale=step_cost_scale)
     return [
-        *_idc(shared, gpus_p, gpus_d, budget, load, target, sla),
-        *_colocated(shared, kinds, budget, load, target, sla),
+        *_idc(shared, gpus_p, gpus_d, budget, bound),
+        *_colocated(shared, kinds, budget, bound),
     ]

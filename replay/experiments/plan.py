@@ -187,7 +187,10 @@ def _pdd(settings: PlanSettings, space: PlanSpace, load: TraceLoad) -> list[Cand
         }
         policy = _policy_word(settings.policy, c.params)
         dep, preset = deployment_of("pdd", c.label, settings.preset, policy, overrides)
-        bounds = bounds_of(preset, load, target=settings.target, sla=settings.sla)
+        bounds = bounds_of(
+            preset, load, target=settings.target, sla=settings.sla,
+            step_cost_scale=settings.replay.step_cost_scale,
+        )  # fmt: skip
         out.append(CandidateResult(deployment=dep, candidate=c, bounds=bounds))
     return out
 
@@ -199,7 +202,7 @@ def _baselines(
     base = load_preset(settings.preset, settings.overrides)
     found = baseline_deployments(
         base, settings.overrides, space.gpu_p, space.gpu_md, (min(costs), max(costs)), load,
-        target=settings.target, sla=settings.sla,
+        target=settings.target, sla=settings.sla, step_cost_scale=settings.replay.step_cost_scale,
     )  # fmt: skip
     return [CandidateResult(deployment=d, bounds=b) for d, b in found]
 

@@ -207,9 +207,15 @@ def _line_s(
 
 
 def bounds_of(
-    preset: ClusterPreset, load: TraceLoad, *, target: float = 0.9, sla: SlaThresholds | None = None
+    preset: ClusterPreset,
+    load: TraceLoad,
+    *,
+    target: float = 0.9,
+    sla: SlaThresholds | None = None,
+    step_cost_scale: float = 1.0,
 ) -> Bounds:
-    """The deployment's bounds on ``load`` (see the module's docstring)."""
+    """The deployment's bounds on ``load`` (see the module's docstring), with every engine
+    pass ``step_cost_scale`` times as long as priced (as the replays take it)."""
     sla = sla or SlaThresholds()
     served = load.head(target)
     largest_prompt = float(load.input_tokens.max())
@@ -222,10 +228,10 @@ def bounds_of(
             memory_ok = False
             continue
         if pool.tier is Tier.P:
-            work = _prefill_work_s(preset, pool, served)
+            work = _prefill_work_s(preset, pool, served) * step_cost_scale
             prefill_share += pool.instances / work if work > 0 else float("inf")
         if pool.tier is not Tier.P or pool.colocated:  # a colocated engine decodes too
-            tokens_s = pool.instances * _decode_tokens_s(preset, pool, load)
+            tokens_s = pool.instances * _decode_tokens_s(preset, pool, load) / step_cost_scale
             decode_tokens_s += tokens_s
             if pool.tier is Tier.RLD:
                 rld_tokens_s += tokens_s

@@ -48,6 +48,9 @@ def test_prefill_bound_is_the_rate_at_which_p_finishes_the_served_prompts_in_tim
     assert ninety.prefill_rps == pytest.approx(40 / (36 * one / 3 - 1.0), rel=1e-9)
     # prompts that 3 instances finish within the TTFT slack bound nothing
     assert bounds_of(preset, cold_load(10), target=1.0, sla=SLA).prefill_rps == float("inf")
+    # every pass 15% longer (plan --step-cost-scale 1.15): the prompts' work is 1.15 times
+    dearer = bounds_of(preset, cold_load(40), target=1.0, sla=SLA, step_cost_scale=1.15)
+    assert dearer.prefill_rps == pytest.approx(40 / (1.15 * 40 * one / 3 - 1.0), rel=1e-9)
 
 
 def test_line_bound_counts_uncached_kv_and_what_rld_can_absorb() -> None:
