@@ -122,6 +122,7 @@ def _print(console: Console, plan: PlanResult, written: list[Path]) -> None:
     from replay.experiments.plan_output import (
         front_table,
         plan_warnings,
+        printed_warnings,
         sensitivity_table,
         verdict_lines,
         verdict_table,
@@ -156,7 +157,7 @@ def _print(console: Console, plan: PlanResult, written: list[Path]) -> None:
         table = sensitivity_table(plan)
         if table is not None:
             console.print(table)
-    for warning in plan_warnings(plan):
+    for warning in printed_warnings(plan_warnings(plan)):
         console.print(f"warning: {warning}", highlight=False, soft_wrap=True)
     console.print("wrote " + ", ".join(str(p) for p in written), highlight=False, soft_wrap=True)
 

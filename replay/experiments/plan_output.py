@@ -42,6 +42,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +58,7 @@ __all__ = [
     "limit_shown",
     "plan_json",
     "plan_warnings",
+    "printed_warnings",
     "sensitivity_headers",
     "sensitivity_table",
     "verdict_lines",
@@ -119,6 +121,21 @@ def plan_warnings(plan: PlanResult) -> list[str]:
         for family, got in m.capacity.items():
             label = plan.results[plan.best[family]].label
             out += [f"{m.text}: {label}: {w}" for w in got.warnings]
+    return out
+
+
+SHORT_TRACE = "the trace is too short for a steady state"
+
+
+def printed_warnings(warnings: Sequence[str]) -> list[str]:
+    """The warnings as the terminal shows them: the short-trace warning, which every search
+    of a short trace gives, once with how many gave it (plan.json keeps each)."""
+    short = [w for w in warnings if SHORT_TRACE in w]
+    out = [w for w in warnings if SHORT_TRACE not in w]
+    if short:
+        out.insert(0, f"{SHORT_TRACE} in {len(short)} of the plan's capacity searches: it was "
+                      "tiled with fresh sessions (capacity assumes the trace's mix repeats; "
+                      "each search's line is in plan.json's warnings)")  # fmt: skip
     return out
 
 

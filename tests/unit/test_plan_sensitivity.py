@@ -181,3 +181,18 @@ def test_the_rows_measured_again_are_on_by_default_and_no_sensitivity_skips_them
     off, _ = _plan_of(PlanOptions(trace=trace, no_sensitivity=True), ReplaySettings())
     assert on.sensitivity
     assert not off.sensitivity
+
+
+def test_the_short_trace_warning_is_printed_once_with_its_count() -> None:
+    from replay.experiments.plan_output import SHORT_TRACE, printed_warnings
+
+    warnings = [
+        f"PDD a: {SHORT_TRACE} at 9.1 req/s: ...",
+        "PDD a: seed 1: attainment is not monotone in the rate: ...",
+        f"intra-DC PD b: {SHORT_TRACE} at 6.2 req/s: ...",
+    ]
+    printed = printed_warnings(warnings)
+    assert len(printed) == 2
+    assert printed[0].startswith(f"{SHORT_TRACE} in 2 of the plan's capacity searches")
+    assert printed[1] == warnings[1]
+    assert printed_warnings(warnings[1:2]) == warnings[1:2]
