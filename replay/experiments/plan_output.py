@@ -238,7 +238,8 @@ def front_table(plan: PlanResult) -> Table:
     table = Table(
         title="PDD: cost against capacity (screened)",
         caption="capacity: the highest arrival rate at which the target share meets the SLA "
-        "(steady state, screened); BCR: SLA goodput at capacity per 1000 USD/h; * best BCR "
+        "(steady state, screened: one seed, a short window, a loose tolerance); BCR: SLA "
+        "goodput at capacity per 1000 USD/h; * best BCR "
         "(confirmed in the verdict); limit: the tightest bound, when within 2x of the capacity",
     )
     for name in FRONT_HEADERS:
@@ -265,8 +266,9 @@ FAMILY_NAMES = {"pdd": "PDD", "intra-dc-pd": "intra-DC PD", "colocated": "coloca
 def verdict_table(plan: PlanResult) -> Table:
     """Each family's confirmed best, and PDD's BCR over it with the factors (80 columns)."""
     table = Table(
-        title="Verdict: each family's best over the same budget (confirmed)",
-        caption="[95%] intervals; BCR ratio: PDD's BCR over the row's = SLA goodput x "
+        title="Verdict: each family's best within the same budget range (confirmed)",
+        caption="confirmed: measured again on every seed, the full window, to the tolerance; "
+        "[95%] intervals; BCR ratio: PDD's BCR over the row's = SLA goodput x "
         "hardware x line factors",
     )
     for name in VERDICT_HEADERS:
