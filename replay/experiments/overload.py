@@ -98,7 +98,6 @@ class OverloadResult:
     points: list[OverloadPoint]
 
     def to_json(self) -> dict[str, Any]:
-        s = self.sweep.first
         best = self.sweep.best
         capacity = (
             None
@@ -110,14 +109,7 @@ class OverloadResult:
             }
         )
         return {
-            "schema": SCHEMA,
-            "trace": s.trace,
-            "preset": s.preset,
-            "policy": self.spec.label,
-            "params": dict(self.spec.params),
-            "seed": s.seed,
-            "sla": s.sla.model_dump(mode="json"),
-            "target": self.sweep.target,
+            **self.sweep.header(SCHEMA),
             "capacity": capacity,
             "points": [p.to_json() for p in self.points],
         }

@@ -176,10 +176,11 @@ class SweepResult:
             return None
         return next(i for i, p in enumerate(self.probes, start=1) if p is self.best)
 
-    def to_json(self) -> dict[str, Any]:
-        s, c = self.first, self.steady
+    def header(self, schema: str) -> dict[str, Any]:
+        """What a file about this sweep's deployment starts with (sweep.json, overload.json)."""
+        s = self.first
         return {
-            "schema": SCHEMA,
+            "schema": schema,
             "trace": s.trace,
             "preset": s.preset,
             "policy": self.spec.label,
@@ -187,6 +188,12 @@ class SweepResult:
             "seed": s.seed,
             "sla": s.sla.model_dump(mode="json"),
             "target": self.target,
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        c = self.steady
+        return {
+            **self.header(SCHEMA),
             "tolerance": self.tolerance,
             "capacity_req_s": self.capacity_req_s,
             "capacity_low_req_s": None if c is None else c.capacity_low_req_s,

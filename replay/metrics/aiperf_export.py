@@ -58,7 +58,6 @@ numbering, so give it a file cut to the slice instead.
 from __future__ import annotations
 
 import json
-import math
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -126,15 +125,16 @@ def _seconds(line: Line, metrics: Mapping[str, Any], name: str) -> float | None:
     entry = metrics.get(name)
     if entry is None:
         return None
-    value: Any = entry.get("value") if isinstance(entry, dict) else None
-    unit = entry.get("unit") if isinstance(entry, dict) else None
-    if not isinstance(value, int | float) or isinstance(value, bool):
-        raise line.field_error(f"metrics.{name}.value", "a non-negative number", value)
-    if not math.isfinite(value) or value < 0:
-        raise line.field_error(f"metrics.{name}.value", "a non-negative number", value)
+    if not isinstance(entry, dict):
+        raise line.field_error(f"metrics.{name}", "an object with value and unit", entry)
+    unit = entry.get("unit")
     if unit not in _UNIT_SECONDS:
         raise line.field_error(f"metrics.{name}.unit", "one of ns, us, ms, s", unit)
-    return float(value) * _UNIT_SECONDS[unit]
+    label = f"metrics.{name}.value"
+    value = line.optional_seconds(entry, "value", _UNIT_SECONDS[unit], label=label)
+    if value is None:
+        raise line.field_error(label, "a non-negative number", None)
+    return value
 
 
 def _tokens(line: Line, metrics: Mapping[str, Any], name: str) -> int | None:

@@ -4,11 +4,8 @@ older versions and of live runs read alike."""
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from replay.trace.fields import Line
 from router.errors import UserError
@@ -41,24 +38,15 @@ def requests_file(path: Path) -> Path:
     return path
 
 
-def _seconds(line: Line, record: Mapping[str, Any], name: str) -> float | None:
-    value = record.get(name)
-    if value is None:
-        return None
-    if type(value) not in (int, float) or not math.isfinite(value) or value < 0:
-        raise line.field_error(name, "a non-negative number of seconds or null", value)
-    return float(value)
-
-
 def _record(line: Line, raw: bytes) -> LatencyRecord:
     record = line.decode_json(raw)
     return LatencyRecord(
         request_id=line.integer(record, "request_id"),
-        ttft_s=_seconds(line, record, "ttft_s"),
-        tpot_s=_seconds(line, record, "tpot_s"),
-        e2e_s=_seconds(line, record, "e2e_s"),
-        ttft_prefill_s=_seconds(line, record, "ttft_prefill_s"),
-        arrival_s=_seconds(line, record, "arrival_s"),
+        ttft_s=line.optional_seconds(record, "ttft_s"),
+        tpot_s=line.optional_seconds(record, "tpot_s"),
+        e2e_s=line.optional_seconds(record, "e2e_s"),
+        ttft_prefill_s=line.optional_seconds(record, "ttft_prefill_s"),
+        arrival_s=line.optional_seconds(record, "arrival_s"),
         input_length=line.optional_count(record, "input_length"),
         output_length=line.optional_count(record, "output_length"),
     )

@@ -96,9 +96,22 @@ class Line:
 
     def seconds(self, record: Mapping[str, Any], name: str, scale: float = 1.0) -> float:
         """A finite non-negative number, multiplied by ``scale`` (e.g. 1e-3 for milliseconds)."""
-        value = self.require(record, name)
+        self.require(record, name)
+        seconds = self.optional_seconds(record, name, scale)
+        if seconds is None:
+            raise self.field_error(name, "a non-negative number", None)
+        return seconds
+
+    def optional_seconds(
+        self, record: Mapping[str, Any], name: str, scale: float = 1.0, label: str | None = None
+    ) -> float | None:
+        """``seconds``, or None when the field is missing or null; errors name ``label``
+        (default: ``name``)."""
+        value = record.get(name)
+        if value is None:
+            return None
         if type(value) not in (int, float) or not math.isfinite(value) or value < 0:
-            raise self.field_error(name, "a non-negative number", value)
+            raise self.field_error(label or name, "a non-negative number", value)
         return float(value) * scale
 
     def text(self, record: Mapping[str, Any], name: str) -> str:
