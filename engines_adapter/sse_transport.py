@@ -95,6 +95,11 @@ class SseTransport(httpx.AsyncBaseTransport):
         """Streams waiting for a connection (those woken and about to take one included)."""
         return len(self._waiters)
 
+    @property
+    def idle_connections(self) -> int:
+        """Connections kept alive between streams, to any engine."""
+        return sum(len(idle) for idle in self._idle.values())
+
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         url = request.url
         if not _own(request):
@@ -180,7 +185,7 @@ class SseTransport(httpx.AsyncBaseTransport):
 
     def _room(self) -> int:
         """Connections a stream could have now: slots free and connections idle."""
-        return self._max - self._open + sum(len(idle) for idle in self._idle.values())
+        return self._max - self._open + self.idle_connections
 
     def _wake_one(self) -> None:
         """Wake the oldest waiter not yet woken, if any."""
