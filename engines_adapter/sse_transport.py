@@ -13,13 +13,15 @@ so are the errors (``ConnectError``, ``ConnectTimeout``, ``ReadTimeout``, ``Read
 ``RemoteProtocolError``). A stream closed before its end closes its connection (the
 engine sees it drop and aborts the request); one read to its end goes back to the pool.
 A kept-alive connection the engine closed meanwhile is replaced once, before any byte of
-the answer; one idle longer than ``IDLE_S`` is closed, not reused. A stream waiting for a
-connection takes one that went idle to its engine, or closes one idle to another engine.
+the answer; one idle longer than ``IDLE_S`` is closed, not reused. Streams waiting for a
+connection wait in line: each connection that goes idle or closes wakes the oldest, which
+takes one idle to its engine, a free slot, or closes one idle to another engine for room.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import AsyncIterator, Callable
 
 import httpx
@@ -82,8 +84,21 @@ class SseTransport(httpx.AsyncBaseTransport):
         self._max = max_connections
         self._idle_s = idle_s
         self._open = 0  # connections open or opening, idle ones included
-        self._freed: asyncio.Event = asyncio.Event()  # a connection closed or went idle
+        # streams waiting for a connection, oldest first (a waiter woken with nothing
+        # for it waits again in its place, under a new future)
+        self._waiters: dict[object, asyncio.Future[None]] = {}
+        self._woken = 0  # waiters woken that have not run yet
         self._shut = False  # closed: no connection is kept any more
+
+    @property
+    def waiting(self) -> int:
+        """Streams waiting for a connection (those woken and about to take one included)."""
+        return len(self._waiters)
+
+    @property
+    def idle_connections(self) -> int:
+        """Connections kept alive between streams, to any engine."""
+        return sum(len(idle) for idle in self._idle.values())
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         url = request.url
@@ -102,7 +117,8 @@ class SseTransport(httpx.AsyncBaseTransport):
                     raise
                 await self._acquire(request, key, timeouts.get("pool"), reuse=False)
         if head is None:  # no idle connection, or one the engine closed meanwhile
-            conn = await _connect(request, key, timeouts.get("connect"), self._closed)
+            lost = functools.partial(self._lost, key)
+            conn = await _connect(request, key, timeouts.get("connect"), lost)
             head = await _ask(conn, request, data, timeouts.get("read"))
         assert conn is not None
         status, headers = head
@@ -116,25 +132,68 @@ class SseTransport(httpx.AsyncBaseTransport):
     ) -> Connection | None:
         """An idle connection to ``key`` (when ``reuse``), else None once a new one is
         counted: closing an idle connection to another engine for it when all are open,
-        or waiting for one to close or go idle."""
+        or waiting, behind the streams that came first, for one to close or go idle. A
+        stream replacing a stale connection (not ``reuse``) goes first: it held one."""
         try:
             async with asyncio.timeout(timeout_s):
-                while True:
-                    conn = self._take_idle(key) if reuse else None
-                    if conn is not None:
-                        return conn
-                    if self._open < self._max:
-                        self._open += 1
-                        return None
-                    spare = next((c for ls in self._idle.values() for c in ls if not c.lost), None)
-                    if spare is not None:
-                        spare.close()  # counted out at once: the loop goes round again
-                        continue
-                    self._freed.clear()
-                    await self._freed.wait()
+                if not self._waiters or not reuse:
+                    got = self._take(key, reuse)
+                    if got is not False:
+                        return None if got is True else got
+                return await self._wait_turn(key, reuse)
         except TimeoutError:
             what = f"all {self._max} stream connections to engines stayed busy"
             raise httpx.PoolTimeout(what, request=request) from None
+
+    async def _wait_turn(self, key: tuple[str, int], reuse: bool) -> Connection | None:
+        """Wait in line until woken, then take what a release or close left; a waiter
+        woken then cancelled passes the wake on to the next."""
+        token = object()
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                woken = self._waiters[token] = loop.create_future()
+                if self._room() > self._woken:  # room no waiter was woken for
+                    self._wake_one()
+                try:
+                    await woken
+                except asyncio.CancelledError:
+                    if woken.done() and not woken.cancelled():
+                        self._woken -= 1
+                        self._wake_one()
+                    raise
+                self._woken -= 1
+                got = self._take(key, reuse)
+                if got is not False:
+                    return None if got is True else got
+        finally:
+            del self._waiters[token]
+
+    def _take(self, key: tuple[str, int], reuse: bool) -> Connection | bool:
+        """An idle connection to ``key`` (when ``reuse``), else True once a new one is
+        counted (closing an idle one to another engine when all are open), else False."""
+        conn = self._take_idle(key) if reuse else None
+        if conn is not None:
+            return conn
+        if self._open >= self._max:
+            spare = next((idle[0] for idle in self._idle.values() if idle), None)
+            if spare is None:
+                return False
+            spare.close()  # off its idle list and counted out at once
+        self._open += 1
+        return True
+
+    def _room(self) -> int:
+        """Connections a stream could have now: slots free and connections idle."""
+        return self._max - self._open + self.idle_connections
+
+    def _wake_one(self) -> None:
+        """Wake the oldest waiter not yet woken, if any."""
+        for waiter in self._waiters.values():
+            if not waiter.done():
+                waiter.set_result(None)
+                self._woken += 1
+                return
 
     def _take_idle(self, key: tuple[str, int]) -> Connection | None:
         """The latest idle connection to ``key``, after closing those idle too long."""
@@ -142,8 +201,8 @@ class SseTransport(httpx.AsyncBaseTransport):
         if not idle:
             return None
         oldest = asyncio.get_running_loop().time() - self._idle_s
-        while idle and (idle[0].lost or idle[0].idle_since < oldest):
-            idle.pop(0).close()
+        for stale in [conn for conn in idle if conn.idle_since < oldest]:
+            stale.close()  # off the list as it closes
         while idle:
             conn = idle.pop()
             if not conn.lost:
@@ -151,25 +210,32 @@ class SseTransport(httpx.AsyncBaseTransport):
         return None
 
     def _release(self, key: tuple[str, int], conn: Connection) -> None:
-        """An ended response's connection goes to its engine's idle list, or is closed."""
+        """An ended response's connection goes to its engine's idle list (waking the
+        oldest waiter), or is closed (which wakes it)."""
         idle = self._idle.setdefault(key, [])
         if conn.reusable() and len(idle) < IDLE_PER_HOST and not self._shut:
             conn.park(asyncio.get_running_loop().time())
             idle.append(conn)
-            self._freed.set()
+            self._wake_one()
         else:
             conn.close()
 
-    def _closed(self) -> None:
+    def _lost(self, key: tuple[str, int], conn: Connection | None) -> None:
+        """A connection to ``key`` closed (or failed to open: None). One that was idle
+        leaves its list: a slot instead of an idle connection, nothing new for a waiter;
+        any other frees a slot, and the oldest waiter is woken for it."""
         self._open -= 1
-        self._freed.set()
+        idle = self._idle.get(key)
+        if conn is not None and idle and conn in idle:
+            idle.remove(conn)
+        else:
+            self._wake_one()
 
     async def aclose(self) -> None:
         self._shut = True  # a stream still being read closes its connection when it ends
         for idle in self._idle.values():
-            for conn in idle:
-                conn.close()
-            idle.clear()
+            for conn in list(idle):
+                conn.close()  # off the list as it closes
         await self._fallback.aclose()
 
 
@@ -190,16 +256,18 @@ async def _connect(
     request: httpx.Request,
     key: tuple[str, int],
     timeout_s: float | None,
-    on_lost: Callable[[], None],
+    on_lost: Callable[[Connection | None], None],
 ) -> Connection:
-    """A new connection to ``key``; ``on_lost`` runs once, when it has closed or failed to
-    open (a timeout or cancel that lands once the protocol exists may close it first)."""
+    """A new connection to ``key``; ``on_lost`` runs once, with it when it has closed, or
+    with None when it failed to open before it existed (a timeout or cancel that lands
+    once the protocol exists may close it first)."""
     loop = asyncio.get_running_loop()
     made: list[Connection] = []
 
     def protocol() -> Connection:
-        made.append(Connection(request, on_lost))
-        return made[-1]
+        conn = Connection(request, lambda: on_lost(conn))
+        made.append(conn)
+        return conn
 
     try:
         async with asyncio.timeout(timeout_s):
@@ -208,7 +276,7 @@ async def _connect(
         if made:
             made[0].close()
         else:
-            on_lost()
+            on_lost(None)
         if isinstance(exc, TimeoutError):
             what = f"connecting to {key[0]}:{key[1]} timed out"
             raise httpx.ConnectTimeout(what, request=request) from None
