@@ -9,10 +9,10 @@ import asyncio
 
 import httpx
 import pytest
+from sse_server import EVENTS, SSE, Server, chunked, read_stream, serving
 
 from engines_adapter.sse_connection import Connection
 from engines_adapter.sse_transport import SseTransport
-from tests.unit.test_sse_transport import EVENTS, SSE, Server, chunked, read_stream, serving
 
 
 def transport(cap: int) -> SseTransport:
@@ -40,7 +40,8 @@ async def queue_up(
 
 async def test_streams_waiting_for_the_one_connection_get_it_in_the_order_they_came() -> None:
     n = 8
-    server = Server([chunked(EVENTS[0])] + [chunked(tagged(i)) for i in range(n)])
+    answers: list[bytes | None] = [chunked(EVENTS[0]), *(chunked(tagged(i)) for i in range(n))]
+    server = Server(answers)
     pool = transport(1)
     async with serving(server) as url, httpx.AsyncClient(transport=pool, timeout=5.0) as http:
         async with http.stream("POST", url, json={}, headers=SSE) as first:
