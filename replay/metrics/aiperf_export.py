@@ -64,7 +64,7 @@ from pathlib import Path
 from typing import Any
 
 from replay.metrics.latency_records import LatencyRecord
-from replay.trace.fields import Line
+from replay.trace.fields import Line, json_lines
 from replay.trace.record import TraceRequest
 from router.errors import UserError
 
@@ -196,37 +196,27 @@ def read_aiperf_export(
     A UserError names the file and line of anything unreadable or unmatched."""
     if path.is_dir():
         path = path / AIPERF_EXPORT_FILE
-    source = str(path)
     rows: list[tuple[Line, int, Mapping[str, Any], bool, int | None]] = []
     seen: dict[int, int] = {}
-    try:
-        with path.open("rb") as stream:
-            for number, raw in enumerate(stream, start=1):
-                if not raw.strip():
-                    continue
-                line = Line(source, number)
-                record = line.decode_json(raw)
-                metadata = record.get("metadata")
-                metrics = record.get("metrics", {})
-                if not isinstance(metadata, dict):
-                    raise line.field_error("metadata", "an object", metadata)
-                if not isinstance(metrics, dict):
-                    raise line.field_error("metrics", "an object", metrics)
-                if metadata.get("benchmark_phase", "profiling") != "profiling":
-                    continue  # warmup requests are not the trace's
-                request_id = _request_id(line, _key(line, metadata), sessions)
-                first = seen.setdefault(request_id, number)
-                if first != number:
-                    raise line.error(f"request {request_id} repeats line {first}")
-                failed = record.get("error") is not None or metadata.get("was_cancelled") is True
-                sent = _nanoseconds(line, metadata, "credit_issued_ns")
-                if sent is None:
-                    sent = _nanoseconds(line, metadata, "request_start_ns")
-                rows.append((line, request_id, metrics, failed, sent))
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such file") from None
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    for line, raw in json_lines(path):
+        record = line.decode_json(raw)
+        metadata = record.get("metadata")
+        metrics = record.get("metrics", {})
+        if not isinstance(metadata, dict):
+            raise line.field_error("metadata", "an object", metadata)
+        if not isinstance(metrics, dict):
+            raise line.field_error("metrics", "an object", metrics)
+        if metadata.get("benchmark_phase", "profiling") != "profiling":
+            continue  # warmup requests are not the trace's
+        request_id = _request_id(line, _key(line, metadata), sessions)
+        first = seen.setdefault(request_id, line.number)
+        if first != line.number:
+            raise line.error(f"request {request_id} repeats line {first}")
+        failed = record.get("error") is not None or metadata.get("was_cancelled") is True
+        sent = _nanoseconds(line, metadata, "credit_issued_ns")
+        if sent is None:
+            sent = _nanoseconds(line, metadata, "request_start_ns")
+        rows.append((line, request_id, metrics, failed, sent))
     if not rows:
         raise UserError(f"{path}: no profiling requests in aiperf's export")
     starts = [sent for *_, sent in rows if sent is not None]

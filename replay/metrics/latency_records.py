@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from replay.trace.fields import Line
+from replay.trace.fields import Line, json_lines
 from router.errors import UserError
 
 __all__ = ["LatencyRecord", "read_requests", "requests_file"]
@@ -56,24 +56,14 @@ def read_requests(path: Path) -> list[LatencyRecord]:
     """The records of a requests.jsonl (or a run directory's); a UserError naming the
     file and line for anything unreadable, a duplicate request_id or an empty file."""
     path = requests_file(path)
-    source = str(path)
     records: list[LatencyRecord] = []
     seen: dict[int, int] = {}
-    try:
-        with path.open("rb") as stream:
-            for number, raw in enumerate(stream, start=1):
-                if not raw.strip():
-                    continue
-                line = Line(source, number)
-                record = _record(line, raw)
-                first = seen.setdefault(record.request_id, number)
-                if first != number:
-                    raise line.error(f"request_id {record.request_id} repeats line {first}")
-                records.append(record)
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such file") from None
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    for line, raw in json_lines(path):
+        record = _record(line, raw)
+        first = seen.setdefault(record.request_id, line.number)
+        if first != line.number:
+            raise line.error(f"request_id {record.request_id} repeats line {first}")
+        records.append(record)
     if not records:
         raise UserError(f"{path}: no requests in the file")
     return records

@@ -12,15 +12,16 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import msgspec
 
 from router.errors import UserError
 
-__all__ = ["Line", "describe"]
+__all__ = ["Line", "describe", "json_lines"]
 
 _INTS = frozenset({int})
 _decode_json = msgspec.json.decode
@@ -145,3 +146,18 @@ class Line:
         if record.get(name) is None:
             return None
         return self.count(record, name)
+
+
+def json_lines(path: Path) -> Iterator[tuple[Line, bytes]]:
+    """Each non-blank line of a JSONL file with its ``Line`` (file and number, for errors);
+    a missing or unreadable file is a UserError naming it."""
+    source = str(path)
+    try:
+        with path.open("rb") as stream:
+            for number, raw in enumerate(stream, start=1):
+                if raw.strip():
+                    yield Line(source, number), raw
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such file") from None
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read ({exc.strerror or exc})") from None
