@@ -216,6 +216,10 @@ def _non_monotone(probes: Sequence[CapacityProbe], target: float) -> str | None:
     return None
 
 
+SHORT_TRACE = "the trace is too short for a steady state"
+"""How the warning of a search on a trace tiled to reach its window begins."""
+
+
 def _short_trace(probes: Sequence[CapacityProbe], capacity: float) -> str | None:
     near = [p for p in probes if p.passed and p.rate_req_s <= capacity]
     if not near:
@@ -224,7 +228,7 @@ def _short_trace(probes: Sequence[CapacityProbe], capacity: float) -> str | None
     if w.copies <= 1 or w.trace_span_s is None or w.needed_s is None:
         return None
     return (
-        f"the trace is too short for a steady state at {capacity:.3f} req/s: it spans "
+        f"{SHORT_TRACE} at {capacity:.3f} req/s: it spans "
         f"{w.trace_span_s:.0f} s there, less than the {w.needed_s:.0f} s of warm-up and "
         f"window, so it was tiled {w.copies} times with fresh sessions (capacity assumes "
         "the trace's mix repeats)"

@@ -49,6 +49,7 @@ from typing import Any
 import yaml
 from rich.table import Table
 
+from replay.experiments.capacity import SHORT_TRACE
 from replay.experiments.plan import CandidateResult, PlanResult
 from replay.experiments.plan_verdict import comparisons, sensitivity
 from replay.presets.loader import load_preset
@@ -122,9 +123,6 @@ def plan_warnings(plan: PlanResult) -> list[str]:
             label = plan.results[plan.best[family]].label
             out += [f"{m.text}: {label}: {w}" for w in got.warnings]
     return out
-
-
-SHORT_TRACE = "the trace is too short for a steady state"
 
 
 def printed_warnings(warnings: Sequence[str]) -> list[str]:

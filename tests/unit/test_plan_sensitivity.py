@@ -184,7 +184,8 @@ def test_the_rows_measured_again_are_on_by_default_and_no_sensitivity_skips_them
 
 
 def test_the_short_trace_warning_is_printed_once_with_its_count() -> None:
-    from replay.experiments.plan_output import SHORT_TRACE, printed_warnings
+    from replay.experiments.capacity import SHORT_TRACE
+    from replay.experiments.plan_output import printed_warnings
 
     warnings = [
         f"PDD a: {SHORT_TRACE} at 9.1 req/s: ...",
