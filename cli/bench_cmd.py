@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import typer
+
+from cli.console import stdout_console
 
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
@@ -37,8 +38,6 @@ def index(
     """Match latency (memory vs Redis, in PING round trips), store throughput, hashing time."""
     import json
 
-    from rich.console import Console
-
     from bench.index_bench import render_index_bench, run_index_bench
     from router.settings import Settings
 
@@ -47,7 +46,7 @@ def index(
     if json_output:
         typer.echo(json.dumps(result.to_json(), indent=2))
     else:
-        Console().print(render_index_bench(result))
+        stdout_console().print(render_index_bench(result))
 
 
 @bench_app.command("route")
@@ -70,8 +69,6 @@ def route(
     request of 8K and 32K tokens, in-process: render, tokenize, hash and decide."""
     import json
     from dataclasses import asdict
-
-    from rich.console import Console
 
     from bench.route_bench import (
         render_route_bench,
@@ -98,7 +95,7 @@ def route(
             out["chat"] = chat_rows_json(chat)
         typer.echo(json.dumps(out, indent=2))
     else:
-        console = Console()
+        console = stdout_console()
         console.print(render_route_bench(rows))
         if load is not None:
             console.print(render_throughput(load))
@@ -258,13 +255,9 @@ def _phase_progress(bars: Progress | None) -> Callable[[str, float, float], None
 
 def _print_load(result: LoadResult) -> None:
     """`bench load`'s tables: the configuration, the results, each soak's samples."""
-    from rich.console import Console
-
     from bench.load_tables import render_load_config, render_load_results, render_soak
 
-    # written to a file or a pipe, the tables keep their figures whole (rich would fit them
-    # to 80 columns, cutting numbers short); on a terminal, its width
-    console = Console(width=None if sys.stdout.isatty() else 160)
+    console = stdout_console()
     console.print(render_load_config(result))
     console.print(render_load_results(result))
     for run in result.runs:
@@ -319,4 +312,4 @@ def replay(
             f"{r.requests:,}", f"{r.trace_mb:g}", f"{r.wall_s:.1f}", f"{r.requests_per_s:,.0f}",
             f"{r.realtime_x:,.0f}", f"{r.peak_rss_mb:,.0f}",
         )  # fmt: skip
-    Console().print(table)
+    stdout_console().print(table)

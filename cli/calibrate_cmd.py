@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
+
+from cli.console import stdout_console
 
 if TYPE_CHECKING:
     from cli.calibrate_options import CalibrateOptions
@@ -113,7 +114,7 @@ def _run(options: CalibrateOptions, *, as_json: bool, progress: bool) -> None:
         )  # fmt: skip
     text = _written(options, result, target, measured_router)
     options.out.write_text(text, encoding="utf-8")
-    console = Console()
+    console = stdout_console()
     if as_json:
         console.print_json(json.dumps(_json_payload(result, measured_router)))
     else:

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from cli.console import stdout_console
+
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.progress import Progress
@@ -69,7 +71,6 @@ def demo(
 ) -> None:
     """Replay a synthetic agentic trace (or --trace) under idc-pd, xdc-pd and pdd; compare
     them at the trace's rate and at each one's capacity."""
-    from rich.console import Console
 
     from cli.progress import ReplayBar, progress_bars
     from replay.experiments.demo import DEMO_SETUPS, comparison_table, run_demo
@@ -81,7 +82,7 @@ def demo(
 
     if scale not in DEMO_SETUPS:
         raise UserError(f"unknown --scale {scale!r}; valid: {', '.join(DEMO_SETUPS)}")
-    console = Console()
+    console = stdout_console()
     limit = requests if trace is not None else None
     with tempfile.TemporaryDirectory(prefix="pdd-demo-") as tmp:
         base = out if out is not None else Path(tmp)

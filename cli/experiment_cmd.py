@@ -17,6 +17,7 @@ import typer
 from rich.console import Console
 
 from cli.config_options import OutputOptions, with_options
+from cli.console import stdout_console
 from cli.executor_options import EXECUTOR, RAY_ADDRESS, WORKERS, open_executor
 from cli.progress import ReplayBar, ReplayCount, progress_bars
 from replay.experiments.experiment_config import CompareConfig, SweepConfig
@@ -92,7 +93,7 @@ def compare(
         result = run_compare(config, progress=observer, executor=executor, on_replays=count)
     out = output.out
     _write_compare(result, config, out)
-    console = Console()
+    console = stdout_console()
     console.print(compare_table(result, all_metrics=all_metrics, width=console.width))
     for spec, run in zip(result.specs, result.results, strict=True):
         for warning in run.summary.warnings:
@@ -203,7 +204,7 @@ def _print_sweep(result: SweepResult, config: SweepConfig, out: Path) -> bool:
     """Write and print one policy's sweep; False when no probe met the target."""
     result.write_json(out / "sweep.json")
     result.write_probes_csv(out / "probes.csv")
-    console = Console()
+    console = stdout_console()
     console.print(_sweep_table(result))
     best = result.best_result
     rate, target = result.trace_timing_capacity_req_s, result.target

@@ -9,10 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rich.console import Console
 from rich.table import Table
 
 from cli.config_options import OutputOptions, with_options
+from cli.console import stdout_console
 from cli.executor_options import EXECUTOR, RAY_ADDRESS, WORKERS, open_executor
 from cli.progress import ReplayCount, progress_bars
 from replay.experiments.experiment_config import OverloadConfig
@@ -76,7 +76,7 @@ OVERLOAD_HEADERS = (
 def _print(result: OverloadResult, written: list[Path]) -> None:
     best = result.sweep.best
     assert best is not None  # run_overload refuses a policy without capacity
-    console = Console()
+    console = stdout_console()
     console.print(
         f"capacity of {result.spec.label}: {best.arrival_rate_req_s:.3g} req/s (rate scale "
         f"{best.rate_scale:.4g}), SLA goodput at capacity {best.sla_goodput_req_s:.3g} req/s",

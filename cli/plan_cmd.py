@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.progress import TaskID
 
 from cli.config_options import OutputOptions, with_options
+from cli.console import stdout_console
 from cli.executor_options import EXECUTOR, RAY_ADDRESS, WORKERS, open_executor
 from cli.progress import progress_bars
 from replay.runner.config import ReplaySettings
@@ -206,7 +207,7 @@ def plan(
         )  # fmt: skip
     written = write_plan(result, output.out)
     written.append(write_plan_report(output.out / "report.html", result, command_line()))
-    _print(Console(), result, written)
+    _print(stdout_console(), result, written)
 
 
 def _plan_of(o: PlanOptions, settings: ReplaySettings) -> tuple[PlanSettings, PlanSpace]:

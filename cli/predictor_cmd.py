@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING
 import typer
 from rich.console import Console
 
+from cli.console import stdout_console
+
 if TYPE_CHECKING:
     from rich.progress import Progress
     from rich.table import Table
@@ -83,7 +85,7 @@ def train(
     tiers = ", ".join(f"{t} {n}" for t, n in report.by_tier.items())
     kept = ", ".join(report.model_tiers) or "none"
     others = "".join(f"; {t} predicts {f}" for t, f in report.fallbacks.items())
-    Console().print(
+    stdout_console().print(
         f"trained on {report.train_rows} of {report.rows} rows ({tiers}; index mode "
         f"{', '.join(report.index_modes)}); model kept for tiers: {kept}{others}; wrote {out}",
         highlight=False,
@@ -111,7 +113,7 @@ def evaluate(
     data = _read(logs, not no_progress)
     evaluation, test = score_logs(predictor.predict, data, split)
     modes = ", ".join(sorted(set(test.index_mode.tolist())))
-    console = Console()
+    console = stdout_console()
     title = f"{model.name} on {len(test)} rows after the first {split:.0%} (index mode {modes})"
     console.print(summary_table(evaluation, title))
     console.print(bucket_table(evaluation))
@@ -152,7 +154,7 @@ def odd_traffic(
     evidence = "; ".join(
         f"{k}: {v['true_positives']}/{v['classified']}" for k, v in report.by_evidence.items()
     )
-    Console().print(
+    stdout_console().print(
         f"{report.requests} requests, {report.odd} odd (input >= {report.label_min_input}, "
         f"output <= {report.label_max_output}); classified {report.classified}, "
         f"{report.true_positives} right: precision {pct(report.precision)}, recall "
@@ -314,7 +316,7 @@ def _write_cross_eval(out: Path, paths: dict[str, list[Path]], report: CrossEval
             **report.model_dump(mode="json")}  # fmt: skip
     (out / "cross_eval.json").write_text(json.dumps(body, indent=2) + "\n", encoding="utf-8")
     write_csv(report.rows, out / "cross_eval.csv")
-    console = Console()
+    console = stdout_console()
     if not console.is_terminal:  # a file or a pipe: wide enough for every column
         console.width = max(console.width, 110)
     console.print(_cross_table(report.rows))

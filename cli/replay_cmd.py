@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
-from rich.console import Console
 
 from cli.config_options import OutputOptions, with_options
+from cli.console import stdout_console
 from cli.experiment_cmd import command_line, compare, sweep
 from cli.live_cmd import live
 from cli.overload_cmd import overload
@@ -97,7 +97,7 @@ def presets(
             typer.echo(f"# step costs of pool {pool}: {where}")
         typer.echo(yaml.safe_dump(preset.resolved(), sort_keys=False, width=88), nl=False)
         return
-    console = Console()
+    console = stdout_console()
     for name in preset_names():
         console.print(_preset_line(load_preset(name), name), highlight=False, soft_wrap=True)
 

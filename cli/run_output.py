@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rich.console import Console
+from cli.console import stdout_console
 
 if TYPE_CHECKING:
     from replay.metrics.summary import Summary
@@ -17,7 +17,7 @@ def print_run(summary: Summary, files: list[Path]) -> None:
     """The summary as a table, each warning on a line, and the files written."""
     from replay.metrics.table import summary_table
 
-    console = Console()
+    console = stdout_console()
     console.print(summary_table(summary))
     client = summary.client
     if client is not None and client.requests_sent and client.loop_samples:  # a live run

@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 from typer.core import TyperCommand
 
+from cli.console import stdout_console
 from replay.trace.defaults import DEFAULT_ODD_MAX_OUTPUT, DEFAULT_ODD_MIN_INPUT, PROFILES
 from router.errors import UserError
 
@@ -144,7 +145,7 @@ def stats_command(
         header = {"trace": str(trace), "format": fmt, "contradictions": checks.as_json()}
         typer.echo(stats_json(stats, header))
         return
-    print_stats(Console(), stats, title=f"{trace} ({fmt})")
+    print_stats(stdout_console(), stats, title=f"{trace} ({fmt})")
     warning = checks.warning()
     if warning is not None:
         Console(stderr=True).print(f"[yellow]warning:[/] {warning}", highlight=False)

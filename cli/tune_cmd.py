@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from rich.console import Console
 
 from cli.config_options import OutputOptions, with_options
+from cli.console import stdout_console
 from cli.executor_options import EXECUTOR, RAY_ADDRESS, WORKERS, open_executor
 from cli.progress import ReplayCount, progress_bars
 from replay.runner.config import ReplaySettings
@@ -128,7 +129,7 @@ def _objective(objective: str) -> str:
 
 
 def _print(result: TuneResult, top: int) -> None:
-    console = Console()
+    console = stdout_console()
     shown = result.ranked()[:top]
     _legend(console, "tuning scenarios", "S", result.scenarios)
     console.print(_trials_table(result, shown))
@@ -294,7 +295,7 @@ def tune(
         o.out.write_text(json.dumps(result.model_dump(mode="json"), indent=2) + "\n", "utf-8")
         table = trials_csv(o.out)
         result.write_trials_csv(table)
-        Console().print(f"wrote {o.out} and {table}", highlight=False, soft_wrap=True)
+        stdout_console().print(f"wrote {o.out} and {table}", highlight=False, soft_wrap=True)
 
 
 def _setups(o: TuneOptions, settings: ReplaySettings) -> tuple[list[TuneSetup], list[TuneSetup]]:

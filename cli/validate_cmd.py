@@ -13,6 +13,8 @@ from pathlib import Path
 
 import typer
 
+from cli.console import stdout_console
+
 __all__ = ["validate"]
 
 
@@ -65,8 +67,6 @@ def validate(
     """
     from json import dumps
 
-    from rich.console import Console
-
     from cli.experiment_cmd import command_line
     from replay.experiments.validate import validate as compare_latencies
     from replay.metrics.aiperf_export import sessions_of
@@ -87,7 +87,7 @@ def validate(
     if json:
         typer.echo(dumps(result.to_json(), indent=2))
         return
-    console = Console()
+    console = stdout_console()
     console.print(validate_table(result))
     for warning in result.warnings:
         console.print(f"[yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)

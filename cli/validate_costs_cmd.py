@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from cli.console import stdout_console
+
 if TYPE_CHECKING:
     from rich.table import Table
 
@@ -61,7 +63,6 @@ def validate_costs(
 
     Writes validate-costs.json (every run's measured and simulated means) in --out.
     """
-    from rich.console import Console
 
     from cli.progress import progress_bars
     from replay.experiments.published import read_published
@@ -95,7 +96,7 @@ def validate_costs(
     if as_json:
         typer.echo(json.dumps({"sets": report["sets"]}, indent=2))
         return
-    console = Console(width=max(Console().width, 120))
+    console = stdout_console()
     console.print(_table(sets))
     if unreplayed:
         console.print(
