@@ -51,6 +51,7 @@ from rich.table import Table
 
 from replay.experiments.capacity import SHORT_TRACE
 from replay.experiments.plan import CandidateResult, PlanResult
+from replay.experiments.plan_edges import edge_warnings
 from replay.experiments.plan_verdict import comparisons, sensitivity
 from replay.presets.loader import load_preset
 
@@ -113,8 +114,12 @@ def _candidate(plan: PlanResult, i: int) -> dict[str, Any]:
 
 
 def plan_warnings(plan: PlanResult) -> list[str]:
-    """Every confirmed search's warnings, then those of the searches under a change."""
-    out = []
+    """PDD's best at an edge of the searched space, every confirmed search's warnings,
+    then those of the searches under a change."""
+    best = plan.best_of("pdd")
+    out = (
+        [] if best is None or best.candidate is None else edge_warnings(best.candidate, plan.space)
+    )
     for r in plan.results:
         if r.confirmed is not None:
             out += [f"{r.label}: {w}" for w in r.confirmed.warnings]
