@@ -20,7 +20,8 @@ request already had, in tokens, over its input tokens) sits in ``[low, high]``:
    earlier request with the most blocks (a request with no earlier one has no donor and
    ``t = 0``);
 4. its new chain is the donor's new chain cut to ``t`` blocks, then fresh block IDs
-   (above every ID of the trace) for the rest.
+   (above every ID of the trace) for the rest. A chain ending in a partial block gives
+   donors only its full blocks.
 
 Every ID of the donor's chain is cached when the request arrives and the ``t + 1``-th is
 fresh, so the request hits exactly ``t`` blocks: its hit rate is within half a block of
@@ -92,6 +93,8 @@ def flatten_hits(
         t = max(min(wanted, len(donor)), 0)
         chain = donor[:t] + tuple(range(fresh, fresh + n - t))
         fresh += n - t
-        donors.add(r.session_id, chain)
+        # a partial last block is no one's prefix: a later request holds it as a full one
+        # (the trace would contradict itself)
+        donors.add(r.session_id, chain[:-1] if r.input_length % r.block_size else chain)
         out.append(replace(r, hash_ids=chain))
     return out

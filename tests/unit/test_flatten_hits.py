@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from replay.trace.caches import UnboundedPrefixCache
+from replay.trace.checks import TraceChecks
 from replay.trace.flatten_hits import flatten_hits
 from replay.trace.record import TraceRequest
 from replay.trace.stats import hit_tokens
@@ -57,10 +58,10 @@ def test_a_skewed_trace_is_flattened_into_the_band_up_to_half_a_block() -> None:
     slack = np.array([0.5 * r.block_size / r.input_length for r in out])
     inside = (after >= 0.85 - slack - 1e-12) & (after <= 0.95 + slack + 1e-12)
     assert inside.mean() > 0.98
-    # the others hit all they could: every block of the longest earlier request
+    # the others hit all they could: every full block of the longest earlier request
     hits = hit_tokens(UnboundedPrefixCache(), out)
     for i in np.flatnonzero(~inside):
-        longest = max((len(r.hash_ids) for r in out[:i]), default=0)
+        longest = max((r.input_length // r.block_size for r in out[:i]), default=0)
         assert after[i] < 0.85
         assert hits[i] == longest * out[i].block_size
     assert [r.request_id for r in out] == sorted(r.request_id for r in trace)
@@ -70,3 +71,23 @@ def test_a_skewed_trace_is_flattened_into_the_band_up_to_half_a_block() -> None:
 def test_a_band_outside_zero_to_one_is_refused() -> None:
     with pytest.raises(ValueError, match=r"band \[0.9, 0.8\]"):
         flatten_hits([], low=0.9, high=0.8)
+
+
+def test_a_partial_last_block_is_never_handed_on_as_a_full_one() -> None:
+    """A prompt of 25 tokens in blocks of 10 ends in a partial block; a later prompt that
+    reuses the chain takes its two full blocks only (else the trace contradicts itself,
+    and aiperf refuses it)."""
+    first = TraceRequest(0, 0.0, 25, 5, (0, 1, 2), BS, session_id="a")
+    later = TraceRequest(1, 1.0, 40, 5, (10, 11, 12, 13), BS, session_id="a")
+    out = flatten_hits([first, later], low=0.9, high=0.9)
+    assert out[1].hash_ids[:2] == out[0].hash_ids[:2]
+    assert out[1].hash_ids[2] != out[0].hash_ids[2]  # the partial block stays the first's
+    checks = TraceChecks("flattened")
+    for line, request in enumerate(out, start=1):
+        checks.observe(line, request)
+    assert checks.report() == []
+    trace = list(synthesize(make_profile("agentic"), 300, seed=3))
+    checks = TraceChecks("agentic")
+    for line, request in enumerate(flatten_hits(trace), start=1):
+        checks.observe(line, request)
+    assert checks.report() == []
