@@ -6,10 +6,12 @@ rejected. The resource is judged from the run's own figures:
 - rejections name their bottleneck (``rejected_by``): ``prefill`` is the prefill pool,
   ``wan`` the line, ``rld`` the relay-decode pool (its memory when that is nearly full,
   else its compute); the most frequent reason binds;
-- without rejections, the most loaded of: the line (mean rate over bandwidth), the
-  prefill pool (busy time), each decode pool's KV memory (mean occupancy, preemptions
-  forcing it) and, when TPOT misses its limit at P90, each decode pool's compute (busy
-  time).
+- without rejections, the decode pool when the requests that missed the TTFT limit spent
+  most of their time to first token on the decode side (``ttft_missed_split_s``: after
+  their prefill and KV copy, waiting for a decode instance); else the most loaded of: the
+  line (mean rate over bandwidth), the prefill pool (busy time), each decode pool's KV
+  memory (mean occupancy, preemptions forcing it) and, when TPOT misses its limit at P90,
+  each decode pool's compute (busy time).
 
 Each resource comes with the ``pdd-router replay plan`` command that searches its size
 (``--wan-gbps``, ``--p``, ``--rld``, ``--md``) around the run's own deployment.
@@ -77,6 +79,8 @@ class RunFigures(Protocol):
     def kv_used(self) -> dict[str, float]: ...
     @property
     def wan_utilization(self) -> float: ...
+    @property
+    def ttft_missed_split_s(self) -> dict[str, float]: ...
 
 
 class Binding(BaseModel):
@@ -157,7 +161,25 @@ def _line(summary: RunFigures) -> str:
     return f"carried a mean {summary.wan_utilization:.0%}{size}"
 
 
+def _from_decode_wait(summary: RunFigures) -> tuple[str, str] | None:
+    """The decode pool, when the requests that missed the TTFT limit waited mostly there."""
+    split = summary.ttft_missed_split_s
+    ttft, decode = split.get("ttft", 0.0), split.get("decode", 0.0)
+    tier = "md" if "md" in summary.utilization else "rld"
+    if ttft <= 0.0 or decode < 0.5 * ttft or tier not in summary.utilization:
+        return None
+    resource, _, figures = _decode(summary, tier)
+    return resource, (
+        f"the requests that missed the TTFT limit waited {decode:.1f} s of their "
+        f"{ttft:.1f} s to first token on the decode side, after their prefill and KV copy; "
+        f"{figures}"
+    )
+
+
 def _from_load(summary: RunFigures) -> tuple[str, str]:
+    waited = _from_decode_wait(summary)
+    if waited is not None:
+        return waited
     tiers = summary.utilization
     candidates: list[tuple[float, str, str]] = []
     if _wan_gbps(summary.cluster):

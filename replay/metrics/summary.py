@@ -141,6 +141,12 @@ class Summary(BaseModel):
     wan_busy: float | None = Field(
         None, description="Share of the run's window the line was sending (None: no line)"
     )
+    ttft_missed_split_s: dict[str, float] = Field(
+        default_factory=dict, description="Mean time to first token of the requests that "
+        "missed its limit, and where it went: prefill_queue, prefill, line (the KV copy) and "
+        "decode (the rest: waiting for a decode instance, its first step); empty when none "
+        "missed it (seconds)",
+    )  # fmt: skip
     binding: Binding | None = Field(
         None, description="What runs short when over 5% of requests miss the SLA or any is "
         "rejected, and the `replay plan` command that sizes it (None otherwise)",
@@ -275,6 +281,7 @@ def summarize(
         wan_utilization=round(wan_mean / bandwidth, 6) if bandwidth else 0.0,
         wan_backlog_gb_peak=round(max(backlog), 6) if backlog else 0.0,
         utilization=shares.tiers, instance_utilization=shares.instances, wan_busy=shares.wan,
+        ttft_missed_split_s=ttft_missed_split(records, setup.sla.ttft_s),
         kv_used={t: _mean(v) for t, v in timeline.kv_used.items()} if timeline else {},
         cost_split={k: round(v, 6) for k, v in (cluster.cost_split or {}).items()},
         timeline=timeline_summary(timeline) if timeline is not None else None,
@@ -315,6 +322,26 @@ def _latency(records: Sequence[RequestRecord], sla: SlaThresholds) -> dict[str, 
         "met": int(meets.sum()), "completed": completed, "start": start, "end": end,
         "duration": duration, "simulated": simulated,
     }  # fmt: skip
+
+
+def ttft_missed_split(records: Sequence[RequestRecord], limit_s: float) -> dict[str, float]:
+    """The mean TTFT of the requests past ``limit_s`` and its parts (``Summary``'s
+    ``ttft_missed_split_s``): what the prefill queue, the prefill and the KV copy do not
+    explain was spent on the decode side."""
+    ttft = float_values(records, "ttft_s")
+    missed = np.isfinite(ttft) & (ttft > limit_s)
+    if not missed.any():
+        return {}
+    parts = {
+        "prefill_queue": float_values(records, "prefill_queue_s")[missed],
+        "prefill": float_values(records, "prefill_s")[missed],
+        "line": np.nan_to_num(float_values(records, "transfer_s")[missed], nan=0.0),
+    }
+    total = ttft[missed]
+    parts["decode"] = np.maximum(total - sum(parts.values()), 0.0)
+    return {"ttft": round(float(total.mean()), 6)} | {
+        name: round(float(part.mean()), 6) for name, part in parts.items()
+    }
 
 
 def _mean(values: Sequence[float]) -> float:

@@ -3,12 +3,13 @@ the `replay plan` command that sizes it."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
 
 from replay.metrics.binding import find_binding
-from replay.metrics.summary import Percentiles, Summary
+from replay.metrics.summary import Percentiles, Summary, ttft_missed_split
 from replay.runner.config import ReplayConfig
 from replay.runner.run import run_replay
 from replay.trace.record import TraceRequest
@@ -85,3 +86,35 @@ def test_the_run_overrides_go_to_plan_and_other_deployments_get_plan_own_base(
     assert binding is not None
     assert binding.resource == "prefill"
     assert binding.plan_command == "pdd-router replay plan agentic.jsonl"
+
+
+def test_the_ttft_of_requests_past_its_limit_is_split_by_where_it_went() -> None:
+    served = run_replay(ReplayConfig(trace="<memory>", preset="pdd-small"), requests=[ONE])
+    (record,) = served.records
+    assert ttft_missed_split([record], limit_s=10.0) == {}  # met its limit: nothing to split
+    waited = dataclasses.replace(record, ttft_s=12.0, prefill_queue_s=0.5, prefill_s=0.3,
+                                 transfer_s=0.2)  # fmt: skip
+    queued = dataclasses.replace(record, ttft_s=16.0, prefill_queue_s=14.0, prefill_s=0.4,
+                                 transfer_s=None)  # fmt: skip
+    split = ttft_missed_split([waited, queued, record], limit_s=10.0)
+    assert split == pytest.approx(
+        {"ttft": 14.0, "prefill_queue": 7.25, "prefill": 0.35, "line": 0.1, "decode": 6.3}
+    )  # decode: (11.0 + 1.6) / 2
+
+
+def test_requests_waiting_for_a_decode_instance_name_the_decode_pool(pdd: Summary) -> None:
+    """Prefill idle, the line quiet, TPOT within its limit, yet first tokens come late: the
+    requests waited for MD after their KV arrived. Naming prefill (the most loaded by busy
+    time) would send the user to size the wrong pool."""
+    figures = {"sla_attainment": 0.6, "utilization": {"p": 0.28, "rld": 0.02, "md": 1.0},
+               "kv_used": {"md": 0.08}, "wan_utilization": 0.14}  # fmt: skip
+    split = {"ttft": 22.3, "prefill_queue": 0.1, "prefill": 0.3, "line": 0.1, "decode": 21.8}
+    binding = find_binding(_as(pdd, **figures, ttft_missed_split_s=split))
+    assert binding is not None
+    assert binding.resource == "md-compute"
+    assert "waited 21.8 s of their 22.3 s to first token on the decode side" in binding.reason
+    assert binding.plan_command.endswith("--md 2..4")
+    queued = {**split, "prefill_queue": 20.0, "decode": 1.9}  # the prefill queue's doing
+    binding = find_binding(_as(pdd, **figures, ttft_missed_split_s=queued))
+    assert binding is not None
+    assert binding.resource == "prefill"
