@@ -48,9 +48,6 @@ pytestmark = pytest.mark.vllm
 
 ROUTER_BLOCK = 16  # the router's hashing block (Settings.block_size); vLLM's is BLOCK_SIZE
 WAIT_S = 30.0
-RUN = random.SystemRandom().randrange(1 << 32)
-"""Seeds the conversations whose cached prefix is measured: new ones on every run (a
-rerun too), as the engines keep their prefix caches for the module."""
 _TEXT = (
     "the cache keeps every block of a prompt so the next turn of a chat finds its prefix "
     "there and the engine computes only what is new while the router predicts how much "
@@ -148,12 +145,20 @@ def sentence(n: int, seed: int) -> str:
     return " ".join(rng.choice(_WORDS) for _ in range(n)) + "."
 
 
+@pytest.fixture
+def run() -> int:
+    """Seeds the conversations whose cached prefix is measured: new ones for every call of
+    a test, a rerun's too, as the engines keep their prefix caches for the module (a
+    module-wide seed made a rerun send the prompt its failed attempt had cached)."""
+    return random.SystemRandom().randrange(1 << 32)
+
+
 def conversation(
-    tok: HFTokenizer, seed: int, question: str, low: int, high: int
+    tok: HFTokenizer, run: int, seed: int, question: str, low: int, high: int
 ) -> tuple[list[dict[str, Any]], list[int]]:
     """A new system prompt and a question, with its prompt's token IDs: between ``low``
     and ``high`` tokens (a word is a few tokens)."""
-    rng = random.Random(f"{RUN}-{seed}")
+    rng = random.Random(f"{run}-{seed}")
     words: list[str] = []
     while True:
         words.append(rng.choice(_WORDS))
@@ -161,7 +166,7 @@ def conversation(
                     {"role": "user", "content": question}]  # fmt: skip
         prompt = tok.encode_chat(messages)
         if len(prompt) >= low:
-            assert len(prompt) <= high, (RUN, len(prompt))
+            assert len(prompt) <= high, (run, len(prompt))
             return messages, prompt
 
 
@@ -206,7 +211,7 @@ def down(tokens: float, block: int) -> int:
 
 @pytest.mark.parametrize(("tokenizer", "seed"), [("files", 1), ("engine", 11)])
 def test_second_turn_predicted_hit_equals_vllms_cached_tokens(
-    cluster: ChatCluster, tok: HFTokenizer, tokenizer: str, seed: int
+    cluster: ChatCluster, tok: HFTokenizer, run: int, tokenizer: str, seed: int
 ) -> None:
     """vLLM serves whole BLOCK_SIZE blocks of the longest cached prefix, never the last
     prompt token; the router predicts whole ROUTER_BLOCK blocks of what the engine's KV
@@ -214,7 +219,7 @@ def test_second_turn_predicted_hit_equals_vllms_cached_tokens(
     prompt unfilled, so what the engine stored (whole blocks) ends inside the second
     prompt's shared prefix: both count exactly those blocks. The same whether the router
     tokenizes with the model's files or asks the engine (``tokenize_with_engine``)."""
-    first, p1 = conversation(tok, seed, "What does the prefix cache keep?", 280, 320)
+    first, p1 = conversation(tok, run, seed, "What does the prefix cache keep?", 280, 320)
     n1 = 16
     stored = down(len(p1) + n1 - 1, BLOCK_SIZE)  # vLLM caches full blocks of computed KV
     assert 2 * BLOCK_SIZE <= stored <= len(p1), f"prompt of {len(p1)} tokens: adjust the test"
@@ -235,14 +240,14 @@ def test_second_turn_predicted_hit_equals_vllms_cached_tokens(
         two = chat(client, cluster, second, 8)
         assert two["usage"]["prompt_tokens"] == len(p2)
         predicted, cached = served_hit(two)
-        print(f"run {RUN}, turn 2: {len(p2)} prompt tokens, predicted {predicted:.3f}, "
+        print(f"run {run}, turn 2: {len(p2)} prompt tokens, predicted {predicted:.3f}, "
               f"vLLM cached {cached}")  # fmt: skip
         assert cached == stored  # vLLM: what turn 1 left, in whole blocks
         assert predicted == pytest.approx(cached, abs=1e-9)  # the router: the same
 
 
 def test_next_turn_predicted_hit_is_vllms_cached_tokens_across_block_sizes(
-    cluster: ChatCluster, tok: HFTokenizer
+    cluster: ChatCluster, tok: HFTokenizer, run: int
 ) -> None:
     """When an answer fills the block holding the end of its prompt, the engine stores
     that block, and the next turn's prompt agrees with it only up to where the answer's
@@ -250,7 +255,7 @@ def test_next_turn_predicted_hit_is_vllms_cached_tokens_across_block_sizes(
     agrees only in part; the router, hashing ROUTER_BLOCK-token blocks, matches the part,
     and predicts in the engine's own BLOCK_SIZE blocks (which it learns from the engine's
     metrics), so its prediction is still exactly vLLM's cached tokens."""
-    first, p1 = conversation(tok, 2, "Which instance streams the first tokens?", 290, 330)
+    first, p1 = conversation(tok, run, 2, "Which instance streams the first tokens?", 290, 330)
     assert len(p1) % BLOCK_SIZE >= ROUTER_BLOCK, f"prompt of {len(p1)}: adjust the test"
     n1 = BLOCK_SIZE - len(p1) % BLOCK_SIZE + 8  # fills the block holding the prompt's end
     stored = down(len(p1) + n1 - 1, BLOCK_SIZE)
@@ -268,7 +273,7 @@ def test_next_turn_predicted_hit_is_vllms_cached_tokens_across_block_sizes(
         assert p2[: len(p1)] == p1
         two = chat(client, cluster, second, 4)
         predicted, cached = served_hit(two)
-        print(f"run {RUN}, next turn: {len(p2)} prompt tokens (the previous {len(p1)}, "
+        print(f"run {run}, next turn: {len(p2)} prompt tokens (the previous {len(p1)}, "
               f"{stored} stored), predicted {predicted:.3f}, vLLM cached {cached}")  # fmt: skip
         assert predicted == pytest.approx(round(predicted), abs=1e-9)
         # at least the previous prompt, in whole blocks of the engine's ...
