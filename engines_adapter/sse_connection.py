@@ -5,6 +5,7 @@ takes every byte that came since its last read at once."""
 from __future__ import annotations
 
 import asyncio
+import select
 from collections.abc import AsyncIterator, Callable
 from typing import cast
 
@@ -39,7 +40,6 @@ class Connection(asyncio.Protocol):
         self.head_done = False
         self.complete = False
         self.lost = False
-        self.answered = False  # a byte of the response came
         self.keep_alive = False
         self.idle_since = 0.0
 
@@ -48,7 +48,6 @@ class Connection(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
 
     def data_received(self, data: bytes) -> None:
-        self.answered = True
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserError as exc:
@@ -116,7 +115,7 @@ class Connection(asyncio.Protocol):
     def start(self, request: httpx.Request, data: bytes) -> None:
         """Send a request on this (idle) connection, with no read timer of the last's."""
         self.request, self._headers, self._body, self._buffered = request, [], [], 0
-        self.head_done = self.complete = self.answered = self.keep_alive = False
+        self.head_done = self.complete = self.keep_alive = False
         self._stop_timer()
         assert self.transport is not None
         self.transport.write(data)
@@ -188,6 +187,21 @@ class Connection(asyncio.Protocol):
                 return
             else:
                 await self._wait(timeout_s)
+
+    @property
+    def http_version(self) -> bytes:
+        """The response's protocol, as httpx names it (``HTTP/1.1``, ``HTTP/1.0``)."""
+        return b"HTTP/" + self._parser.get_http_version().encode("ascii")
+
+    def closed_by_peer(self) -> bool:
+        """Whether an idle connection's socket has something to read: the engine's close
+        (or bytes it should not have sent) arrived and the loop has not handled it yet."""
+        sock = None if self.transport is None else self.transport.get_extra_info("socket")
+        if sock is None:
+            return True
+        poll = select.poll()  # not select.select: descriptors past 1024 are common here
+        poll.register(sock.fileno(), select.POLLIN)
+        return bool(poll.poll(0))
 
     def reusable(self) -> bool:
         """Whether another request may use this connection: its response came whole and

@@ -12,8 +12,10 @@ Timeouts are httpx's (``connect``, ``read`` between two body reads and for the h
 so are the errors (``ConnectError``, ``ConnectTimeout``, ``ReadTimeout``, ``ReadError``,
 ``RemoteProtocolError``). A stream closed before its end closes its connection (the
 engine sees it drop and aborts the request); one read to its end goes back to the pool.
-A kept-alive connection the engine closed meanwhile is replaced once, before any byte of
-the answer; one idle longer than ``IDLE_S`` is closed, not reused. Streams waiting for a
+A request is sent at most once: a kept-alive connection is reused only while it stays
+open (idle less than ``IDLE_S``, no close from the engine arrived), and one the engine
+closes before answering fails the request (``RemoteProtocolError``), as httpx's own
+transport does, since the engine may have read it. Streams waiting for a
 connection wait in line: each connection that goes idle or closes wakes the oldest, which
 takes one idle to its engine, a free slot, or closes one idle to another engine for room.
 """
@@ -107,45 +109,36 @@ class SseTransport(httpx.AsyncBaseTransport):
         timeouts = request.extensions.get("timeout", {})
         data = request_bytes(request, await request.aread())
         key = (url.host, url.port or 80)
-        conn = await self._acquire(request, key, timeouts.get("pool"), reuse=True)
-        head = None
-        if conn is not None:
-            try:
-                head = await _ask(conn, request, data, timeouts.get("read"))
-            except (httpx.RemoteProtocolError, httpx.ReadError):
-                if conn.answered:  # the engine answered, then broke: not a stale connection
-                    raise
-                await self._acquire(request, key, timeouts.get("pool"), reuse=False)
-        if head is None:  # no idle connection, or one the engine closed meanwhile
+        conn = await self._acquire(request, key, timeouts.get("pool"))
+        if conn is None:  # no idle connection: a slot for a new one
             lost = functools.partial(self._lost, key)
             conn = await _connect(request, key, timeouts.get("connect"), lost)
-            head = await _ask(conn, request, data, timeouts.get("read"))
-        assert conn is not None
-        status, headers = head
+        # sent once: an engine that closes the connection before answering may have read
+        # the request (and started generating), so it is never sent again here
+        status, headers = await _ask(conn, request, data, timeouts.get("read"))
         return httpx.Response(
-            status, headers=headers, extensions={"http_version": b"HTTP/1.1"},
+            status, headers=headers, extensions={"http_version": conn.http_version},
             stream=_Body(conn, timeouts.get("read"), lambda done: self._release(key, done)),
         )  # fmt: skip
 
     async def _acquire(
-        self, request: httpx.Request, key: tuple[str, int], timeout_s: float | None, reuse: bool
+        self, request: httpx.Request, key: tuple[str, int], timeout_s: float | None
     ) -> Connection | None:
-        """An idle connection to ``key`` (when ``reuse``), else None once a new one is
-        counted: closing an idle connection to another engine for it when all are open,
-        or waiting, behind the streams that came first, for one to close or go idle. A
-        stream replacing a stale connection (not ``reuse``) goes first: it held one."""
+        """An idle connection to ``key``, else None once a new one is counted: closing an
+        idle connection to another engine for it when all are open, or waiting, behind
+        the streams that came first, for one to close or go idle."""
         try:
             async with asyncio.timeout(timeout_s):
-                if not self._waiters or not reuse:
-                    got = self._take(key, reuse)
+                if not self._waiters:
+                    got = self._take(key)
                     if got is not False:
                         return None if got is True else got
-                return await self._wait_turn(key, reuse)
+                return await self._wait_turn(key)
         except TimeoutError:
             what = f"all {self._max} stream connections to engines stayed busy"
             raise httpx.PoolTimeout(what, request=request) from None
 
-    async def _wait_turn(self, key: tuple[str, int], reuse: bool) -> Connection | None:
+    async def _wait_turn(self, key: tuple[str, int]) -> Connection | None:
         """Wait in line until woken, then take what a release or close left; a waiter
         woken then cancelled passes the wake on to the next."""
         token = object()
@@ -163,16 +156,16 @@ class SseTransport(httpx.AsyncBaseTransport):
                         self._wake_one()
                     raise
                 self._woken -= 1
-                got = self._take(key, reuse)
+                got = self._take(key)
                 if got is not False:
                     return None if got is True else got
         finally:
             del self._waiters[token]
 
-    def _take(self, key: tuple[str, int], reuse: bool) -> Connection | bool:
-        """An idle connection to ``key`` (when ``reuse``), else True once a new one is
-        counted (closing an idle one to another engine when all are open), else False."""
-        conn = self._take_idle(key) if reuse else None
+    def _take(self, key: tuple[str, int]) -> Connection | bool:
+        """An idle connection to ``key``, else True once a new one is counted (closing an
+        idle one to another engine when all are open), else False."""
+        conn = self._take_idle(key)
         if conn is not None:
             return conn
         if self._open >= self._max:
@@ -205,8 +198,12 @@ class SseTransport(httpx.AsyncBaseTransport):
             stale.close()  # off the list as it closes
         while idle:
             conn = idle.pop()
-            if not conn.lost:
-                return conn
+            if conn.lost:
+                continue
+            if conn.closed_by_peer():  # its close is in, not yet seen by the loop
+                conn.close()
+                continue
+            return conn
         return None
 
     def _release(self, key: tuple[str, int], conn: Connection) -> None:

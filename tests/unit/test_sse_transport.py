@@ -1,8 +1,8 @@
 """The engines' event streams on connections of their own (``SseTransport``), against a
 loopback server that answers with hand-written HTTP: the body as sent whatever its framing,
 a connection kept alive for the next stream and closed under a stream left early, a
-stale kept-alive connection replaced, httpx's errors and timeouts, other requests passed
-on to the fallback transport."""
+request never sent twice, a closed kept-alive connection not reused, httpx's errors and
+timeouts, other requests passed on to the fallback transport."""
 
 from __future__ import annotations
 
@@ -52,6 +52,18 @@ async def test_a_body_of_given_length_and_one_ended_by_the_close_are_read_whole(
         assert await read_stream(http, url) == (200, EVENTS[1])
 
 
+async def test_the_responses_protocol_version_is_the_engines() -> None:
+    old = b"HTTP/1.0 200 OK\r\nconnection: close\r\n\r\n" + EVENTS[0]
+    server = Server([chunked(EVENTS[1]), old], closing=1)
+    async with serving(server) as url, client() as http:
+        versions = []
+        for _ in range(2):
+            async with http.stream("POST", url + "/x", json={}, headers=SSE) as response:
+                await response.aread()
+                versions.append(response.http_version)
+    assert versions == ["HTTP/1.1", "HTTP/1.0"]
+
+
 async def test_an_error_status_and_its_body_reach_the_caller() -> None:
     body = b'{"error": {"message": "no"}}'
     answer = b"HTTP/1.1 429 Too Many Requests\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body)
@@ -70,11 +82,37 @@ async def test_a_stream_left_early_closes_its_connection_and_the_next_opens_anot
     assert server.connections == 2
 
 
-async def test_a_kept_alive_connection_the_engine_closed_is_replaced_once() -> None:
+async def test_an_engine_that_reads_a_request_then_closes_gets_it_once() -> None:
+    """The engine may have started on a request it read before closing: sending it again
+    would generate it twice (httpx's own transport does not either)."""
     server = Server([chunked(EVENTS[0]), None, chunked(EVENTS[1])])
     async with serving(server) as url, client() as http:
         assert await read_stream(http, url) == (200, EVENTS[0])
-        assert await read_stream(http, url) == (200, EVENTS[1])
+        with pytest.raises(httpx.RemoteProtocolError):
+            await read_stream(http, url)  # on the kept-alive connection, read and dropped
+        assert await read_stream(http, url) == (200, EVENTS[1])  # a new connection
+    assert len(server.requests) == 3  # the second request sent once
+    assert server.connections == 2
+
+
+async def test_a_kept_alive_connection_whose_close_is_not_yet_handled_is_not_reused() -> None:
+    """The engine's close may arrive as a stream takes the idle connection, before the
+    loop has handled it: the socket is readable, so a new connection is made instead."""
+    server = Server([chunked(EVENTS[0]), chunked(EVENTS[1])], closing=0)
+    async with serving(server) as url:
+        transport = SseTransport(httpx.MockTransport(lambda r: httpx.Response(418)), 4)
+        async with httpx.AsyncClient(transport=transport, timeout=5.0) as http:
+            assert await read_stream(http, url) == (200, EVENTS[0])
+            (idle,) = transport._idle[("127.0.0.1", int(url.rsplit(":", 1)[1]))]
+            assert idle.transport is not None
+            idle.transport.pause_reading()  # the loop will not see the close come in
+            for _ in range(100):  # the server closes once it answered: at most 5 s
+                if idle.closed_by_peer():
+                    break
+                await asyncio.sleep(0.05)
+            assert idle.closed_by_peer()
+            assert not idle.lost
+            assert await read_stream(http, url) == (200, EVENTS[1])
     assert server.connections == 2
 
 
