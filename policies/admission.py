@@ -1,7 +1,7 @@
 """Admission control: refusing a request the cluster cannot serve within the SLA now.
 
 Past its capacity a deployment that admits everything lets a queue grow (the prefill
-queue, the WAN backlog, RLD's waiting list) until every request misses the SLA. A policy
+queue, the WAN backlog, RLD's or MD's waiting list) until every request misses the SLA. A policy
 that refuses the excess instead keeps the requests it admits within the SLA, so its
 SLA goodput stays near its capacity. A refusal is the ``Overloaded`` exception: the live
 service answers 429 with ``Retry-After``; the replay counts the request as rejected.
@@ -21,6 +21,7 @@ class Bottleneck(StrEnum):
     PREFILL = "prefill"  # the prefill queue
     WAN = "wan"  # the line's backlog, with RLD full
     RLD = "rld"  # relay decode full and the WAN copy too slow
+    MD = "md"  # main decode full: the request would wait for a slot there
 
 
 class Overloaded(Exception):

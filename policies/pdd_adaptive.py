@@ -20,7 +20,8 @@ Past the deployment's capacity it degrades gracefully instead of letting a queue
 (``policies.admission``): a request that would join a WAN backlog longer than
 ``max_wan_backlog_s`` is finished on RLD while RLD has room; a request whose predicted
 first token misses ``admit_ttft_s`` (the prefill queue; with RLD full, a WAN copy slowed
-by the transfers sharing the line) is refused with ``Overloaded`` rather than queued.
+by the transfers sharing the line; a wait for a slot on a full MD, ``decode_wait``) is
+refused with ``Overloaded`` rather than queued.
 
 Predicted hits arrive through ``matches``: with a model configured the scheduler gives
 the expected number of leading blocks still held when the request is served.
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 from policies.admission import Bottleneck, Overloaded
 from policies.config import PddAdaptiveParams
+from policies.decode_wait import slot_wait_s
 from policies.estimates import hit_tokens
 from policies.relay import MdRoute, finish_on_rld, relay_ttft_s
 from policies.selection import choose_main_decode, choose_prefill
@@ -116,7 +118,8 @@ class PddAdaptivePolicy:
         if p_delay + cluster.decode_step_s > admit:
             bottleneck = Bottleneck.PREFILL
         elif decision.pipeline is Pipeline.P_MD:
-            bottleneck = Bottleneck.WAN
+            md_wait = ttft - p_delay - decision.predicted_wan_s - cluster.decode_step_s
+            bottleneck = Bottleneck.MD if md_wait > decision.predicted_wan_s else Bottleneck.WAN
         else:
             bottleneck = Bottleneck.RLD
         raise Overloaded(
@@ -191,8 +194,11 @@ class PddAdaptivePolicy:
         )
         route = MdRoute.of(self.name, p, md, wan_s)
         # the first token waits for the prefill, the copy (sharing the line with the
-        # transfers ahead of it: the larger of the two estimates) and one step
-        md_ttft = p_delay + max(wan_s, md.transfer_s) + cluster.decode_step_s
+        # transfers ahead of it: the larger of the two estimates), a slot on MD when it is
+        # full, and one step
+        copied = p_delay + max(wan_s, md.transfer_s)
+        life_s = prm.expected_output * (md.instance.step_s or cluster.decode_step_s)
+        md_ttft = copied + slot_wait_s(md.instance, life_s, copied) + cluster.decode_step_s
         tolerable = wan_s <= prm.fallback_max_wan_s
         if prm.admit_ttft_s is not None and not rld_room:
             tolerable = True  # RLD's queue is never the answer: P-MD, or refused if too late

@@ -85,6 +85,9 @@ class InstanceLoad:
     # prefill or on their way) and the KV tokens they will need there
     pending: int = 0
     pending_tokens: int = 0
+    # a decode instance's step time now, when the driver knows it (0: unknown, the
+    # cluster's typical step stands in)
+    step_s: float = 0.0
 
     @property
     def kv_free_tokens(self) -> int:

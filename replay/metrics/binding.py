@@ -4,8 +4,8 @@ A run binds when more than ``MISS_SHARE`` of its requests miss the SLA or any re
 rejected. The resource is judged from the run's own figures:
 
 - rejections name their bottleneck (``rejected_by``): ``prefill`` is the prefill pool,
-  ``wan`` the line, ``rld`` the relay-decode pool (its memory when that is nearly full,
-  else its compute); the most frequent reason binds;
+  ``wan`` the line, ``rld`` and ``md`` the relay- and main-decode pools (their memory when
+  that is nearly full, else their compute); the most frequent reason binds;
 - without rejections, the decode pool when the requests that missed the TTFT limit spent
   most of their time to first token on the decode side (``ttft_missed_split_s``: after
   their prefill and KV copy, waiting for a decode instance); else the most loaded of: the
@@ -148,9 +148,10 @@ def _from_rejections(summary: RunFigures) -> tuple[str, str]:
     share = f"{count} of {summary.requests} requests ({count / summary.requests:.1%}) rejected"
     if reason == "wan":
         return "line", f"{share} for the line's backlog; the line {_line(summary)}"
-    if reason == "rld":
-        resource, _, figures = _decode(summary, "rld")
-        return resource, f"{share} with relay decode full; {figures}"
+    if reason in ("rld", "md"):
+        resource, _, figures = _decode(summary, reason)
+        full = "relay decode" if reason == "rld" else "main decode"
+        return resource, f"{share} with {full} full; {figures}"
     busy = summary.utilization.get("p", 0.0)
     return "prefill", f"{share} for the prefill queue; prefill busy {busy:.0%} of the time"
 

@@ -85,7 +85,7 @@ class Summary(BaseModel):
     )  # fmt: skip
     rejected_by: dict[str, int] = Field(
         default_factory=dict, description="Rejected requests by the bottleneck that refused "
-        "them: prefill, wan, rld",
+        "them: prefill, wan, rld, md",
     )  # fmt: skip
     preemptions: int = Field(
         0, description="Times a decode instance ran out of KV memory and preempted a request "

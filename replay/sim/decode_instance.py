@@ -287,6 +287,7 @@ class DecodeInstance:
         load, cache = self.load, self.cache
         load.running = len(self._running)
         load.queued = self._admission.waiting + len(self._ready) + self._frontend.waiting
+        load.step_s = self.batch.step_s()
         if self._growth is not None:
             self._growth.arm()
         load.kv_used_tokens = int(cache.pinned_tokens)

@@ -9,10 +9,18 @@ import pytest
 from policy_views import BLOCK, GBPS20, KV, cluster
 
 from policies.admission import Bottleneck, Overloaded
+from policies.decode_wait import slot_wait_s
 from policies.pdd_adaptive import rld_load
 from policies.registry import build_policy, parse_policy
 from policies.tiers import Tier
-from policies.types import ClusterView, Decision, LinkState, Pipeline, RequestView
+from policies.types import (
+    ClusterView,
+    Decision,
+    InstanceLoad,
+    LinkState,
+    Pipeline,
+    RequestView,
+)
 from router.index.base import IndexedInstance
 from router.index.memory_index import MemoryPrefixIndex
 from router.scheduler import Scheduler
@@ -152,3 +160,36 @@ def test_the_wan_ledger_drains_committed_copies_at_the_line_rate() -> None:
     assert link.backlog_bytes == pytest.approx(1e9)
     ledger.sync(99.0)  # a clock that steps back changes nothing
     assert link.backlog_bytes == pytest.approx(1e9)
+
+
+def test_a_full_decode_instance_makes_a_request_wait_for_a_slot() -> None:
+    md = InstanceLoad("md0", Tier.MD, "B", kv_capacity_tokens=2_000_000, running=200)
+    assert slot_wait_s(md, life_s=15.36, arrive_in_s=0.5) == 0.0  # slots free
+    md.running, md.queued = 256, 100  # full, 100 waiting: 101 ahead, 256 freeing
+    assert slot_wait_s(md, 15.36, 0.5) == pytest.approx(101 * 15.36 / 256 - 0.5)
+    md.queued, md.pending = 0, 10  # full once the ten on their way land: it is the 11th
+    assert slot_wait_s(md, 15.36, 0.0) == pytest.approx(11 * 15.36 / 256)
+    md.running, md.queued, md.pending = 80, 40, 0  # memory full at 80: slots free yet
+    assert slot_wait_s(md, 15.36, 0.0) == pytest.approx(41 * 15.36 / 80)
+
+
+def test_a_request_that_would_wait_for_a_slot_on_a_full_md_is_refused() -> None:
+    """Past MD's capacity the wait for a decode slot grows without bound; admission control
+    refuses what would miss its limit there, as it does for the prefill queue."""
+    view = cluster()
+    for md in view.pool(Tier.MD):
+        md.running, md.queued = 256, 300  # each full, 300 waiting
+    admitted = decide(view, admit_ttft_s=None)
+    assert admitted.pipeline is Pipeline.P_MD
+    # 301 ahead, a slot freed every 512 x 0.03 / 256 s: 18.06 s less the prefill and copy
+    idle = decide(cluster(), admit_ttft_s=None)
+    wait = 301 * 512 * 0.03 / 256 - (idle.predicted_ttft_s - 0.03)
+    assert admitted.predicted_ttft_s == pytest.approx(idle.predicted_ttft_s + wait)
+    with pytest.raises(Overloaded) as caught:
+        decide(view)
+    assert caught.value.bottleneck is Bottleneck.MD
+    assert caught.value.retry_after_s == pytest.approx(admitted.predicted_ttft_s - 8.0)
+    assert caught.value.alone_s is None  # the queue is the cause: a retry may be served
+    for md in view.pool(Tier.MD):
+        md.queued = 20  # a short line: served within the limit
+    assert decide(view).pipeline is Pipeline.P_MD

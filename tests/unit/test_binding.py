@@ -118,3 +118,13 @@ def test_requests_waiting_for_a_decode_instance_name_the_decode_pool(pdd: Summar
     binding = find_binding(_as(pdd, **figures, ttft_missed_split_s=queued))
     assert binding is not None
     assert binding.resource == "prefill"
+
+
+def test_rejections_for_a_full_main_decode_name_its_pool(pdd: Summary) -> None:
+    rejected = {"requests": 100, "rejected": 9, "rejected_by": {"md": 8, "prefill": 1}}
+    binding = find_binding(_as(pdd, **rejected, sla_attainment=0.9, kv_used={"md": 0.1},
+                               utilization={"p": 0.3, "md": 1.0}))  # fmt: skip
+    assert binding is not None
+    assert binding.resource == "md-compute"
+    assert "8 of 100 requests (8.0%) rejected with main decode full" in binding.reason
+    assert binding.plan_command.endswith("--md 2..4")
