@@ -47,16 +47,19 @@ class _Run:
     scheduled_at: float = 0.0  # perf_counter when it got a slot
     first_at: float | None = None  # when its first token was produced
     last_at: float = 0.0
+    tokens: int = 0  # tokens it generated
 
 
 @dataclass(slots=True)
 class RequestTimes:
     """Totals over the requests that produced a token, as vLLM's histograms count them:
-    seconds from getting a slot to the first token, and from the first to the last."""
+    seconds from getting a slot to the first token, and from the first to the last (the
+    sum of its inter-token gaps, ``gaps`` of them)."""
 
     requests: int = 0
     prefill_s: float = 0.0
     decode_s: float = 0.0
+    gaps: int = 0
 
 
 @dataclass(slots=True)
@@ -160,6 +163,7 @@ class SimEngine:
                     logprobs = [top]
                 state = self.model.step(state, token)
                 self._append(run, token)
+                run.tokens += 1
                 run.last_at = time.perf_counter()
                 if run.first_at is None:
                     run.first_at = run.last_at
@@ -369,6 +373,7 @@ class SimEngine:
                 self.times.requests += 1
                 self.times.prefill_s += run.first_at - run.scheduled_at
                 self.times.decode_s += run.last_at - run.first_at
+                self.times.gaps += max(run.tokens - 1, 0)
             del self._running[run.request_id]
             self.cache.unpin(run.pinned)
             self._slots.release()

@@ -5,8 +5,9 @@ global state), exposing ``vllm:num_requests_running``, ``vllm:num_requests_waiti
 ``vllm:kv_cache_usage_perc``, ``vllm:prefix_cache_queries_total``,
 ``vllm:prefix_cache_hits_total``, the info gauge ``vllm:cache_config_info``
 (``block_size``, ``num_gpu_blocks``) and the per-request timing histograms
-``vllm:request_prefill_time_seconds`` and ``vllm:request_decode_time_seconds`` (their
-sum and count; one ``+Inf`` bucket), labelled ``model_name`` and ``engine`` as vLLM does.
+``vllm:request_prefill_time_seconds`` and ``vllm:request_decode_time_seconds`` and the
+per-token ``vllm:inter_token_latency_seconds`` (their sum and count, counted as each
+request ends; one ``+Inf`` bucket), labelled ``model_name`` and ``engine`` as vLLM does.
 """
 
 from __future__ import annotations
@@ -91,6 +92,12 @@ class SimEngineCollector(Collector):
             histogram = HistogramMetricFamily(name, doc, labels=_LABELS)
             histogram.add_metric(values, [("+Inf", float(times.requests))], total)
             yield histogram
+        gaps = HistogramMetricFamily(
+            "vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
+            labels=_LABELS,
+        )  # fmt: skip
+        gaps.add_metric(values, [("+Inf", float(times.gaps))], times.decode_s)
+        yield gaps
 
 
 def render_metrics(registry: CollectorRegistry) -> bytes:

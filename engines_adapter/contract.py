@@ -166,6 +166,9 @@ class EngineLoad(BaseModel):
     prefix_cache_hits: float = 0.0  # cumulative tokens
     block_size: int | None = None
     num_blocks: int | None = None
+    # the engine's inter-token latency histogram, cumulative: its seconds and its gaps
+    itl_sum_s: float = 0.0
+    itl_count: float = 0.0
 
 
 class KVEvent(BaseModel):

@@ -27,6 +27,8 @@ class MetricNames:
     queries: tuple[str, ...]
     hits: tuple[str, ...]
     cache_info: str | None = None  # an info gauge with block_size / num_gpu_blocks labels
+    itl_sum: tuple[str, ...] = ()  # the inter-token latency histogram's sum and count
+    itl_count: tuple[str, ...] = ()
 
 
 VLLM_METRICS = MetricNames(
@@ -36,6 +38,11 @@ VLLM_METRICS = MetricNames(
     queries=("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"),
     hits=("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"),
     cache_info="vllm:cache_config_info",
+    itl_sum=("vllm:inter_token_latency_seconds_sum", "vllm:time_per_output_token_seconds_sum"),
+    itl_count=(
+        "vllm:inter_token_latency_seconds_count",
+        "vllm:time_per_output_token_seconds_count",
+    ),
 )
 
 SGLANG_METRICS = MetricNames(
@@ -44,6 +51,11 @@ SGLANG_METRICS = MetricNames(
     kv_usage=("sglang:token_usage",),
     queries=("sglang:prompt_tokens_total",),
     hits=("sglang:cached_tokens_total",),
+    itl_sum=("sglang:inter_token_latency_seconds_sum", "sglang:time_per_output_token_seconds_sum"),
+    itl_count=(
+        "sglang:inter_token_latency_seconds_count",
+        "sglang:time_per_output_token_seconds_count",
+    ),
 )
 
 
@@ -96,4 +108,6 @@ def parse_load(text: str, names: MetricNames = VLLM_METRICS) -> EngineLoad:
         prefix_cache_hits=sum(hits),
         block_size=_int_label(info, "block_size"),
         num_blocks=_int_label(info, "num_gpu_blocks"),
+        itl_sum_s=sum(_first(values, names.itl_sum) or [0.0]),
+        itl_count=sum(_first(values, names.itl_count) or [0.0]),
     )

@@ -5,9 +5,9 @@ runs out: then some wait with slots free). A request reaching a full instance wa
 behind those already waiting for the running ones to finish. Each running request holds
 its slot for about its output's length in decode steps, so slots free at about
 ``running / life_s`` per second. The step is the instance's own when its driver knows it
-(the replay does), else the cluster's typical step: the live router does not read the
-engines' step times yet, and a typical step (32 requests) is shorter than a full batch's,
-so live it underestimates the wait and refuses less than it should.
+(the replay's decode batch; live, the growth of the engine's inter-token latency
+histogram between two load polls), else the cluster's typical step (32 requests), which
+is shorter than a full batch's.
 """
 
 from __future__ import annotations

@@ -224,7 +224,7 @@ class Instances:
             self.pool.reported(
                 instance_id, running=figures.running, waiting=figures.waiting,
                 kv_used=int(figures.kv_usage * load.kv_capacity_tokens),
-                block_size=figures.block_size,
+                block_size=figures.block_size, itl=(figures.itl_sum_s, figures.itl_count),
             )  # fmt: skip
             with contextlib.suppress(Exception):
                 blocks = await self.lane.run(self.index.num_blocks, instance_id)

@@ -39,6 +39,9 @@ class _InFlight:
     # what the other router replicas have in flight there (streams, prefill tokens)
     peer_streams: int = 0
     peer_prefill_tokens: int = 0
+    # the engine's inter-token latency histogram at the last poll (seconds, gaps)
+    itl_sum_s: float = 0.0
+    itl_count: float = 0.0
     # calls waiting for the instance's answer, cut short if it is ejected
     waiting: set[Watch] = field(default_factory=set)
 
@@ -187,8 +190,11 @@ class InstancePool:
         waiting: int,
         kv_used: int,
         block_size: int | None = None,
+        itl: tuple[float, float] = (0.0, 0.0),
     ) -> None:
-        """What the engine's metrics said (a poll); ``block_size``: its KV block in tokens."""
+        """What the engine's metrics said (a poll); ``block_size``: its KV block in tokens;
+        ``itl``: its inter-token latency histogram's seconds and gaps so far, whose growth
+        since the last poll gives its decode step now (kept while it decodes nothing)."""
         flight = self._inflight.get(instance_id)
         if flight is None:
             return
@@ -197,6 +203,10 @@ class InstancePool:
         load.kv_used_tokens = kv_used
         if block_size:
             load.cache_block_tokens = block_size
+        seconds, gaps = itl[0] - flight.itl_sum_s, itl[1] - flight.itl_count
+        if gaps > 0 and seconds >= 0 and flight.itl_count > 0:  # not the first poll's total
+            load.step_s = seconds / gaps
+        flight.itl_sum_s, flight.itl_count = itl
         self._refresh(instance_id, flight)
 
     def stream_started(self, instance_id: str, delta: int = 1) -> None:

@@ -178,3 +178,15 @@ async def test_factory_builds_each_kind() -> None:
     with pytest.raises(ValueError, match="httpx"):
         build_adapter("vllm", "v", "http://x:1")
     assert isinstance(engine_http_client(), httpx.AsyncClient)
+
+
+async def test_metrics_count_inter_token_gaps_as_vllm_does() -> None:
+    """vLLM's inter-token latency histogram: the seconds between a request's tokens and
+    how many gaps (tokens after the first), which the router reads as the step time."""
+    engine = SimEngineConfig(block_size=4, decode_s_per_token=0.005)
+    async with in_process(engine) as c:
+        for prompt in (PROMPT, [p + 100 for p in PROMPT]):
+            await c.post("/v1/completions", json={"prompt": prompt, "max_tokens": 5})
+        load = parse_load((await c.get("/metrics")).text)
+    assert load.itl_count == 8  # 4 gaps a request
+    assert 8 * 0.005 <= load.itl_sum_s < 8 * 0.5

@@ -151,3 +151,18 @@ def test_a_claim_whose_engine_calls_never_start_is_dropped_on_release() -> None:
     assert pool.loads["p0"].queued_prefill_tokens == 750  # only the call that started
     assert (pool.loads["rld0"].running, pool.loads["md0"].running) == (0, 0)
     assert pool.own_load() == {"p0": (0, 750), "rld0": (0, 0), "md0": (0, 0)}
+
+
+def test_a_decode_instances_step_is_its_inter_token_gaps_between_two_polls() -> None:
+    pool = pool_with(("md0", Tier.MD))
+    load = pool.loads["md0"]
+    pool.reported("md0", running=4, waiting=0, kv_used=0, itl=(120.0, 4000.0))
+    assert load.step_s == 0.0  # the first poll's totals span the engine's whole life
+    pool.reported("md0", running=4, waiting=0, kv_used=0, itl=(129.0, 4100.0))
+    assert load.step_s == 0.09  # 9 s over 100 gaps since the last poll
+    pool.reported("md0", running=0, waiting=0, kv_used=0, itl=(129.0, 4100.0))
+    assert load.step_s == 0.09  # nothing decoded meanwhile: the last step stands
+    pool.reported("md0", running=1, waiting=0, kv_used=0, itl=(1.0, 10.0))  # restarted
+    assert load.step_s == 0.09
+    pool.reported("md0", running=1, waiting=0, kv_used=0, itl=(1.5, 20.0))
+    assert load.step_s == 0.05
