@@ -227,7 +227,8 @@ class SimEngine:
             run.aborted.set()
 
     async def load(self) -> EngineLoad:
-        """Running and waiting requests, KV usage, cumulative prefix-cache tokens."""
+        """Running and waiting requests, KV usage, cumulative prefix-cache tokens and
+        inter-token gaps."""
         return self.snapshot()
 
     def snapshot(self) -> EngineLoad:
@@ -242,6 +243,8 @@ class SimEngine:
             prefix_cache_hits=float(self._hits),
             block_size=bs,
             num_blocks=self.config.cache_blocks,
+            itl_sum_s=self.times.decode_s,
+            itl_count=float(self.times.gaps),
         )
 
     async def health(self) -> bool:

@@ -96,7 +96,7 @@ class SimEngineCollector(Collector):
             "vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
             labels=_LABELS,
         )  # fmt: skip
-        gaps.add_metric(values, [("+Inf", float(times.gaps))], times.decode_s)
+        gaps.add_metric(values, [("+Inf", load.itl_count)], load.itl_sum_s)
         yield gaps
 
 

@@ -103,7 +103,13 @@ def error_message(body: str) -> str:
 
 def engine_error(instance_id: str, exc: httpx.HTTPError, what: str) -> EngineError:
     """An httpx transport error as an EngineError: a timeout is the instance's failure, a
-    connection that could not be made or was cut means it is unreachable."""
+    connection that could not be made or was cut means it is unreachable; the router's own
+    connections all in use (a pool timeout) is back-pressure, never held against it."""
+    if isinstance(exc, httpx.PoolTimeout):
+        return EngineError(
+            instance_id, f"{what}: the router's connections to engines are all in use: {exc}",
+            cause="busy",
+        )  # fmt: skip
     if isinstance(exc, httpx.TimeoutException):
         return EngineError(instance_id, f"{what}: engine timed out: {exc!r}")
     return EngineError(instance_id, f"{what}: engine unreachable: {exc!r}", cause="unreachable")

@@ -20,8 +20,9 @@ Past the deployment's capacity it degrades gracefully instead of letting a queue
 (``policies.admission``): a request that would join a WAN backlog longer than
 ``max_wan_backlog_s`` is finished on RLD while RLD has room; a request whose predicted
 first token misses ``admit_ttft_s`` (the prefill queue; with RLD full, a WAN copy slowed
-by the transfers sharing the line; a wait for a slot on a full MD, ``decode_wait``) is
-refused with ``Overloaded`` rather than queued.
+by the transfers sharing the line, or a wait for a slot on a full MD, ``decode_wait``)
+is refused with ``Overloaded`` rather than queued; one that would miss it waiting for
+MD is finished on RLD while RLD has room.
 
 Predicted hits arrive through ``matches``: with a model configured the scheduler gives
 the expected number of leading blocks still held when the request is served.
@@ -198,7 +199,14 @@ class PddAdaptivePolicy:
         # full, and one step
         copied = p_delay + max(wan_s, md.transfer_s)
         life_s = prm.expected_output * (md.instance.step_s or cluster.decode_step_s)
-        md_ttft = copied + slot_wait_s(md.instance, life_s, copied) + cluster.decode_step_s
+        slot_s = slot_wait_s(md.instance, life_s, copied)
+        md_ttft = copied + slot_s + cluster.decode_step_s
+        late = prm.admit_ttft_s is not None and md_ttft > prm.admit_ttft_s
+        if slot_s > 0 and late and rld is not None and rld_room:
+            why = f"MD full: {slot_s:.1f}s for a slot there, first token {md_ttft:.2f}s"
+            return finish_on_rld(
+                self.name, p, rld, hits, rld_ttft, why + ": RLD finishes it"
+            ), p_delay
         tolerable = wan_s <= prm.fallback_max_wan_s
         if prm.admit_ttft_s is not None and not rld_room:
             tolerable = True  # RLD's queue is never the answer: P-MD, or refused if too late

@@ -6,9 +6,10 @@ rejected. The resource is judged from the run's own figures:
 - rejections name their bottleneck (``rejected_by``): ``prefill`` is the prefill pool,
   ``wan`` the line, ``rld`` and ``md`` the relay- and main-decode pools (their memory when
   that is nearly full, else their compute); the most frequent reason binds;
-- without rejections, the decode pool when the requests that missed the TTFT limit spent
-  most of their time to first token on the decode side (``ttft_missed_split_s``: after
-  their prefill and KV copy, waiting for a decode instance); else the most loaded of: the
+- without rejections, the decode pool (MD or RLD, whichever gave the late first tokens)
+  when the requests that missed the TTFT limit are at least half of those that missed the
+  SLA and spent at least half of their time to first token there (``ttft_missed_split_s``:
+  after their prefill and KV copy, waiting for a decode instance); else the most loaded of: the
   line (mean rate over bandwidth), the prefill pool (busy time), each decode pool's KV
   memory (mean occupancy, preemptions forcing it) and, when TPOT misses its limit at P90,
   each decode pool's compute (busy time).
@@ -162,23 +163,27 @@ def _line(summary: RunFigures) -> str:
     return f"carried a mean {summary.wan_utilization:.0%}{size}"
 
 
-def _from_decode_wait(summary: RunFigures) -> tuple[str, str] | None:
-    """The decode pool, when the requests that missed the TTFT limit waited mostly there."""
+def _from_decode_wait(summary: RunFigures, missed: float) -> tuple[str, str] | None:
+    """The decode pool the requests that missed the TTFT limit waited on, when they are
+    most of the requests that missed the SLA and their wait there is most of their TTFT."""
     split = summary.ttft_missed_split_s
-    ttft, decode = split.get("ttft", 0.0), split.get("decode", 0.0)
-    tier = "md" if "md" in summary.utilization else "rld"
-    if ttft <= 0.0 or decode < 0.5 * ttft or tier not in summary.utilization:
+    ttft, late = split.get("ttft", 0.0), split.get("requests", 0.0)
+    tier = "rld" if split.get("decode_rld", 0.0) > split.get("decode_md", 0.0) else "md"
+    decode = split.get(f"decode_{tier}", 0.0)
+    if ttft <= 0.0 or decode < 0.5 * ttft or late < 0.5 * missed * summary.requests:
+        return None
+    if tier not in summary.utilization:
         return None
     resource, _, figures = _decode(summary, tier)
     return resource, (
-        f"the requests that missed the TTFT limit waited {decode:.1f} s of their "
-        f"{ttft:.1f} s to first token on the decode side, after their prefill and KV copy; "
+        f"the {late:.0f} requests that missed the TTFT limit waited {decode:.1f} s of their "
+        f"{ttft:.1f} s to first token on {tier.upper()}, after their prefill and KV copy; "
         f"{figures}"
     )
 
 
-def _from_load(summary: RunFigures) -> tuple[str, str]:
-    waited = _from_decode_wait(summary)
+def _from_load(summary: RunFigures, missed: float) -> tuple[str, str]:
+    waited = _from_decode_wait(summary, missed)
     if waited is not None:
         return waited
     tiers = summary.utilization
@@ -212,6 +217,6 @@ def find_binding(summary: RunFigures) -> Binding | None:
     if summary.rejected_by:
         resource, reason = _from_rejections(summary)
     else:
-        resource, reason = _from_load(summary)
+        resource, reason = _from_load(summary, missed)
     reason = f"{missed:.1%} of requests missed the SLA; {reason}"
     return Binding(resource=resource, reason=reason, plan_command=_plan(summary, resource))

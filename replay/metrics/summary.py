@@ -142,10 +142,11 @@ class Summary(BaseModel):
         None, description="Share of the run's window the line was sending (None: no line)"
     )
     ttft_missed_split_s: dict[str, float] = Field(
-        default_factory=dict, description="Mean time to first token of the requests that "
-        "missed its limit, and where it went: prefill_queue, prefill, line (the KV copy) and "
-        "decode (the rest: waiting for a decode instance, its first step); empty when none "
-        "missed it (seconds)",
+        default_factory=dict, description="The requests that missed the TTFT limit "
+        "(requests), their mean TTFT (ttft) and where it went: prefill_queue, prefill, line "
+        "(the KV copy over the line, for a first token from MD) and decode (the rest: "
+        "waiting for a decode instance, its first step), split into decode_md (P-MD) and "
+        "decode_rld (P-RLD, P-RLD-MD); seconds; empty when none missed it or in a live run",
     )  # fmt: skip
     binding: Binding | None = Field(
         None, description="What runs short when over 5% of requests miss the SLA or any is "
@@ -281,7 +282,9 @@ def summarize(
         wan_utilization=round(wan_mean / bandwidth, 6) if bandwidth else 0.0,
         wan_backlog_gb_peak=round(max(backlog), 6) if backlog else 0.0,
         utilization=shares.tiers, instance_utilization=shares.instances, wan_busy=shares.wan,
-        ttft_missed_split_s=ttft_missed_split(records, setup.sla.ttft_s),
+        ttft_missed_split_s=(  # a live run's records have no prefill or copy times
+            ttft_missed_split(records, setup.sla.ttft_s) if observed.client is None else {}
+        ),
         kv_used={t: _mean(v) for t, v in timeline.kv_used.items()} if timeline else {},
         cost_split={k: round(v, 6) for k, v in (cluster.cost_split or {}).items()},
         timeline=timeline_summary(timeline) if timeline is not None else None,
@@ -326,22 +329,25 @@ def _latency(records: Sequence[RequestRecord], sla: SlaThresholds) -> dict[str, 
 
 def ttft_missed_split(records: Sequence[RequestRecord], limit_s: float) -> dict[str, float]:
     """The mean TTFT of the requests past ``limit_s`` and its parts (``Summary``'s
-    ``ttft_missed_split_s``): what the prefill queue, the prefill and the KV copy do not
-    explain was spent on the decode side."""
+    ``ttft_missed_split_s``): what the prefill queue, the prefill and (for a first token
+    from MD, P-MD) the KV copy over the line do not explain was spent on the decode side,
+    split by the tier that gave the first token (``decode_md``, ``decode_rld``: P-RLD and
+    P-RLD-MD, whose RDMA copy to RLD is in theirs). ``requests``: how many missed it."""
     ttft = float_values(records, "ttft_s")
     missed = np.isfinite(ttft) & (ttft > limit_s)
     if not missed.any():
         return {}
-    parts = {
-        "prefill_queue": float_values(records, "prefill_queue_s")[missed],
-        "prefill": float_values(records, "prefill_s")[missed],
-        "line": np.nan_to_num(float_values(records, "transfer_s")[missed], nan=0.0),
-    }
     total = ttft[missed]
-    parts["decode"] = np.maximum(total - sum(parts.values()), 0.0)
-    return {"ttft": round(float(total.mean()), 6)} | {
-        name: round(float(part.mean()), 6) for name, part in parts.items()
-    }
+    queue = float_values(records, "prefill_queue_s")[missed]
+    prefill = float_values(records, "prefill_s")[missed]
+    on_md = np.array([r.pipeline == "P-MD" for r, m in zip(records, missed, strict=True) if m])
+    line = np.where(on_md, np.nan_to_num(float_values(records, "transfer_s")[missed]), 0.0)
+    decode = np.maximum(total - queue - prefill - line, 0.0)
+    n = int(missed.sum())
+    parts = {"ttft": total, "prefill_queue": queue, "prefill": prefill, "line": line,
+             "decode": decode, "decode_md": np.where(on_md, decode, 0.0),
+             "decode_rld": np.where(on_md, 0.0, decode)}  # fmt: skip
+    return {"requests": float(n)} | {k: round(float(v.sum() / n), 6) for k, v in parts.items()}
 
 
 def _mean(values: Sequence[float]) -> float:

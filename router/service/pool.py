@@ -42,6 +42,7 @@ class _InFlight:
     # the engine's inter-token latency histogram at the last poll (seconds, gaps)
     itl_sum_s: float = 0.0
     itl_count: float = 0.0
+    itl_seen: bool = False  # a poll gave them (the first one's totals span the engine's life)
     # calls waiting for the instance's answer, cut short if it is ejected
     waiting: set[Watch] = field(default_factory=set)
 
@@ -204,9 +205,9 @@ class InstancePool:
         if block_size:
             load.cache_block_tokens = block_size
         seconds, gaps = itl[0] - flight.itl_sum_s, itl[1] - flight.itl_count
-        if gaps > 0 and seconds >= 0 and flight.itl_count > 0:  # not the first poll's total
+        if gaps > 0 and seconds >= 0 and flight.itl_seen:  # a decrease: the engine restarted
             load.step_s = seconds / gaps
-        flight.itl_sum_s, flight.itl_count = itl
+        flight.itl_sum_s, flight.itl_count, flight.itl_seen = itl[0], itl[1], True
         self._refresh(instance_id, flight)
 
     def stream_started(self, instance_id: str, delta: int = 1) -> None:
@@ -277,7 +278,9 @@ class InstancePool:
             return
         with self._refreshing:
             streams, tokens = self.claims.total(instance_id)
-            load.running = max(flight.reported_running,
-                               flight.streams + streams + flight.peer_streams)  # fmt: skip
+            # the router's open streams include those the engine reports waiting: they
+            # count once, as waiting, and the rest as running until the engine says so
+            own = flight.streams + streams + flight.peer_streams
+            load.running = max(flight.reported_running, own - flight.reported_waiting)
             load.queued = flight.reported_waiting
             load.queued_prefill_tokens = flight.prefill_tokens + tokens + flight.peer_prefill_tokens

@@ -165,18 +165,21 @@ def test_the_wan_ledger_drains_committed_copies_at_the_line_rate() -> None:
 def test_a_full_decode_instance_makes_a_request_wait_for_a_slot() -> None:
     md = InstanceLoad("md0", Tier.MD, "B", kv_capacity_tokens=2_000_000, running=200)
     assert slot_wait_s(md, life_s=15.36, arrive_in_s=0.5) == 0.0  # slots free
-    md.running, md.queued = 256, 100  # full, 100 waiting: 101 ahead, 256 freeing
+    md.queued = 3  # copies landing: still room for them and this one
+    assert slot_wait_s(md, 15.36, 0.5) == 0.0
+    md.running, md.queued = 0, 1  # an idle instance with one copy on its way
+    assert slot_wait_s(md, 15.36, 0.0) == 0.0
+    md.running, md.queued = 256, 100  # full, 100 waiting: 101 ahead, a slot per 0.06 s
     assert slot_wait_s(md, 15.36, 0.5) == pytest.approx(101 * 15.36 / 256 - 0.5)
     md.queued, md.pending = 0, 10  # full once the ten on their way land: it is the 11th
     assert slot_wait_s(md, 15.36, 0.0) == pytest.approx(11 * 15.36 / 256)
-    md.running, md.queued, md.pending = 80, 40, 0  # memory full at 80: slots free yet
-    assert slot_wait_s(md, 15.36, 0.0) == pytest.approx(41 * 15.36 / 80)
+    assert slot_wait_s(md, 15.36, 5.0) == 0.0  # slots free by the time it lands
 
 
 def test_a_request_that_would_wait_for_a_slot_on_a_full_md_is_refused() -> None:
     """Past MD's capacity the wait for a decode slot grows without bound; admission control
     refuses what would miss its limit there, as it does for the prefill queue."""
-    view = cluster()
+    view = cluster(rld_running=250)  # RLD saturated too: nowhere else to go
     for md in view.pool(Tier.MD):
         md.running, md.queued = 256, 300  # each full, 300 waiting
     admitted = decide(view, admit_ttft_s=None)
@@ -193,3 +196,13 @@ def test_a_request_that_would_wait_for_a_slot_on_a_full_md_is_refused() -> None:
     for md in view.pool(Tier.MD):
         md.queued = 20  # a short line: served within the limit
     assert decide(view).pipeline is Pipeline.P_MD
+
+
+def test_a_request_that_would_wait_on_a_full_md_is_finished_on_rld_while_it_has_room() -> None:
+    view = cluster()
+    for md in view.pool(Tier.MD):
+        md.running, md.queued = 256, 300
+    d = decide(view)
+    assert d.pipeline is Pipeline.P_RLD
+    assert d.reason.startswith("MD full: 17.7s for a slot there, first token 18.09s")
+    assert d.predicted_ttft_s < 8.0

@@ -92,14 +92,27 @@ def test_the_ttft_of_requests_past_its_limit_is_split_by_where_it_went() -> None
     served = run_replay(ReplayConfig(trace="<memory>", preset="pdd-small"), requests=[ONE])
     (record,) = served.records
     assert ttft_missed_split([record], limit_s=10.0) == {}  # met its limit: nothing to split
-    waited = dataclasses.replace(record, ttft_s=12.0, prefill_queue_s=0.5, prefill_s=0.3,
-                                 transfer_s=0.2)  # fmt: skip
-    queued = dataclasses.replace(record, ttft_s=16.0, prefill_queue_s=14.0, prefill_s=0.4,
-                                 transfer_s=None)  # fmt: skip
-    split = ttft_missed_split([waited, queued, record], limit_s=10.0)
+    waited = dataclasses.replace(record, pipeline="P-MD", ttft_s=12.0, prefill_queue_s=0.5,
+                                 prefill_s=0.3, transfer_s=0.2)  # fmt: skip
+    queued = dataclasses.replace(record, pipeline="P-MD", ttft_s=16.0, prefill_queue_s=14.0,
+                                 prefill_s=0.4, transfer_s=None)  # fmt: skip
+    # its first token from RLD: the copy to MD (transfer_s) is off its first token's path
+    relayed = dataclasses.replace(record, pipeline="P-RLD-MD", ttft_s=11.0,
+                                  prefill_queue_s=1.0, prefill_s=0.5, transfer_s=3.0)  # fmt: skip
+    split = ttft_missed_split([waited, queued, record, relayed], limit_s=10.0)
     assert split == pytest.approx(
-        {"ttft": 14.0, "prefill_queue": 7.25, "prefill": 0.35, "line": 0.1, "decode": 6.3}
-    )  # decode: (11.0 + 1.6) / 2
+        {
+            "requests": 3,
+            "ttft": 13.0,
+            "prefill_queue": 15.5 / 3,
+            "prefill": 1.2 / 3,
+            "line": 0.2 / 3,
+            "decode": (11.0 + 1.6 + 9.5) / 3,
+            "decode_md": 12.6 / 3,
+            "decode_rld": 9.5 / 3,
+        },
+        abs=1e-6,
+    )  # fmt: skip  (rounded to the microsecond, as summary.json is)
 
 
 def test_requests_waiting_for_a_decode_instance_name_the_decode_pool(pdd: Summary) -> None:
@@ -108,14 +121,28 @@ def test_requests_waiting_for_a_decode_instance_name_the_decode_pool(pdd: Summar
     time) would send the user to size the wrong pool."""
     figures = {"sla_attainment": 0.6, "utilization": {"p": 0.28, "rld": 0.02, "md": 1.0},
                "kv_used": {"md": 0.08}, "wan_utilization": 0.14}  # fmt: skip
-    split = {"ttft": 22.3, "prefill_queue": 0.1, "prefill": 0.3, "line": 0.1, "decode": 21.8}
-    binding = find_binding(_as(pdd, **figures, ttft_missed_split_s=split))
+    split = {"requests": 400, "ttft": 22.3, "prefill_queue": 0.1, "prefill": 0.3, "line": 0.1,
+             "decode": 21.8, "decode_md": 21.8, "decode_rld": 0.0}  # fmt: skip
+    late = {**figures, "requests": 1000}
+    binding = find_binding(_as(pdd, **late, ttft_missed_split_s=split))
     assert binding is not None
     assert binding.resource == "md-compute"
-    assert "waited 21.8 s of their 22.3 s to first token on the decode side" in binding.reason
+    assert (
+        "the 400 requests that missed the TTFT limit waited 21.8 s of their 22.3 s to "
+        "first token on MD" in binding.reason
+    )
     assert binding.plan_command.endswith("--md 2..4")
-    queued = {**split, "prefill_queue": 20.0, "decode": 1.9}  # the prefill queue's doing
-    binding = find_binding(_as(pdd, **figures, ttft_missed_split_s=queued))
+    on_rld = {**split, "decode_md": 1.0, "decode_rld": 20.8}  # late first tokens from RLD
+    binding = find_binding(_as(pdd, **late, ttft_missed_split_s=on_rld))
+    assert binding is not None
+    assert binding.resource == "rld-compute"
+    assert binding.plan_command.endswith("--rld 1..2")
+    queued = {**split, "prefill_queue": 20.0, "decode": 1.9, "decode_md": 1.9}
+    binding = find_binding(_as(pdd, **late, ttft_missed_split_s=queued))
+    assert binding is not None
+    assert binding.resource == "prefill"  # the prefill queue's doing
+    few = {**split, "requests": 50}  # 50 late of 400 that missed the SLA: TPOT's doing
+    binding = find_binding(_as(pdd, **late, ttft_missed_split_s=few))
     assert binding is not None
     assert binding.resource == "prefill"
 

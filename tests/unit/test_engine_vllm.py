@@ -343,3 +343,16 @@ async def test_kv_events_need_an_endpoint(adapter: VLLMAdapter) -> None:
     with pytest.raises(EngineError, match="no KV-event endpoint") as err:
         await anext(adapter.kv_events())
     assert err.value.cause == "instance"  # the instance's configuration, not a request
+
+
+@respx.mock
+async def test_the_routers_own_connections_all_in_use_is_not_the_engines_fault(
+    adapter: VLLMAdapter,
+) -> None:
+    """A pool timeout is the router out of connections, not the engine failing: counting
+    it against the engine would open the breakers of healthy engines under load."""
+    respx.post(COMPLETIONS).mock(side_effect=httpx.PoolTimeout("all busy"))
+    with pytest.raises(EngineError) as busy:
+        await _collect(adapter, _req())
+    assert (busy.value.cause, busy.value.held_against_instance) == ("busy", False)
+    assert "connections to engines are all in use" in str(busy.value)

@@ -166,3 +166,21 @@ def test_a_decode_instances_step_is_its_inter_token_gaps_between_two_polls() -> 
     assert load.step_s == 0.09
     pool.reported("md0", running=1, waiting=0, kv_used=0, itl=(1.5, 20.0))
     assert load.step_s == 0.05
+    fresh = pool_with(("md1", Tier.MD))  # an engine polled before its first token
+    fresh.reported("md1", running=0, waiting=0, kv_used=0)
+    fresh.reported("md1", running=1, waiting=0, kv_used=0, itl=(0.3, 10.0))
+    assert fresh.loads["md1"].step_s == 0.03
+
+
+def test_streams_the_engine_reports_waiting_count_once() -> None:
+    """The router's open streams are the engine's running and waiting requests together:
+    counting them as running and the waiting again would make a busy engine look fuller
+    than it is (occupancy, a full MD's slot wait)."""
+    pool = pool_with(("md0", Tier.MD))
+    load = pool.loads["md0"]
+    for _ in range(12):
+        pool.stream_started("md0")
+    pool.reported("md0", running=8, waiting=4, kv_used=0)
+    assert (load.running, load.queued) == (8, 4)
+    pool.stream_started("md0")  # a new one the engine has not reported yet
+    assert (load.running, load.queued) == (9, 4)
