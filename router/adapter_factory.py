@@ -16,6 +16,7 @@ from engine_sim.engine import SimEngine, SimEngineConfig
 from engines_adapter.contract import EngineAdapter
 from engines_adapter.http_engine import DEFAULT_TIMEOUT, PROBE_TIMEOUT
 from engines_adapter.sglang import SGLangAdapter
+from engines_adapter.sse_transport import engine_transport
 from engines_adapter.vllm import VLLMAdapter
 
 __all__ = ["AdapterKind", "build_adapter", "engine_http_client"]
@@ -27,8 +28,8 @@ def engine_http_client(
     *, max_connections: int = 1024, timeout: httpx.Timeout = DEFAULT_TIMEOUT
 ) -> httpx.AsyncClient:
     """One pooled client for every HTTP engine adapter of a process."""
-    limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=256)
-    return httpx.AsyncClient(limits=limits, timeout=timeout)
+    transport = engine_transport(max_connections, keepalive=256)
+    return httpx.AsyncClient(transport=transport, timeout=timeout)
 
 
 def build_adapter(  # noqa: PLR0913 -- the union of every adapter kind's settings

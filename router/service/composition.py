@@ -16,6 +16,7 @@ import httpx
 from opentelemetry.trace import TracerProvider
 
 from engines_adapter.contract import EngineAdapter
+from engines_adapter.sse_transport import engine_transport
 from router.index.base import PrefixIndex
 from router.index.memory_index import MemoryPrefixIndex
 from router.index.resilient_index import ResilientIndex
@@ -102,8 +103,8 @@ def compose(
         from router.predictor.realization import KVRealizations
 
         realizations = KVRealizations()
-    limits = httpx.Limits(max_connections=ENGINE_HTTP_CONNECTIONS)
-    http = httpx.AsyncClient(timeout=engine_timeouts(settings), limits=limits)
+    transport = engine_transport(ENGINE_HTTP_CONNECTIONS)
+    http = httpx.AsyncClient(timeout=engine_timeouts(settings), transport=transport)
     breakers = CircuitBreakers(failures_to_open=service.breaker_failures,
                                open_s=service.breaker_open_s)  # fmt: skip
     pool = InstancePool(settings.cluster, lambda cfg: factory(cfg, http), breakers)
