@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from engine_sim.cache import ChainBlock, SimEngineCache
 from engine_sim.config import HOLD_POLL_S, SimEngineConfig, SimFaults
 from engine_sim.outputs import TextEncoder, fake_logprob, forced_tokens
+from engine_sim.request_times import RequestTimes
 from engine_sim.toy_model import ToyModel
 from engines_adapter.contract import (
     EngineError,
@@ -48,18 +49,6 @@ class _Run:
     first_at: float | None = None  # when its first token was produced
     last_at: float = 0.0
     tokens: int = 0  # tokens it generated
-
-
-@dataclass(slots=True)
-class RequestTimes:
-    """Totals over the requests that produced a token, as vLLM's histograms count them:
-    seconds from getting a slot to the first token, and from the first to the last (the
-    sum of its inter-token gaps, ``gaps`` of them)."""
-
-    requests: int = 0
-    prefill_s: float = 0.0
-    decode_s: float = 0.0
-    gaps: int = 0
 
 
 @dataclass(slots=True)

@@ -33,7 +33,7 @@ from __future__ import annotations
 from policies.admission import Bottleneck, Overloaded
 from policies.config import PddAdaptiveParams
 from policies.decode_wait import slot_wait_s
-from policies.estimates import hit_tokens
+from policies.estimates import Placement, hit_tokens
 from policies.relay import MdRoute, finish_on_rld, relay_ttft_s
 from policies.selection import choose_main_decode, choose_prefill
 from policies.tiers import Tier
@@ -145,6 +145,17 @@ class PddAdaptivePolicy:
             own += decision.predicted_wan_bytes / cluster.wan.bandwidth_bps
         return own
 
+    def _md_ttft(
+        self, cluster: ClusterView, md: Placement, p_delay: float, wan_s: float
+    ) -> tuple[float, float]:
+        """The first token from MD, and its part spent waiting for a slot there: the
+        prefill, the copy (sharing the line with the transfers ahead of it: the larger
+        of the two estimates), a slot on MD when it is full, and one step."""
+        copied = p_delay + max(wan_s, md.transfer_s)
+        life_s = self.params.expected_output * (md.instance.step_s or cluster.decode_step_s)
+        slot_s = slot_wait_s(md.instance, life_s, copied)
+        return copied + slot_s + cluster.decode_step_s, slot_s
+
     def _route(
         self, request: RequestView, cluster: ClusterView, matches: Matches
     ) -> tuple[Decision, float]:
@@ -194,13 +205,7 @@ class PddAdaptivePolicy:
             and load < prm.borderline_max_rld_load
         )
         route = MdRoute.of(self.name, p, md, wan_s)
-        # the first token waits for the prefill, the copy (sharing the line with the
-        # transfers ahead of it: the larger of the two estimates), a slot on MD when it is
-        # full, and one step
-        copied = p_delay + max(wan_s, md.transfer_s)
-        life_s = prm.expected_output * (md.instance.step_s or cluster.decode_step_s)
-        slot_s = slot_wait_s(md.instance, life_s, copied)
-        md_ttft = copied + slot_s + cluster.decode_step_s
+        md_ttft, slot_s = self._md_ttft(cluster, md, p_delay, wan_s)
         late = prm.admit_ttft_s is not None and md_ttft > prm.admit_ttft_s
         if slot_s > 0 and late and rld is not None and rld_room:
             why = f"MD full: {slot_s:.1f}s for a slot there, first token {md_ttft:.2f}s"
