@@ -15,8 +15,8 @@ would fit it to 80 columns, cropping cells and cutting figures short)."""
 
 
 def stdout_console() -> Console:
-    """Standard output: a terminal's width on a terminal (or ``COLUMNS`` when set),
-    ``PIPED_WIDTH`` columns otherwise."""
-    if sys.stdout.isatty() or os.environ.get("COLUMNS"):
+    """Standard output: a terminal's width on a terminal (or ``COLUMNS`` when set to a
+    number), ``PIPED_WIDTH`` columns otherwise."""
+    if sys.stdout.isatty() or os.environ.get("COLUMNS", "").strip().isdigit():
         return Console()
     return Console(width=PIPED_WIDTH)

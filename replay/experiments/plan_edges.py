@@ -19,6 +19,13 @@ def _count_hint(option: str, value: int, top: bool, low: int) -> str:
     return f"{option} {max(lo, low)}..{hi}"
 
 
+def _as_option(values: tuple[int, ...]) -> str:
+    """``2..4`` for a run of counts, ``2,4,8`` otherwise."""
+    if list(values) == list(range(values[0], values[-1] + 1)):
+        return f"{values[0]}..{values[-1]}"
+    return ",".join(map(str, values))
+
+
 def edge_warnings(best: Candidate, space: PlanSpace) -> list[str]:
     """One line per dimension where ``best`` is the largest or smallest value searched
     (of two or more), with the option's range to search next."""
@@ -31,9 +38,10 @@ def edge_warnings(best: Candidate, space: PlanSpace) -> list[str]:
         top = value == values[-1]
         if not top and value <= low:
             continue
+        searched = _as_option(values)
         out.append(
             f"PDD's best has {field.upper()} {value}, the {'largest' if top else 'smallest'} "
-            f"searched ({option} {values[0]}..{values[-1]}): a "
+            f"searched ({option} {searched}): a "
             f"{'larger' if top else 'smaller'} deployment may have a better BCR; search "
             f"past it (e.g. {_count_hint(option, value, top, low)})"
         )

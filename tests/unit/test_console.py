@@ -25,3 +25,8 @@ def test_piped_output_is_wide_enough_for_a_long_row(
 def test_columns_set_by_the_user_wins(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COLUMNS", "100")
     assert stdout_console().width == 100
+
+
+def test_columns_that_is_not_a_number_is_ignored(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "wide")
+    assert stdout_console().width == PIPED_WIDTH

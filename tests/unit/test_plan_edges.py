@@ -42,3 +42,8 @@ def test_the_smallest_count_warns_unless_it_is_the_least_possible() -> None:
 
 def test_a_dimension_searched_at_one_value_is_the_users_choice() -> None:
     assert edge_warnings(_best(4, 2, 10.0), _space(p=(4,), wan=(10.0,))) == []
+
+
+def test_counts_searched_apart_are_named_as_given() -> None:
+    (line,) = edge_warnings(_best(8, 2, 20.0), _space(p=(2, 4, 8)))
+    assert "P 8, the largest searched (--p 2,4,8)" in line
