@@ -24,6 +24,7 @@ from replay.metrics.record import RequestRecord
 __all__ = [
     "CHUNK_ROWS",
     "RecordColumns",
+    "equals",
     "float_values",
     "is_none",
     "ordered_by_id",
@@ -175,6 +176,10 @@ class RecordColumns(Sequence[RequestRecord]):
     def string(self, code: int) -> str | None:
         return None if code == _NONE else self._strings[code]
 
+    def code_of(self, value: str) -> int | None:
+        """The code of a string value stored in any string field (None: never stored)."""
+        return self._codes.get(value)
+
     @property
     def nbytes(self) -> int:
         return sum(chunk.nbytes for chunk in self._chunks)
@@ -208,6 +213,18 @@ def is_none(records: Sequence[RequestRecord], name: str) -> npt.NDArray[np.bool_
         none: npt.NDArray[np.bool_] = records.column_codes(name) == _NONE
         return none
     return np.array([getattr(r, name) is None for r in records], dtype=bool)
+
+
+def equals(records: Sequence[RequestRecord], name: str, value: str) -> npt.NDArray[np.bool_]:
+    """Whether each record's string field ``name`` is ``value`` (from the column's codes
+    when the records are columns, without building a record per row)."""
+    if isinstance(records, RecordColumns):
+        code = records.code_of(value)
+        if code is None or not len(records):
+            return np.zeros(len(records), dtype=bool)
+        same: npt.NDArray[np.bool_] = records.column_codes(name) == code
+        return same
+    return np.array([getattr(r, name) == value for r in records], dtype=bool)
 
 
 def string_counts(

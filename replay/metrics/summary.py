@@ -11,7 +11,13 @@ from pydantic import BaseModel, Field
 
 from replay.metrics.bcr import bcr_per_1000_usd_h
 from replay.metrics.binding import Binding, find_binding
-from replay.metrics.columns import float_values, is_none, sequential_sum, string_counts
+from replay.metrics.columns import (
+    equals,
+    float_values,
+    is_none,
+    sequential_sum,
+    string_counts,
+)
 from replay.metrics.record import RequestRecord
 from replay.metrics.summary_inputs import (
     ClientTiming,
@@ -340,7 +346,7 @@ def ttft_missed_split(records: Sequence[RequestRecord], limit_s: float) -> dict[
     total = ttft[missed]
     queue = float_values(records, "prefill_queue_s")[missed]
     prefill = float_values(records, "prefill_s")[missed]
-    on_md = np.array([r.pipeline == "P-MD" for r, m in zip(records, missed, strict=True) if m])
+    on_md = equals(records, "pipeline", "P-MD")[missed]
     line = np.where(on_md, np.nan_to_num(float_values(records, "transfer_s")[missed]), 0.0)
     decode = np.maximum(total - queue - prefill - line, 0.0)
     n = int(missed.sum())

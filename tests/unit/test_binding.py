@@ -6,9 +6,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import numpy as np
 import pytest
 
 from replay.metrics.binding import find_binding
+from replay.metrics.columns import float_values
 from replay.metrics.summary import Percentiles, Summary, ttft_missed_split
 from replay.runner.config import ReplayConfig
 from replay.runner.run import run_replay
@@ -155,3 +157,16 @@ def test_rejections_for_a_full_main_decode_name_its_pool(pdd: Summary) -> None:
     assert binding.resource == "md-compute"
     assert "8 of 100 requests (8.0%) rejected with main decode full" in binding.reason
     assert binding.plan_command.endswith("--md 2..4")
+
+
+def test_the_split_reads_a_replays_own_columns_as_it_reads_records() -> None:
+    """A replay's records are columns: the split finds each one's pipeline there without
+    building a record per row, and agrees with the same records as objects."""
+    trace = [TraceRequest(i, 0.1 * i, 3000, 200, tuple(range(6 * i, 6 * i + 6)), 512)
+             for i in range(40)]  # fmt: skip
+    result = run_replay(ReplayConfig(trace="<memory>", preset="pdd-small"), requests=trace)
+    as_objects = list(result.records)
+    limit = float(np.median(float_values(as_objects, "ttft_s")))  # about half are "late"
+    split = ttft_missed_split(result.records, limit)
+    assert split["requests"] >= 1
+    assert split == ttft_missed_split(as_objects, limit)
