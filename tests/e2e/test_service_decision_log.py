@@ -231,11 +231,17 @@ def test_experiment_arms_log_to_the_same_file(tmp_path: Path) -> None:
         register(client, *TOPOLOGY)
         created = client.post("/v1/experiments", json={"name": "x", "arms": arms})
         assert created.status_code == 201
-        ids = []
-        for s in range(8):
+        # the experiment's id is random and seeds the assignment: sessions are sent until
+        # both arms had one (40 fair coin flips all alike: about 2e-12)
+        ids, pipelines = [], set()
+        for s in range(40):
             prompt = [(s * 31 + 7 * i) % VOCAB for i in range(320)]
             body = {"prompt": prompt, "max_tokens": 4, "session_id": f"s{s}"}
-            ids.append(client.post("/v1/completions", json=body).json()["id"])
+            answer = client.post("/v1/completions", json=body).json()
+            ids.append(answer["id"])
+            pipelines.add(answer["pdd"]["decided_pipeline"])
+            if len(ids) >= 8 and len(pipelines) == 2:
+                break
     lines = records(path)
     seen = set()
     for request_id in ids:
