@@ -17,6 +17,7 @@ from collections import OrderedDict
 from multiprocessing.connection import Connection
 from typing import Any
 
+from router.background_priority import lower_priority
 from router.tokenization.chat_template import ChatTemplate, ChatTemplateError
 
 __all__ = ["CompiledTemplates", "main", "render_job"]
@@ -75,6 +76,7 @@ def _cap_memory(extra_bytes: int) -> None:
 
 
 def main(argv: list[str]) -> None:
+    lower_priority()  # hostile templates burn CPU here, not on the router's loop
     fd, budget = int(argv[0]), json.loads(argv[1])
     conn = Connection(fd)
     templates = CompiledTemplates(int(budget["cache_entries"]), int(budget["max_chars"]))

@@ -10,7 +10,11 @@ asserted. See docs/operations.md, "Event-loop responsiveness".
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import httpx
 
@@ -53,13 +57,52 @@ class Ticks:
         return f"{self.total} ticks, longest <= {self.worst_s() * 1e3:g} ms"
 
 
+@dataclass
+class HealthzProbe:
+    """``/healthz`` asked every 20 ms by another process (``healthz_probe.py``): what a
+    well-behaved client on the same machine waits, without the test process's threads."""
+
+    url: str
+    headers: dict[str, str] = field(default_factory=dict)
+    times_s: list[float] = field(default_factory=list)
+    _proc: subprocess.Popen[str] | None = None
+
+    def start(self) -> HealthzProbe:
+        script = Path(__file__).with_name("healthz_probe.py")
+        args = [f"{k}={v}" for k, v in self.headers.items()]
+        self._proc = subprocess.Popen(
+            [sys.executable, str(script), self.url, *args],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        assert self._proc.stdout is not None
+        assert self._proc.stdout.readline().strip() == "ready", "the /healthz probe did not start"
+        return self
+
+    def stop(self) -> list[float]:
+        assert self._proc is not None, "the probe was not started"
+        out, _ = self._proc.communicate(timeout=60)
+        assert self._proc.returncode == 0, f"the /healthz probe failed: {out}"
+        self.times_s = json.loads(out.strip().splitlines()[-1])
+        return self.times_s
+
+    def __str__(self) -> str:
+        if not self.times_s:
+            return "/healthz from another process: no answers"
+        slowest = max(self.times_s) * 1e3
+        return (
+            f"/healthz from another process: {len(self.times_s)} answers, slowest {slowest:.1f} ms"
+        )
+
+
 class LoopReading:
-    """Readings of a router's loop histograms, from ``start()`` to ``stop()``."""
+    """Readings of a router's loop histograms, and of /healthz asked by another process,
+    from ``start()`` to ``stop()``."""
 
     def __init__(self, url: str, headers: dict[str, str] | None = None) -> None:
         self.url, self.headers = url, headers
         self._before: dict[str, dict[float, float]] = {}
         self.held = self.lag = Ticks({float("inf"): 0.0})
+        self.healthz = HealthzProbe(url, dict(headers or {}))
 
     def _read(self) -> dict[str, dict[float, float]]:
         return {name: buckets(self.url, f"pdd_router_event_loop_{name}_seconds", self.headers)
@@ -67,9 +110,11 @@ class LoopReading:
 
     def start(self) -> LoopReading:
         self._before = self._read()
+        self.healthz.start()
         return self
 
     def stop(self) -> LoopReading:
+        self.healthz.stop()
         after = self._read()
         diff = {name: Ticks({b: after[name][b] - self._before[name].get(b, 0.0)
                              for b in after[name]})
@@ -80,4 +125,5 @@ class LoopReading:
         return self
 
     def __str__(self) -> str:
-        return f"loop held: {self.held}; loop lag (the machine included): {self.lag}"
+        return (f"loop held: {self.held}; loop lag (the machine included): {self.lag}; "
+                f"{self.healthz}")  # fmt: skip

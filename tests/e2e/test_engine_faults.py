@@ -10,7 +10,6 @@ request whose MD dies is finished by RLD.
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -81,20 +80,7 @@ def test_a_hung_engine_is_taken_out_and_requests_go_elsewhere(p_md: Stack) -> No
     stopped = time.monotonic()
     try:
         results: list[tuple[int, float]] = []
-        healthz: list[float] = []
-        done = threading.Event()
-
-        def probe_healthz() -> None:
-            with httpx.Client(timeout=5) as probe:  # one client: its setup is not timed
-                while not done.is_set():
-                    start = time.monotonic()
-                    probe.get(f"{p_md.router}/healthz").raise_for_status()
-                    healthz.append(time.monotonic() - start)
-                    time.sleep(0.05)
-
-        loop = LoopReading(p_md.router).start()
-        watcher = threading.Thread(target=probe_healthz)
-        watcher.start()
+        loop = LoopReading(p_md.router).start()  # /healthz asked meanwhile by another process
         ejected_after = None
         try:
             for s in range(12):
@@ -104,9 +90,7 @@ def test_a_hung_engine_is_taken_out_and_requests_go_elsewhere(p_md: Stack) -> No
                 if ejected_after is None and not p_md.healthy()["md0"]:
                     ejected_after = time.monotonic() - stopped
         finally:
-            done.set()
-            watcher.join(timeout=10)
-        loop.stop()
+            loop.stop()
         deadline = time.monotonic() + 10
         while ejected_after is None and time.monotonic() < deadline:
             if not p_md.healthy()["md0"]:
@@ -114,7 +98,7 @@ def test_a_hung_engine_is_taken_out_and_requests_go_elsewhere(p_md: Stack) -> No
             time.sleep(0.05)
         latencies = [round(t, 2) for _, t in results]
         print(f"\nhung MD: out of service after {ejected_after} s; request latencies (s): "
-              f"{latencies}; /healthz max {max(healthz):.3f} s; {loop}")  # fmt: skip
+              f"{latencies}; {loop}")  # fmt: skip
         assert [code for code, _ in results] == [200] * 12  # none lost: retried on md1
         # a request stuck on md0 gives up on it when probes eject md0 (within about 2 s),
         # not at its first-token deadline (10 s), and is decided again: md1
