@@ -85,6 +85,7 @@ def serve(
     settings, known = _with_options(settings, host, port, instances, redis_url, demo)
     _fail_fast(settings)
     _warn(settings, demo)
+    settings = _within_fd_budget(settings, known)
     if demo:
         from router.service.demo import (
             DEMO_MODEL,
@@ -100,7 +101,7 @@ def serve(
         from router.service.app import create_app
 
         app = create_app(settings, freeze_heap=True)
-    _run(app, settings.service, log_level, known)
+    _run(app, settings.service, log_level)
 
 
 def _settings_from_options(config: Path | None, policy: str | None) -> Settings:
@@ -200,21 +201,35 @@ def _warn(settings: Settings, demo: bool) -> None:
         )
 
 
-def _run(app: FastAPI, service: ServiceSettings, log_level: str, instances: int) -> None:
-    """uvicorn on ``app``, its connections held to the service's limits; the file-descriptor
-    budget checked first (a line when it raises the limit or lowers the cap)."""
-    import uvicorn
-
+def _within_fd_budget(settings: Settings, instances: int) -> Settings:
+    """``settings`` whose client connection cap (and so the engine connections sized from
+    it) fits the file-descriptor limit, raised as far as needed and allowed; a line says
+    what changed."""
     from router.service.fd_budget import apply_fd_budget
-    from router.service.http_protocol import connection_limits, limited_protocol
 
-    limits = service.connections
+    limits = settings.service.connections
     plan = apply_fd_budget(limits.max_connections, instances)
     if plan.line is not None:
         typer.echo(plan.line, err=True)
+    if plan.max_connections == limits.max_connections:
+        return settings
+    capped = limits.model_copy(update={"max_connections": plan.max_connections})
+    per_address = min(capped.max_connections_per_address, plan.max_connections)
+    capped = capped.model_copy(update={"max_connections_per_address": per_address})
+    service = settings.service.model_copy(update={"connections": capped})
+    return settings.model_copy(update={"service": service})
+
+
+def _run(app: FastAPI, service: ServiceSettings, log_level: str) -> None:
+    """uvicorn on ``app``, its connections held to the service's limits."""
+    import uvicorn
+
+    from router.service.http_protocol import connection_limits, limited_protocol
+
+    limits = service.connections
     uvicorn.run(
         app, host=service.host, port=service.port, log_level=log_level,
-        http=limited_protocol(connection_limits(limits, plan.max_connections)),
+        http=limited_protocol(connection_limits(limits)),
         ws="none", timeout_keep_alive=limits.keep_alive_timeout_s,
     )  # fmt: skip
 

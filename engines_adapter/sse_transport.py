@@ -283,11 +283,9 @@ async def _connect(
     return conn
 
 
-def engine_transport(max_connections: int, keepalive: int | None = None) -> SseTransport:
-    """The transport of the router's one client to engines, holding at most
-    ``max_connections``: three quarters for event streams (one per request being
-    generated), the rest for prefills, probes and load reads."""
-    streams = max(1, max_connections * 3 // 4)
-    others = max(1, max_connections - streams)
-    limits = httpx.Limits(max_connections=others, max_keepalive_connections=keepalive)
-    return SseTransport(httpx.AsyncHTTPTransport(limits=limits), streams)
+def engine_transport(streams: int, others: int, keepalive: int | None = None) -> SseTransport:
+    """The transport of the router's one client to engines: at most ``streams``
+    connections for event streams (one per request being generated) and ``others`` for
+    prefills, probes and load reads."""
+    limits = httpx.Limits(max_connections=max(1, others), max_keepalive_connections=keepalive)
+    return SseTransport(httpx.AsyncHTTPTransport(limits=limits), max(1, streams))

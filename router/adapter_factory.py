@@ -27,8 +27,10 @@ AdapterKind = Literal["sim", "vllm", "sglang"]
 def engine_http_client(
     *, max_connections: int = 1024, timeout: httpx.Timeout = DEFAULT_TIMEOUT
 ) -> httpx.AsyncClient:
-    """One pooled client for every HTTP engine adapter of a process."""
-    transport = engine_transport(max_connections, keepalive=256)
+    """One pooled client for every HTTP engine adapter of a process: three quarters of
+    ``max_connections`` for event streams, the rest for other calls."""
+    streams = max(1, max_connections * 3 // 4)
+    transport = engine_transport(streams, max_connections - streams, keepalive=256)
     return httpx.AsyncClient(transport=transport, timeout=timeout)
 
 

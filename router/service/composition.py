@@ -29,7 +29,7 @@ from router.service.breaker import CircuitBreakers
 from router.service.decide import Decider
 from router.service.deferred import Deferred
 from router.service.experiments import Experiments
-from router.service.fd_budget import ENGINE_HTTP_CONNECTIONS
+from router.service.fd_budget import engine_connections
 from router.service.index_lane import IndexLane
 from router.service.lifecycle import Instances, load_instances_file
 from router.service.metrics import ServiceMetrics
@@ -105,7 +105,8 @@ def compose(
         from router.predictor.realization import KVRealizations
 
         realizations = KVRealizations()
-    transport = engine_transport(ENGINE_HTTP_CONNECTIONS)
+    # an event stream for every client connection the router may hold (fd_budget)
+    transport = engine_transport(*engine_connections(service.connections.max_connections))
     http = httpx.AsyncClient(timeout=engine_timeouts(settings), transport=transport)
     breakers = CircuitBreakers(failures_to_open=service.breaker_failures,
                                open_s=service.breaker_open_s)  # fmt: skip

@@ -37,9 +37,9 @@ class ConnectionLimits:
     log: LimitLog
 
 
-def connection_limits(settings: ConnectionSettings, max_connections: int) -> ConnectionLimits:
-    """The limits of one server: ``settings`` with the connection cap ``max_connections``
-    (the file-descriptor budget's), logging to the service's log as warnings."""
+def connection_limits(settings: ConnectionSettings) -> ConnectionLimits:
+    """The limits of one server (``settings``, whose connection cap `serve` has fitted to
+    the file-descriptor budget), logging to the service's log as warnings."""
     import structlog
 
     log = structlog.get_logger("pdd_router.service")
@@ -49,7 +49,7 @@ def connection_limits(settings: ConnectionSettings, max_connections: int) -> Con
 
     return ConnectionLimits(
         settings=settings,
-        guard=ConnectionGuard(max_connections, settings.max_connections_per_address),
+        guard=ConnectionGuard(settings.max_connections, settings.max_connections_per_address),
         log=LimitLog(settings.log_every_s, log.warning, time.monotonic, call_later),
     )
 

@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from router.errors import UserError
 from router.service.connection_limits import ConnectionGuard, LimitLog
-from router.service.fd_budget import plan_fd_budget, reserve_for
+from router.service.fd_budget import engine_connections, fds_needed, plan_fd_budget
 from router.settings import Settings
 
 
@@ -91,28 +91,38 @@ def test_log_keeps_one_interval_per_limit() -> None:
     assert lines[2]["connections"] == 1
 
 
+def test_engine_connections_give_a_stream_to_every_client_connection() -> None:
+    assert engine_connections(4096) == (4096, 1024)  # a quarter for other calls
+    assert engine_connections(100) == (100, 128)  # at least 128 of those
+
+
 def test_fd_budget_leaves_a_limit_that_fits() -> None:
-    plan = plan_fd_budget(soft=20_000, hard=20_000, max_connections=4096, reserve=640)
+    # 4096 clients + 4096 streams + 1024 other engine calls + 128 of the router's own
+    assert fds_needed(4096, instances=0) == 9344
+    plan = plan_fd_budget(soft=20_000, hard=20_000, max_connections=4096, instances=0)
     assert (plan.soft, plan.max_connections, plan.line) == (None, 4096, None)
-    unlimited = plan_fd_budget(soft=-1, hard=-1, max_connections=4096, reserve=640)
+    unlimited = plan_fd_budget(soft=-1, hard=-1, max_connections=4096, instances=0)
     assert (unlimited.soft, unlimited.line) == (None, None)
 
 
 def test_fd_budget_raises_the_soft_limit_to_what_is_needed() -> None:
-    plan = plan_fd_budget(soft=1024, hard=524_288, max_connections=4096, reserve=640)
-    assert (plan.soft, plan.max_connections) == (4736, 4096)
+    plan = plan_fd_budget(soft=1024, hard=524_288, max_connections=4096, instances=0)
+    assert (plan.soft, plan.max_connections) == (9344, 4096)
     assert plan.line is not None
-    assert "raised from 1024 to 4736" in plan.line
-    assert plan_fd_budget(soft=1024, hard=-1, max_connections=4096, reserve=640).soft == 4736
+    assert "raised from 1024 to 9344" in plan.line
+    assert "4096 client connections + 5248 for engines" in plan.line
+    assert plan_fd_budget(soft=1024, hard=-1, max_connections=4096, instances=0).soft == 9344
 
 
-def test_fd_budget_caps_connections_under_a_short_hard_limit() -> None:
-    plan = plan_fd_budget(soft=1024, hard=2048, max_connections=4096, reserve=640)
-    assert (plan.soft, plan.max_connections) == (2048, 1408)
+def test_fd_budget_caps_connections_and_engine_streams_under_a_short_hard_limit() -> None:
+    # 853 clients: 853 + 853 streams + 213 other calls + 128 = 2047; 854 need 2049
+    plan = plan_fd_budget(soft=1024, hard=2048, max_connections=4096, instances=0)
+    assert (plan.soft, plan.max_connections) == (2048, 853)
     assert plan.line is not None
     assert "raised from 1024 to 2048" in plan.line
-    assert "capped at 1408" in plan.line
-    same = plan_fd_budget(soft=1024, hard=1024, max_connections=4096, reserve=640)
+    assert "capped at 853" in plan.line
+    # 384 clients: 384 + 384 + 128 + 128 = 1024
+    same = plan_fd_budget(soft=1024, hard=1024, max_connections=4096, instances=0)
     assert (same.soft, same.max_connections) == (None, 384)
     assert same.line is not None
     assert "raised" not in same.line
@@ -120,12 +130,14 @@ def test_fd_budget_caps_connections_under_a_short_hard_limit() -> None:
 
 
 def test_fd_budget_without_room_for_clients_is_a_user_error() -> None:
-    with pytest.raises(UserError, match=r"limit \(600, ulimit -Hn\).*keeps 640"):
-        plan_fd_budget(soft=600, hard=600, max_connections=64, reserve=640)
+    # one client needs 1 + 1 stream + 128 other calls + 128 + 8 for one instance = 266
+    with pytest.raises(UserError, match=r"limit \(265, ulimit -Hn\).*keeps 265"):
+        plan_fd_budget(soft=265, hard=265, max_connections=64, instances=1)
+    assert plan_fd_budget(soft=266, hard=266, max_connections=64, instances=1).max_connections == 1
 
 
-def test_reserve_grows_with_the_known_instances() -> None:
-    assert reserve_for(10) - reserve_for(0) == 80
+def test_needs_grow_with_the_known_instances() -> None:
+    assert fds_needed(100, instances=10) - fds_needed(100, instances=0) == 80
 
 
 def test_settings_refuse_a_per_address_cap_over_the_total() -> None:
