@@ -24,7 +24,7 @@ from router.service.generation import Generation, Job
 from router.service.logprob_format import completion_logprobs
 from router.service.models import ResolvedModel
 from router.service.parts import GenerationDeps, ServedModels
-from router.service.prompt_budget import check_prompt_chars
+from router.service.prompt_budget import check_prompt_chars, over_token_limit
 from router.service.refusals import Admission
 from router.service.route_body import FastRouteBody, decode_route_body
 from router.service.schemas import (
@@ -38,7 +38,7 @@ from router.service.schemas import (
 from router.service.tenancy import decision_json, shows_predictions
 from router.service.text_stream import TextStream
 from router.settings import ServiceSettings
-from router.tokenization.protocol import AsyncTokenizerLike
+from router.tokenization.protocol import AsyncTokenizerLike, TooManyTokens
 
 __all__ = ["api_router", "decide_route", "job_of"]
 
@@ -148,7 +148,10 @@ async def _prompts(
         assert tokenizer is not None
         chars = sum(len(str(t)) for t in texts)
         check_prompt_chars(chars, service.prompt_char_limit, "prompt")
-        encoded = await asyncio.gather(*(tokenizer.encode_text(str(t)) for t in texts))
+        try:
+            encoded = await asyncio.gather(*(tokenizer.encode_text(str(t)) for t in texts))
+        except TooManyTokens as exc:
+            raise over_token_limit(exc, "prompt") from None
         return [list(ids) for ids in encoded], tokenizer
     if isinstance(prompt[0], list):
         return [list(p) for p in prompt if isinstance(p, list)], tokenizer

@@ -8,11 +8,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from router.service.errors import ApiError
-from router.service.prompt_budget import check_prompt_chars, text_chars
+from router.service.prompt_budget import check_prompt_chars, over_token_limit, text_chars
 from router.service.schemas import ChatRequest
 from router.tokenization.chat_template import ChatTemplateError, normalize_messages
 from router.tokenization.pool import AsyncTokenizer
-from router.tokenization.protocol import AsyncTokenizerLike
+from router.tokenization.protocol import AsyncTokenizerLike, TooManyTokens
 from router.tokenization.template_sandbox import TemplateSandbox, is_literal_template
 
 __all__ = ["chat_prompt", "template_field"]
@@ -60,6 +60,8 @@ async def chat_prompt(
     except ChatTemplateError as exc:
         where = field or "messages"
         raise ApiError(400, f"{where}: {exc}", param=where) from exc
+    except TooManyTokens as exc:
+        raise over_token_limit(exc, "messages") from None
     except (ValueError, TypeError) as exc:
         raise ApiError(400, f"messages: {exc}", param="messages") from exc
 

@@ -56,6 +56,7 @@ class ModelRegistry:
     configured: dict[str, ModelSettings]
     client: httpx.AsyncClient
     templates: TemplateSandbox | None = None  # None: request templates are refused
+    max_prompt_tokens: int | None = None  # tokenizers refuse longer texts (TooManyTokens)
     _tokenizers: dict[str, AsyncTokenizerLike] = field(default_factory=dict)
 
     @classmethod
@@ -63,10 +64,12 @@ class ModelRegistry:
         cls, models: list[ModelSettings], client: httpx.AsyncClient,
         service: ServiceSettings | None = None,
     ) -> ModelRegistry:  # fmt: skip
-        """The registry; with ``service`` allowing request templates, their sandbox."""
+        """The registry; with ``service``, its prompt limit and, when it allows request
+        templates, their sandbox."""
         allowed = service is not None and service.request_templates.allow
         sandbox = _sandbox(service) if service is not None and allowed else None
-        return cls({m.name: m for m in models}, client, sandbox)
+        limit = service.max_prompt_tokens if service is not None else None
+        return cls({m.name: m for m in models}, client, sandbox, limit)
 
     def names(self, pool: InstancePool) -> list[str]:
         """Every model a request may name: configured ones and those instances declare."""
@@ -116,7 +119,8 @@ class ModelRegistry:
             if engine_url is None:
                 raise ApiError(503, f"no engine of model {model.name!r} to tokenize with",
                                type_="service_unavailable")  # fmt: skip
-        built = build_async_tokenizer(model.settings, client=self.client, engine_url=engine_url)
+        built = build_async_tokenizer(model.settings, client=self.client, engine_url=engine_url,
+                                      max_tokens=self.max_prompt_tokens)  # fmt: skip
         self._tokenizers[model.name] = built
         return built
 

@@ -1,14 +1,17 @@
 """Sizes checked before work: a request's prompt text is counted, and refused over the
 character limit, before anything is rendered or tokenized (tokenizing millions of
-characters costs seconds and gigabytes before the token limit could refuse them)."""
+characters costs seconds and gigabytes before the token limit could refuse them); a text
+within it that encodes to more tokens than the limit is refused by the tokenizer before
+its IDs are built (``TooManyTokens``), with the same words as the token-ID check."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
 from router.service.errors import ApiError
+from router.tokenization.protocol import TooManyTokens
 
-__all__ = ["check_prompt_chars", "text_chars"]
+__all__ = ["check_prompt_chars", "over_token_limit", "text_chars"]
 
 
 def text_chars(value: object) -> int:
@@ -35,3 +38,8 @@ def check_prompt_chars(chars: int, limit: int, field: str) -> None:
             400, f"{field} holds {chars} characters of text, over the limit of {limit} "
             "characters (service.max_prompt_chars)", param=field,
         )  # fmt: skip
+
+
+def over_token_limit(exc: TooManyTokens, field: str) -> ApiError:
+    """The 400 for a text the tokenizer refused, naming ``field`` (as ``check_prompt``)."""
+    return ApiError(400, f"{field} {exc}", param=field)

@@ -24,13 +24,13 @@ from router.service.deps import ModelsDep, ServiceDep
 from router.service.errors import ApiError
 from router.service.input_limits import TokenId
 from router.service.parts import ServedModels
-from router.service.prompt_budget import check_prompt_chars, text_chars
+from router.service.prompt_budget import check_prompt_chars, over_token_limit, text_chars
 from router.service.schemas import ERROR_RESPONSES
 from router.settings import ServiceSettings
 from router.tokenization.chat_template import ChatTemplateError, normalize_messages
 from router.tokenization.engine import EngineTokenizeError, EngineTokenizer
 from router.tokenization.pool import AsyncTokenizer
-from router.tokenization.protocol import AsyncTokenizerLike
+from router.tokenization.protocol import AsyncTokenizerLike, TooManyTokens
 from router.tokenization.template_sandbox import TemplateSandbox, is_literal_template
 
 __all__ = [
@@ -145,6 +145,8 @@ async def tokenize(request: Request, models: ModelsDep, service: ServiceDep) -> 
             ids = list(await tokenizer.encode_text(body.prompt, body.add_special_tokens))
     except EngineTokenizeError as exc:
         raise _engine_error(exc) from exc
+    except TooManyTokens as exc:
+        raise over_token_limit(exc, field) from None
     check_prompt(service, ids, field)
     max_len = getattr(tokenizer, "max_model_len", None)
     return TokenizeResponse(
@@ -200,6 +202,8 @@ async def _chat_ids(
         return list(ids)
     except ChatTemplateError as exc:
         raise ApiError(400, f"{where}: {exc}", param=where) from exc
+    except TooManyTokens:
+        raise  # named by the caller, as the prompt's
     except (ValueError, TypeError) as exc:
         raise ApiError(400, f"messages: {exc}", param="messages") from exc
 

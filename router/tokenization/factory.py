@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import httpx
 
 from router.tokenization.builtin import builtin_tokenizer_dir
@@ -15,14 +17,17 @@ from router.tokenization.settings import ModelSettings
 __all__ = ["build_async_tokenizer", "load_tokenizer"]
 
 
-def load_tokenizer(settings: ModelSettings) -> HFTokenizer:
-    """The model's tokenizer from its files (``tokenizer_path``) or the built-in one."""
+def load_tokenizer(settings: ModelSettings, max_tokens: int | None = None) -> HFTokenizer:
+    """The model's tokenizer from its files (``tokenizer_path``) or the built-in one; it
+    refuses a text of more than ``max_tokens`` tokens (``TooManyTokens``)."""
     tok = settings.tokenizer
     if tok.builtin:
-        return HFTokenizer.from_pretrained(builtin_tokenizer_dir(), name=settings.name)
-    if tok.tokenizer_path is None:
+        path: str | Path = builtin_tokenizer_dir()
+    elif tok.tokenizer_path is None:
         raise ValueError(f"model {settings.name!r} has no tokenizer files configured")
-    return HFTokenizer.from_pretrained(tok.tokenizer_path, name=settings.name)
+    else:
+        path = tok.tokenizer_path
+    return HFTokenizer.from_pretrained(path, name=settings.name, max_tokens=max_tokens)
 
 
 def build_async_tokenizer(
@@ -30,10 +35,11 @@ def build_async_tokenizer(
     *,
     client: httpx.AsyncClient | None = None,
     engine_url: str | None = None,
+    max_tokens: int | None = None,
 ) -> AsyncTokenizerLike:
-    """An AsyncTokenizer over the model's files, or, with ``tokenize_with_engine``, an
-    EngineTokenizer asking ``engine_url`` through ``client`` (both then required).
-    The caller closes an AsyncTokenizer (``aclose``) when done."""
+    """An AsyncTokenizer over the model's files (refusing texts over ``max_tokens``), or,
+    with ``tokenize_with_engine``, an EngineTokenizer asking ``engine_url`` through
+    ``client`` (both then required). The caller closes an AsyncTokenizer (``aclose``)."""
     tok = settings.tokenizer
     if tok.tokenize_with_engine:
         if client is None or engine_url is None:
@@ -47,7 +53,7 @@ def build_async_tokenizer(
         else None
     )
     return AsyncTokenizer(
-        load_tokenizer(settings),
+        load_tokenizer(settings, max_tokens),
         pool_size=tok.pool_size,
         max_pending=tok.max_pending,
         prefix_cache=cache,

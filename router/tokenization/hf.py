@@ -19,7 +19,7 @@ from router.tokenization.chat_template import (
     normalize_messages,
     select_template,
 )
-from router.tokenization.protocol import Tools
+from router.tokenization.protocol import Tools, TooManyTokens
 
 __all__ = ["COMPILED_TEMPLATES_KEPT", "HFTokenizer", "TokenizerFiles", "resolve_model_dir"]
 
@@ -130,8 +130,10 @@ class HFTokenizer:
         *,
         name: str = "tokenizer",
         content_format: ContentFormat = "string",
+        max_tokens: int | None = None,
     ) -> None:
         self._tok = tokenizer
+        self.max_tokens = max_tokens  # a text encoding to more is refused (TooManyTokens)
         self._config = dict(config or {})
         self._templates = templates if isinstance(templates, str | None) else dict(templates)
         self._compiled: OrderedDict[str, ChatTemplate] = OrderedDict()  # an LRU
@@ -153,11 +155,14 @@ class HFTokenizer:
         self._splitting = tuple(t.content for t in self._added if not t.lstrip and not t.normalized)
 
     @classmethod
-    def from_pretrained(cls, path: str | Path, *, name: str | None = None) -> HFTokenizer:
+    def from_pretrained(
+        cls, path: str | Path, *, name: str | None = None, max_tokens: int | None = None
+    ) -> HFTokenizer:
         """Load from a model directory or a Hugging Face cache entry (no download)."""
         files = TokenizerFiles.read(path)
         tok = Tokenizer.from_file(str(files.directory / "tokenizer.json"))
-        return cls(tok, files.config, files.templates, name=name or files.directory.name)
+        return cls(tok, files.config, files.templates, name=name or files.directory.name,
+                   max_tokens=max_tokens)  # fmt: skip
 
     def _maybe_rebuild_post_processor(self) -> None:
         """BOS/EOS from ``add_bos_token`` / ``add_eos_token`` for the tokenizer classes
@@ -216,7 +221,11 @@ class HFTokenizer:
 
     def encode_text(self, text: str, add_special_tokens: bool = True) -> list[int]:
         (encoding,) = self._tok.encode_batch([text], add_special_tokens=add_special_tokens)
-        return list(encoding.ids)
+        # counted before the IDs become a Python list (a conversion holding the GIL)
+        if self.max_tokens is not None and len(encoding) > self.max_tokens:
+            raise TooManyTokens(len(encoding), self.max_tokens)
+        ids: list[int] = encoding.ids  # a new list each time
+        return ids
 
     def template_source(self, *, has_tools: bool = True) -> str | None:
         """The source of the template a request (with tools, by default) is rendered with

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from router.tokenization.chat_template import Message
-from router.tokenization.protocol import Tokenizer, Tools
+from router.tokenization.protocol import Tokenizer, Tools, TooManyTokens
 
 __all__ = ["CachedChatEncoder", "PrefixCache", "PrefixCacheStats", "message_prefix_keys"]
 
@@ -185,7 +185,10 @@ class CachedChatEncoder:
             if not self.tokenizer.boundary_safe(head, rest):
                 self._count("unsafe")
                 return None
-            ids = entry.ids + array("i", self.tokenizer.encode_text(rest, False))
+            try:
+                ids = entry.ids + array("i", self.tokenizer.encode_text(rest, False))
+            except TooManyTokens as exc:
+                raise exc.after(len(entry.ids)) from None
             return self._checked(ids, full, len(entry.ids))
         self._count("misses")
         return None

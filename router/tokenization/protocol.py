@@ -7,9 +7,23 @@ from typing import Any, Protocol
 
 from router.tokenization.chat_template import Message
 
-__all__ = ["AsyncTokenizerLike", "Message", "Tokenizer", "Tools"]
+__all__ = ["AsyncTokenizerLike", "Message", "Tokenizer", "TooManyTokens", "Tools"]
 
 Tools = Sequence[Mapping[str, Any]]
+
+
+class TooManyTokens(ValueError):
+    """A text encoded to more tokens than the tokenizer's ``max_tokens``: refused before
+    its IDs were built (for a prompt of a million tokens that conversion alone holds the
+    interpreter's lock for over 100 ms, stalling the event loop)."""
+
+    def __init__(self, tokens: int, limit: int) -> None:
+        super().__init__(f"has {tokens} tokens, over the limit of {limit}")
+        self.tokens, self.limit = tokens, limit
+
+    def after(self, tokens: int) -> TooManyTokens:
+        """The same refusal for a text that follows ``tokens`` tokens already counted."""
+        return TooManyTokens(self.tokens + tokens, self.limit)
 
 
 class Tokenizer(Protocol):
@@ -31,7 +45,8 @@ class Tokenizer(Protocol):
 
     def encode_text(self, text: str, add_special_tokens: bool = True) -> list[int]:
         """A plain prompt's token IDs; ``add_special_tokens`` adds BOS/EOS as the
-        tokenizer's post-processor says (a completion prompt on vLLM does)."""
+        tokenizer's post-processor says (a completion prompt on vLLM does). A tokenizer
+        with a token limit raises ``TooManyTokens`` past it."""
         ...
 
     def render_chat(

@@ -243,3 +243,28 @@ def test_a_prompt_over_the_character_limit_is_refused_before_tokenizing(
     assert loop.held.over(LOOP_HELD_S) == 0, loop
     assert good == 200
     assert peak[0] - start < 600 << 20, f"RSS grew by {(peak[0] - start) >> 20} MiB"
+
+
+def test_prompts_within_the_character_limit_but_over_the_token_limit(
+    routers: dict[str, Router],
+) -> None:
+    """Four concurrent distinct chats of 1.98 million characters (under the character
+    limit) encode to 1.3 million tokens each: each is refused naming its token count and
+    the limit, counted before its IDs were built (building a Python list of them held
+    the router's loop over 100 ms), and the router stays responsive meanwhile."""
+    router = routers["closed"]
+    url = router.url + "/v1/chat/completions"
+
+    def hostile() -> list[httpx.Response]:
+        with ThreadPoolExecutor(4) as pool:
+            calls = [pool.submit(httpx.post, url, json=chat(f"{i} " + "ab cd " * 330_000),
+                                 timeout=120)
+                     for i in range(4)]  # fmt: skip
+            return [c.result() for c in calls]
+
+    answers, loop, good = while_running(router, hostile)
+    for answer in answers:
+        message = assert_error(answer, "messages", "over the limit of 131072")
+        assert message.startswith("messages has 13200"), message  # its own count, named
+    assert loop.held.over(LOOP_HELD_S) == 0, loop
+    assert good == 200

@@ -1,0 +1,47 @@
+"""A tokenizer with a token limit refuses a longer text before building its IDs, and the
+service names the field with the same words as its token-ID check."""
+
+from __future__ import annotations
+
+import pytest
+
+from router.tokenization import builtin
+from router.tokenization.hf import HFTokenizer
+from router.tokenization.prefix_cache import CachedChatEncoder, PrefixCache
+from router.tokenization.protocol import TooManyTokens
+
+OPEN = HFTokenizer.from_pretrained(builtin.builtin_tokenizer_dir())
+LIMIT = 100
+LIMITED = HFTokenizer.from_pretrained(builtin.builtin_tokenizer_dir(), max_tokens=LIMIT)
+TEXT = "the prefix cache keeps blocks, café 中文 " * 12
+
+
+def test_a_text_over_the_limit_is_refused_with_its_count() -> None:
+    count = len(OPEN.encode_text(TEXT, False))
+    assert count > LIMIT
+    with pytest.raises(TooManyTokens) as refused:
+        LIMITED.encode_text(TEXT, False)
+    assert (refused.value.tokens, refused.value.limit) == (count, LIMIT)
+    assert str(refused.value) == f"has {count} tokens, over the limit of {LIMIT}"
+
+
+def test_a_text_within_the_limit_encodes_as_without_one() -> None:
+    short = TEXT[:60]
+    assert LIMITED.encode_text(short) == OPEN.encode_text(short)
+    exact = OPEN.encode_text(short, False)
+    at_limit = HFTokenizer.from_pretrained(builtin.builtin_tokenizer_dir(), max_tokens=len(exact))
+    assert at_limit.encode_text(short, False) == exact  # the limit itself is allowed
+
+
+def test_a_conversation_refused_after_a_reused_prefix_counts_the_prefix() -> None:
+    """The cached turn's tokens plus the new text's: the conversation's whole count."""
+    encoder = CachedChatEncoder(LIMITED, PrefixCache(), verify_every=0)
+    first = [{"role": "user", "content": "hello there"}, {"role": "assistant", "content": "hi"}]
+    encoder.encode_chat(first)
+    longer = [*first, {"role": "user", "content": TEXT}]
+    with pytest.raises(TooManyTokens) as refused:
+        encoder.encode_chat(longer)
+    # the second call found the first turn cached (one miss: the first call's) and was
+    # refused while encoding what follows it, before it counted as a hit
+    assert (encoder.stats.misses, encoder.stats.unsafe, encoder.stats.hits) == (1, 0, 0)
+    assert refused.value.tokens == len(OPEN.encode_chat(longer))
