@@ -1,12 +1,14 @@
-"""The router's bulk work runs at a lower CPU priority than its event loop.
+"""Work done for hostile or bulk input runs at a lower CPU priority than the event loop.
 
 The event loop answers ``/healthz``, forwards every streamed token and makes every
-routing decision; the router's bulk work (tokenizing prompts, decoding posted KV-event
-batches, rendering request templates) runs in worker threads and processes beside it.
-When the CPUs are all busy, the kernel shares them by weight: a worker at ``nice`` 10
-weighs about a tenth of the loop's thread, so the loop gets a CPU first and the bulk work
-takes what is left (Linux sets a nice value per thread). Where that cannot be set (not
-Linux, or a sandbox that refuses it) everything runs at one priority, as before.
+routing decision. Two kinds of work beside it need no such hurry and can be made to burn
+CPU by a client: rendering a chat template a request supplied (its worker processes) and
+decoding a posted batch of KV events (its threads). When the CPUs are all busy, the
+kernel shares them by weight: at ``nice`` 10 such work weighs about a tenth of the loop's
+thread, so the loop gets a CPU first (Linux sets a nice value per thread). Tokenizing
+stays at the loop's priority: every request waits for it, and on a host shared with
+engines it would otherwise wait behind them. Where a nice value cannot be set (not
+Linux, or a sandbox that refuses it) everything runs at one priority.
 """
 
 from __future__ import annotations

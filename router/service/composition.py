@@ -7,7 +7,6 @@ and stopped here. The narrow views the route handlers get (``GenerationDeps``,
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -18,7 +17,6 @@ from opentelemetry.trace import TracerProvider
 
 from engines_adapter.contract import EngineAdapter
 from engines_adapter.sse_transport import engine_transport
-from router.background_priority import background_executor
 from router.index.base import PrefixIndex
 from router.index.memory_index import MemoryPrefixIndex
 from router.index.resilient_index import ResilientIndex
@@ -172,9 +170,6 @@ async def start(svc: ServiceState) -> None:
     """The instances file's engines attached; the event loop's watch, load polling, KV
     relays and the replicas' heartbeat running."""
     service = svc.settings.service
-    # blocking calls and bulk work handed to threads (asyncio.to_thread) run below the loop
-    workers = min(32, (os.cpu_count() or 1) + 4)  # asyncio's own default size
-    asyncio.get_running_loop().set_default_executor(background_executor(workers, "pdd-bg"))
     svc.background.append(asyncio.create_task(svc.metrics.loop.run()))
     if service.instances_file:
         for config in load_instances_file(service.instances_file):

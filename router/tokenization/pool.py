@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from router.background_priority import background_executor
 from router.tokenization.chat_template import Message
 from router.tokenization.detokenizer import IncrementalDetokenizer
 from router.tokenization.prefix_cache import CachedChatEncoder, PrefixCache
@@ -38,7 +38,7 @@ class AsyncTokenizer:
             raise ValueError(f"pool_size must be positive, got {pool_size}")
         self.tokenizer = tokenizer
         self.pool_size = pool_size
-        self._executor = background_executor(pool_size, "tokenize")  # below the loop
+        self._executor = ThreadPoolExecutor(pool_size, thread_name_prefix="tokenize")
         self._slots = asyncio.Semaphore(max_pending or 4 * pool_size)
         self.chat: CachedChatEncoder | None = (
             None
