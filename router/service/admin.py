@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import structlog
@@ -11,7 +12,6 @@ from fastapi import APIRouter, Query, Request, Response
 
 from engines_adapter.contract import KVEventBatch
 from engines_adapter.kv_events_json import KVEventInputError, decode_json_batch
-from router.background_priority import background_executor
 from router.index.base import UnknownInstanceError
 from router.service.auth import outside_networks, role_of_request
 from router.service.deps import ExperimentsDep, InstancesDep, MetricsDep, ServiceDep
@@ -32,9 +32,9 @@ __all__ = ["admin_router"]
 
 log = structlog.get_logger("pdd_router.service")
 
-_DECODER = background_executor(2, "kv-events-decode")
-"""Posted KV-event batches are decoded here, two at most at once, off the event loop and
-below its priority."""
+_DECODER = ThreadPoolExecutor(max_workers=2, thread_name_prefix="kv-events-decode")
+"""Posted KV-event batches are decoded here, two at most at once, off the event loop (at
+its priority: a thread holding the GIL must not wait for a CPU while the loop waits for it)."""
 
 
 # Access control (the admin key; writes refused without one) is added where the app
