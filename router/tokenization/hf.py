@@ -118,7 +118,7 @@ def _templates(directory: Path, config: Mapping[str, Any]) -> str | dict[str, st
 class HFTokenizer:
     """The Tokenizer protocol over HF ``tokenizers`` and the model's chat template.
 
-    Thread-safe for encoding and decoding; encoding goes through ``encode_batch``, which
+    Thread-safe for encoding and decoding; encoding goes through ``encode_batch_fast``, which
     releases the GIL (``encode`` does not), so worker threads run beside the event loop.
     """
 
@@ -220,7 +220,9 @@ class HFTokenizer:
         return bool(self._templates)
 
     def encode_text(self, text: str, add_special_tokens: bool = True) -> list[int]:
-        (encoding,) = self._tok.encode_batch([text], add_special_tokens=add_special_tokens)
+        # without offsets: dropping a million tokens' offsets and strings holds the GIL
+        # for about 45 ms (about 6 ms without); only the IDs are used
+        (encoding,) = self._tok.encode_batch_fast([text], add_special_tokens=add_special_tokens)
         # counted before the IDs become a Python list (a conversion holding the GIL)
         if self.max_tokens is not None and len(encoding) > self.max_tokens:
             raise TooManyTokens(len(encoding), self.max_tokens)

@@ -1,5 +1,6 @@
 """A tokenizer with a token limit refuses a longer text before building its IDs, and the
-service names the field with the same words as its token-ID check."""
+service names the field with the same words as its token-ID check; the IDs are those of
+the tokenizer's full encoding."""
 
 from __future__ import annotations
 
@@ -45,3 +46,13 @@ def test_a_conversation_refused_after_a_reused_prefix_counts_the_prefix() -> Non
     # refused while encoding what follows it, before it counted as a hit
     assert (encoder.stats.misses, encoder.stats.unsafe, encoder.stats.hits) == (1, 0, 0)
     assert refused.value.tokens == len(OPEN.encode_chat(longer))
+
+
+@pytest.mark.parametrize(
+    "text", ["", "hello world", TEXT, "  spaces\tand\nlines  ", "emoji 😀 and <|im_start|> tags"]
+)
+def test_ids_are_those_of_the_full_encoding(text: str) -> None:
+    """IDs come from the encoding without offsets (cheaper to drop): the same IDs."""
+    for special in (True, False):
+        expected = OPEN._tok.encode(text, add_special_tokens=special).ids
+        assert OPEN.encode_text(text, special) == expected
