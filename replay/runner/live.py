@@ -16,7 +16,7 @@ the failures are counted by reason in the summary's warnings.
 
 Requests reach the endpoint in the trace's order, those due at the same moment included:
 each one is sent, and taken by the server (its answer's headers are back), before the
-next one's start (``_InOrder``), so an
+next one's start (``live_request.InOrder``), so an
 engine queueing them first come, first served takes them in the order the replay does
 (sent at once over separate connections, the order in which they arrived varied from run
 to run, and with it which of a burst waited for memory). At most ``concurrency`` requests
@@ -34,17 +34,15 @@ import time
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 import httpx
-import msgspec
 
-from engines_adapter.http_engine import decode_json, sse_payloads
 from replay.metrics.record import RequestRecord
 from replay.metrics.summary import ClientTiming, SlaThresholds, Summary, client_timing, summarize
 from replay.metrics.summary_inputs import Observed, RunSetup
-from replay.runner.endpoint import check_answers, tokens_in_chunk
-from replay.runner.live_failures import error_message, failures
+from replay.runner.endpoint import check_answers
+from replay.runner.live_failures import failures
+from replay.runner.live_request import InOrder, Seen, request_body, send_request
 from replay.runner.live_vocabulary import DEFAULT_VOCAB, live_vocabulary
 from replay.sim.simulator import ProgressObserver
 from replay.trace.record import TraceRequest
@@ -100,24 +98,6 @@ class LiveResult:
         return self.sent > 0 and self.failed > MOST_FAILED * self.sent
 
 
-@dataclass(slots=True)
-class _Seen:
-    """What the client saw of one request; times from the run's start."""
-
-    request: TraceRequest
-    arrival_s: float
-    first_s: float | None = None
-    last_s: float | None = None
-    tokens: int = 0  # counted in the stream
-    reported_tokens: int | None = None  # the endpoint's usage.completion_tokens
-    max_gap_s: float = 0.0
-    pipeline: str = ""
-    instances: dict[str, str] = field(default_factory=dict)
-    error: str | None = None
-    rejected: str | None = None  # refused by admission control (429): the bottleneck named
-    send_lag_s: float | None = None  # sent this long after it was due (slot wait left out)
-
-
 def _selected(requests: Sequence[TraceRequest], options: LiveOptions) -> list[TraceRequest]:
     ordered = sorted(requests, key=lambda r: r.arrival_s)
     if not ordered:
@@ -150,110 +130,6 @@ def _headers(options: LiveOptions) -> dict[str, str]:
     return {"authorization": f"Bearer {options.api_key}"} if options.api_key else {}
 
 
-def _body(options: LiveOptions, prompt: list[int], output_length: int) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "prompt": prompt,
-        "max_tokens": max(output_length, 1),
-        "ignore_eos": True,
-        "temperature": 0,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-        "return_token_ids": True,  # vLLM (and engine-sim): count tokens, not text pieces
-    }
-    if options.model is not None:
-        body["model"] = options.model
-    return body
-
-
-class _Turn:
-    """One request's turn to send: ``release`` (idempotent) lets the next one go."""
-
-    def __init__(self, lock: asyncio.Lock) -> None:
-        self._lock: asyncio.Lock | None = lock
-
-    def release(self) -> None:
-        if self._lock is not None:
-            self._lock.release()
-            self._lock = None
-
-
-class _InOrder:
-    """Requests taken by the server one after another, then answered together: a request
-    holds the turn (a fair lock: taken in the order asked) from its connection until its
-    answer's headers arrive (the server has read the whole request) or it fails. Releasing
-    the turn once the body was handed to the socket still let a server read a later, tiny
-    request first: with two sockets readable it may finish the small body while a large
-    one is still arriving in pieces. Waiting for the headers costs the server's time to
-    take a request (about a millisecond on loopback) per request of a burst."""
-
-    def __init__(self) -> None:
-        self._lock = asyncio.Lock()
-
-    async def take(self) -> _Turn:
-        await self._lock.acquire()
-        return _Turn(self._lock)
-
-
-async def _send(
-    client: httpx.AsyncClient, options: LiveOptions, seen: _Seen, prompt: list[int], t0: float,
-    order: _InOrder,
-) -> None:  # fmt: skip
-    body = _body(options, prompt, seen.request.output_length)
-    turn = await order.take()
-    try:
-        async with client.stream("POST", f"{options.url}/v1/completions", json=body) as response:
-            turn.release()
-            await _read(response, seen, t0)
-    finally:
-        turn.release()
-    if seen.first_s is None and seen.error is None and seen.rejected is None:
-        seen.error = "no tokens"
-
-
-async def _read(response: httpx.Response, seen: _Seen, t0: float) -> None:
-    """The answer's status, then its stream of tokens, into ``seen``."""
-    if response.status_code != 200:
-        await response.aread()
-        refused_by = response.headers.get("x-pdd-bottleneck")  # the router's admission
-        if refused_by is not None or response.status_code == 429:  # control refused it
-            seen.rejected = refused_by or "overloaded"
-        else:
-            message = error_message(response.content)
-            seen.error = f"HTTP {response.status_code}" + (f": {message}" if message else "")
-        return
-    seen.pipeline = response.headers.get("x-pdd-pipeline", "")
-    async for data in sse_payloads(response):
-        if data == b"[DONE]":
-            continue
-        try:
-            chunk = decode_json(data)
-        except msgspec.DecodeError:
-            continue  # not an event of the completion (a proxy's keep-alive, say)
-        if not isinstance(chunk, dict):
-            continue
-        if "error" in chunk:
-            message = error_message(chunk)
-            seen.error = "stream error" + (f": {message}" if message else "")
-            return
-        usage = chunk.get("usage")
-        if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
-            seen.reported_tokens = usage["completion_tokens"]
-        served = chunk.get("pdd")
-        if isinstance(served, dict):
-            seen.pipeline = str(served.get("pipeline") or seen.pipeline)
-            seen.instances = dict(served.get("instances") or {})
-        tokens = tokens_in_chunk(chunk)
-        if tokens == 0:
-            continue
-        now = time.perf_counter() - t0
-        if seen.last_s is not None:
-            seen.max_gap_s = max(seen.max_gap_s, now - seen.last_s)
-        else:
-            seen.first_s = now
-        seen.last_s = now
-        seen.tokens += tokens
-
-
 LOOP_PROBE_S = 0.01
 """The client's event loop is timed by a sleep this long, over and over."""
 
@@ -279,7 +155,7 @@ async def _drive(
     requests: list[TraceRequest],
     options: LiveOptions,
     progress: ProgressObserver | None,
-    seen: list[_Seen],
+    seen: list[Seen],
     stalls: array[float],
 ) -> None:
     """Send the requests; ``seen`` gets each one's record as it is sent (so a caller
@@ -292,7 +168,7 @@ async def _drive(
     limits = httpx.Limits(max_connections=options.concurrency + 1, keepalive_expiry=2.0)
     timeout = httpx.Timeout(options.timeout_s, connect=10.0)
     slots = asyncio.Semaphore(options.concurrency)
-    order = _InOrder()
+    order = InOrder()
     start = requests[0].arrival_s
     finished = 0
     async with httpx.AsyncClient(headers=headers, limits=limits, timeout=timeout) as client:
@@ -303,17 +179,17 @@ async def _drive(
 
         async def one(request: TraceRequest, due: float) -> None:
             nonlocal finished
-            record = _Seen(request, due)
+            record = Seen(request, due)
             seen.append(record)
-            prompt = synth.prompt(request)
+            body = request_body(options.model, synth.prompt(request), request.output_length)
             # how late it starts sending: what follows is the wait for a --concurrency
             # slot (the option's, left out) and the request itself (connecting, and the
             # requests due before it sending theirs, included)
             record.send_lag_s = max(time.perf_counter() - t0 - due, 0.0)
             async with slots:
                 try:
-                    await asyncio.wait_for(_send(client, options, record, prompt, t0, order),
-                                           options.timeout_s)  # fmt: skip
+                    sent = send_request(client, options.url, body, record, t0, order)
+                    await asyncio.wait_for(sent, options.timeout_s)
                 except TimeoutError:
                     record.error = "timeout"
                 except httpx.HTTPError as exc:
@@ -344,7 +220,7 @@ async def _drive(
                 await asyncio.gather(*tasks, watch, return_exceptions=True)
 
 
-def _record(seen: _Seen) -> RequestRecord:
+def _record(seen: Seen) -> RequestRecord:
     request = seen.request
     done = seen.error is None and seen.first_s is not None and seen.last_s is not None
     tokens = seen.reported_tokens if seen.reported_tokens is not None else seen.tokens
@@ -385,7 +261,7 @@ def run_live(
     _check(options)
     selected = _selected(requests, options)
     started = time.perf_counter()
-    seen: list[_Seen] = []
+    seen: list[Seen] = []
     stalls: array[float] = array("d")
     interrupted = False
     vocab, vocab_warning = asyncio.run(
