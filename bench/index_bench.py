@@ -10,13 +10,10 @@ Redis match is paired with a PING so that its latency can be read in round trips
 measured under the same conditions. Store throughput is the blocks written by the
 stores of the stage per second.
 
-Ingest replays KV-event batches as engines publish them: each batch is one instance's
-(of ``INGEST_INSTANCES``), 16 to 64 stored events of 1 to 32 blocks each: new blocks,
-or (at first, until each instance has them all) one of a few 32-block prompt prefixes
-the instances share, whose blocks other instances may hold already. The same batches
-are stored one event per call (``store``, one round trip each) and one batch per call
-(``store_many``, as the KV-event ingestor sends them), on an empty index each time; a
-PING before every batch gives the round trip of the same run. The Redis keys live
+Ingest replays KV-event batches as engines publish them (``bench.index_ingest``). The
+same batches are stored one event per call (``store``, one round trip each) and one batch
+per call (``store_many``, as the KV-event ingestor sends them), on an empty index each
+time; a PING before every batch gives the round trip of the same run. The Redis keys live
 under a unique prefix and are deleted at the end.
 """
 
@@ -26,12 +23,21 @@ import random
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from functools import partial
 from typing import Any
 
 import numpy as np
 
+from bench import index_ingest
+from bench.index_ingest import (
+    BLOCKS_PER_EVENT,
+    EVENTS_PER_BATCH,
+    INGEST_INSTANCES,
+    IngestRow,
+    ingest_rows,
+    percentile,
+)
 from policies.tiers import Tier
 from router.hashing import PackedHashes, chain_hashes
 from router.index.base import IndexedInstance, PrefixIndex
@@ -46,12 +52,7 @@ HASH_TOKENS = 131_072
 HASH_BLOCK_SIZE = 16
 OTHER_CHAINS = 16  # pool of unrelated chains the instances also hold prefixes of
 OTHERS_PER_INSTANCE = 2
-INGEST_INSTANCES = 8
 INGEST_BATCHES = 300
-EVENTS_PER_BATCH = (16, 64)
-BLOCKS_PER_EVENT = (1, 32)
-SHARED_PREFIXES = 16  # prompt prefixes of 32 blocks the instances share
-SHARED_EVENTS = 0.2  # chance that a stored event is a shared prefix the instance lacks
 
 
 @dataclass(frozen=True)
@@ -73,20 +74,6 @@ class MatchRow:
     redis_store_blocks_per_s: float | None = None
 
 
-@dataclass(frozen=True)
-class IngestRow:
-    """KV-event batches stored one way: ``store`` per event or ``store_many`` per batch."""
-
-    path: str
-    batches: int
-    events: int
-    blocks: int
-    memory_blocks_per_s: float
-    redis_blocks_per_s: float | None = None
-    ping_p50_us: float | None = None
-    redis_blocks_per_ping: float | None = None  # in the time of one PING: load-normalised
-
-
 @dataclass
 class IndexBenchResult:
     repeats: int
@@ -102,11 +89,6 @@ class IndexBenchResult:
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def _pct(samples: Sequence[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def _depth_choices(length: int) -> list[int]:
@@ -159,91 +141,6 @@ def _populate(index: PrefixIndex, plan: list[tuple[IndexedInstance, list[list[in
     return blocks / elapsed if elapsed > 0 else float("inf")
 
 
-Batch = list[tuple[str, list[int]]]
-
-
-def _ingest_batches(rng: random.Random, count: int) -> list[Batch]:
-    """``count`` KV-event batches: each one instance's stored runs, in order. A run of a
-    shared prefix is one the instance does not hold yet (engines only report blocks they
-    newly cached), so other instances may hold its blocks already."""
-    shared = [[rng.getrandbits(64) for _ in range(32)] for _ in range(SHARED_PREFIXES)]
-    unstored = {i: list(range(SHARED_PREFIXES)) for i in range(INGEST_INSTANCES)}
-    out = []
-    for _ in range(count):
-        i = rng.randrange(INGEST_INSTANCES)
-        instance_id = _ingest_instance(i).instance_id
-        batch = []
-        for _ in range(rng.randint(*EVENTS_PER_BATCH)):
-            size = rng.randint(*BLOCKS_PER_EVENT)
-            if unstored[i] and rng.random() < SHARED_EVENTS:
-                run = shared[unstored[i].pop(rng.randrange(len(unstored[i])))]
-            else:
-                run = [rng.getrandbits(64) for _ in range(size)]
-            batch.append((instance_id, run))
-        out.append(batch)
-    return out
-
-
-def _ingest_instance(i: int) -> IndexedInstance:
-    return IndexedInstance(f"ingest-{i:02d}", Tier.MD, "dc-a")
-
-
-def _ingest(
-    index: PrefixIndex,
-    batches: Sequence[Batch],
-    batched: bool,
-    ping: Callable[[], float] | None = None,
-) -> tuple[float, list[float]]:
-    """Store the batches (``store_many`` per batch, or ``store`` per event) on a fresh set
-    of instances; blocks per second of store time, and a PING before each batch."""
-    for i in range(INGEST_INSTANCES):
-        index.register(_ingest_instance(i))
-    blocks = sum(len(run) for batch in batches for _, run in batch)
-    pings: list[float] = []
-    elapsed = 0.0
-    for batch in batches:
-        if ping is not None:
-            pings.append(ping())
-        start = time.perf_counter()
-        if batched:
-            index.store_many(batch)
-        else:
-            for instance_id, run in batch:
-                index.store(instance_id, run)
-        elapsed += time.perf_counter() - start
-    return (blocks / elapsed if elapsed > 0 else float("inf")), pings
-
-
-def _ingest_rows(
-    redis_index: RedisPrefixIndex | None, batches: list[Batch], all_pings: list[float]
-) -> list[IngestRow]:
-    rows = []
-    for path, batched in (("store", False), ("store_many", True)):
-        memory, _ = _ingest(MemoryPrefixIndex(), batches, batched)
-        row = IngestRow(
-            path=path,
-            batches=len(batches),
-            events=sum(len(batch) for batch in batches),
-            blocks=sum(len(run) for batch in batches for _, run in batch),
-            memory_blocks_per_s=memory,
-        )
-        if redis_index is not None:
-            try:
-                rate, pings = _ingest(redis_index, batches, batched, redis_index.ping)
-            finally:
-                redis_index.delete_all_keys()
-            all_pings.extend(pings)
-            ping50 = _pct(pings, 0.5)
-            row = replace(
-                row,
-                redis_blocks_per_s=rate,
-                ping_p50_us=ping50 * 1e6,
-                redis_blocks_per_ping=rate * ping50,
-            )
-        rows.append(row)
-    return rows
-
-
 def _time_calls(call: Callable[[], object], repeats: int) -> list[float]:
     out = []
     for _ in range(repeats):
@@ -261,7 +158,7 @@ def _hash_ms(rng: random.Random) -> float:
         start = time.perf_counter()
         chain_hashes(tokens, HASH_BLOCK_SIZE)
         runs.append(time.perf_counter() - start)
-    return _pct(runs, 0.5) * 1e3
+    return percentile(runs, 0.5) * 1e3
 
 
 def run_index_bench(
@@ -320,8 +217,8 @@ def run_index_bench(
                     "chain_blocks": length,
                     "instances": count,
                     "distinct_depths": len(set(expected.values())),
-                    "memory_p50_us": _pct(mem, 0.5) * 1e6,
-                    "memory_p99_us": _pct(mem, 0.99) * 1e6,
+                    "memory_p50_us": percentile(mem, 0.5) * 1e6,
+                    "memory_p99_us": percentile(mem, 0.99) * 1e6,
                     "memory_store_blocks_per_s": mem_store,
                 }
                 if redis_index is not None:
@@ -330,15 +227,15 @@ def run_index_bench(
             if redis_index is not None:
                 redis_index.delete_all_keys()
         if ingest_batches > 0:
-            batches = _ingest_batches(rng, ingest_batches)
-            result.ingest = _ingest_rows(redis_index, batches, all_pings)
+            batches = index_ingest.ingest_batches(rng, ingest_batches)
+            result.ingest = ingest_rows(redis_index, batches, all_pings)
     finally:
         if redis_index is not None:
             redis_index.delete_all_keys()
             redis_index.close()
     if all_pings:
-        result.ping_p50_us = _pct(all_pings, 0.5) * 1e6
-        result.ping_p99_us = _pct(all_pings, 0.99) * 1e6
+        result.ping_p50_us = percentile(all_pings, 0.5) * 1e6
+        result.ping_p99_us = percentile(all_pings, 0.99) * 1e6
     result.elapsed_s = time.perf_counter() - began
     return result
 
@@ -366,14 +263,14 @@ def _redis_figures(
         matches.append(time.perf_counter() - start)
         floors.append(index.match_floor(chain))
     all_pings.extend(pings)
-    ping50 = _pct(pings, 0.5)
+    ping50 = percentile(pings, 0.5)
     return {
-        "redis_p50_us": _pct(matches, 0.5) * 1e6,
-        "redis_p99_us": _pct(matches, 0.99) * 1e6,
+        "redis_p50_us": percentile(matches, 0.5) * 1e6,
+        "redis_p99_us": percentile(matches, 0.99) * 1e6,
         "ping_p50_us": ping50 * 1e6,
-        "redis_p50_pings": _pct(matches, 0.5) / ping50,
-        "redis_p99_pings": _pct(matches, 0.99) / ping50,
-        "floor_p50_pings": _pct(floors, 0.5) / ping50,
+        "redis_p50_pings": percentile(matches, 0.5) / ping50,
+        "redis_p99_pings": percentile(matches, 0.99) / ping50,
+        "floor_p50_pings": percentile(floors, 0.5) / ping50,
         "redis_store_blocks_per_s": store,
     }
 
