@@ -16,8 +16,8 @@ import contextlib
 import json
 import time
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, TypedDict, cast
 
 from fastapi import FastAPI, Request
@@ -144,8 +144,10 @@ async def _forward_events(engine: SimEngine, publisher: KVEventPublisher) -> Non
             await publisher.publish(batch)
 
 
-def create_app(config: SimServerConfig, *, engine: SimEngine | None = None) -> FastAPI:  # noqa: C901 -- the routes are closures over one engine
-    """A FastAPI app serving one simulated engine (``engine`` given, or made from ``config``)."""
+def _lifespan(
+    config: SimServerConfig, engine: SimEngine | None
+) -> Callable[[FastAPI], AbstractAsyncContextManager[_State]]:
+    """The app's lifespan: the engine, its metrics and its KV-event publisher."""
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[_State]:
@@ -173,7 +175,16 @@ def create_app(config: SimServerConfig, *, engine: SimEngine | None = None) -> F
             if publisher is not None:
                 await publisher.aclose()
 
-    app = FastAPI(title=f"pdd-router simulated engine {config.instance_id}", lifespan=lifespan)
+    return lifespan
+
+
+def create_app(config: SimServerConfig, *, engine: SimEngine | None = None) -> FastAPI:
+    """A FastAPI app serving one simulated engine (``engine`` given, or made from ``config``)."""
+
+    app = FastAPI(
+        title=f"pdd-router simulated engine {config.instance_id}",
+        lifespan=_lifespan(config, engine),
+    )
 
     def state(request: Request) -> _State:
         return cast(_State, request.scope["state"])
@@ -218,67 +229,69 @@ def create_app(config: SimServerConfig, *, engine: SimEngine | None = None) -> F
 
     @app.post("/v1/completions", response_model=None)
     async def completions(request: Request, body: CompletionBody) -> Response:
-        sim = state(request)["engine"]
-        if sim.faults.busy_next > 0:  # at capacity, as vLLM's and gateways' 429 say
-            sim.faults.busy_next -= 1
-            return _error(429, "too many requests (injected fault)", "RateLimitError")
-        prompt = body.prompt
-        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], list):
-            prompt = prompt[0]
-        if isinstance(prompt, str) or any(isinstance(p, list) for p in prompt):
-            return _error(
-                400, "the simulated engine takes one prompt of token IDs", "BadRequestError"
-            )
-        tokens = cast(list[int], prompt)
-        rid = body.request_id or uuid.uuid4().hex
-        if sim.is_running(rid):
-            rid = f"{rid}-{uuid.uuid4().hex[:8]}"
-        gen_request = GenerateRequest(
-            request_id=rid,
-            prompt_token_ids=tokens,
-            max_tokens=body.max_tokens or 16,
-            temperature=body.temperature or 0.0,
-            ignore_eos=body.ignore_eos,
-            kv_transfer_params=body.kv_transfer_params,
-            sampling={"cache_salt": body.cache_salt} if body.cache_salt else {},
-            logprobs=body.logprobs,
-            structured=_structured(body.response_format),
-        )
-        deltas = sim.generate(gen_request)
-        try:
-            first = await anext(deltas)
-        except EngineError as exc:
-            await deltas.aclose()
-            return _engine_error(exc)
-        except BaseException:
-            await deltas.aclose()
-            raise
-        response_id = f"cmpl-{rid}"
-        created = int(time.time())
-        head = {
-            "id": response_id,
-            "object": "text_completion",
-            "created": created,
-            "model": config.model_name,
-        }
-        params = body.kv_transfer_params or {}
-        kv_out = None
-        if params.get("do_remote_decode"):
-            kv_out = {
-                "do_remote_prefill": True,
-                "do_remote_decode": False,
-                "remote_engine_id": config.instance_id,
-                "remote_instance": config.instance_id,
-                "request_id": rid,
-            }
-        want_ids = bool(body.return_token_ids)
-        if not body.stream:
-            return await _complete(head, tokens, first, deltas, want_ids, kv_out)
-        options = body.stream_options or StreamOptions()
-        events = _stream(head, tokens, first, deltas, want_ids, options)
-        return StreamingResponse(events, media_type="text/event-stream")
+        return await _completions(state(request)["engine"], config, body)
 
     return app
+
+
+async def _completions(sim: SimEngine, config: SimServerConfig, body: CompletionBody) -> Response:
+    """``POST /v1/completions`` on ``sim``: vLLM's answer, streamed or whole."""
+    if sim.faults.busy_next > 0:  # at capacity, as vLLM's and gateways' 429 say
+        sim.faults.busy_next -= 1
+        return _error(429, "too many requests (injected fault)", "RateLimitError")
+    prompt = body.prompt
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], list):
+        prompt = prompt[0]
+    if isinstance(prompt, str) or any(isinstance(p, list) for p in prompt):
+        return _error(400, "the simulated engine takes one prompt of token IDs", "BadRequestError")
+    tokens = cast(list[int], prompt)
+    rid = body.request_id or uuid.uuid4().hex
+    if sim.is_running(rid):
+        rid = f"{rid}-{uuid.uuid4().hex[:8]}"
+    gen_request = GenerateRequest(
+        request_id=rid,
+        prompt_token_ids=tokens,
+        max_tokens=body.max_tokens or 16,
+        temperature=body.temperature or 0.0,
+        ignore_eos=body.ignore_eos,
+        kv_transfer_params=body.kv_transfer_params,
+        sampling={"cache_salt": body.cache_salt} if body.cache_salt else {},
+        logprobs=body.logprobs,
+        structured=_structured(body.response_format),
+    )
+    deltas = sim.generate(gen_request)
+    try:
+        first = await anext(deltas)
+    except EngineError as exc:
+        await deltas.aclose()
+        return _engine_error(exc)
+    except BaseException:
+        await deltas.aclose()
+        raise
+    response_id = f"cmpl-{rid}"
+    created = int(time.time())
+    head = {
+        "id": response_id,
+        "object": "text_completion",
+        "created": created,
+        "model": config.model_name,
+    }
+    params = body.kv_transfer_params or {}
+    kv_out = None
+    if params.get("do_remote_decode"):
+        kv_out = {
+            "do_remote_prefill": True,
+            "do_remote_decode": False,
+            "remote_engine_id": config.instance_id,
+            "remote_instance": config.instance_id,
+            "request_id": rid,
+        }
+    want_ids = bool(body.return_token_ids)
+    if not body.stream:
+        return await _complete(head, tokens, first, deltas, want_ids, kv_out)
+    options = body.stream_options or StreamOptions()
+    events = _stream(head, tokens, first, deltas, want_ids, options)
+    return StreamingResponse(events, media_type="text/event-stream")
 
 
 async def _complete(
