@@ -153,9 +153,12 @@ class SimEngine:
                 state = self.model.step(state, token)
                 self._append(run, token)
                 run.tokens += 1
-                run.last_at = time.perf_counter()
+                now = time.perf_counter()
                 if run.first_at is None:
-                    run.first_at = run.last_at
+                    run.first_at = now
+                elif run.tokens > 1:  # a gap after the request's previous token
+                    self.times.token(now - run.last_at)
+                run.last_at = now
                 stop = token == self.config.eos_token_id and not request.ignore_eos
                 stop = stop or (forced is not None and i == len(forced) - 1)
                 last = stop or i == request.max_tokens - 1
@@ -232,7 +235,7 @@ class SimEngine:
             prefix_cache_hits=float(self._hits),
             block_size=bs,
             num_blocks=self.config.cache_blocks,
-            itl_sum_s=self.times.decode_s,
+            itl_sum_s=self.times.itl_s,
             itl_count=float(self.times.gaps),
         )
 
@@ -365,7 +368,6 @@ class SimEngine:
                 self.times.requests += 1
                 self.times.prefill_s += run.first_at - run.scheduled_at
                 self.times.decode_s += run.last_at - run.first_at
-                self.times.gaps += max(run.tokens - 1, 0)
             del self._running[run.request_id]
             self.cache.unpin(run.pinned)
             self._slots.release()

@@ -6,8 +6,9 @@ global state), exposing ``vllm:num_requests_running``, ``vllm:num_requests_waiti
 ``vllm:prefix_cache_hits_total``, the info gauge ``vllm:cache_config_info``
 (``block_size``, ``num_gpu_blocks``) and the per-request timing histograms
 ``vllm:request_prefill_time_seconds`` and ``vllm:request_decode_time_seconds`` and the
-per-token ``vllm:inter_token_latency_seconds`` (their sum and count, counted as each
-request ends; one ``+Inf`` bucket), labelled ``model_name`` and ``engine`` as vLLM does.
+per-token ``vllm:inter_token_latency_seconds`` (their sum and count: the requests'
+times as each ends, the tokens' gaps as each is produced; one ``+Inf`` bucket), labelled
+``model_name`` and ``engine`` as vLLM does.
 """
 
 from __future__ import annotations

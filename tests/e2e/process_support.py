@@ -179,16 +179,20 @@ class Stack:
         self.engines[instance_id] = engine
         return engine
 
-    def start_router(self, env: dict[str, str], *extra: str) -> str:
+    def start_router(
+        self, env: dict[str, str], *extra: str, fields: dict[str, dict[str, Any]] | None = None
+    ) -> str:
         """Wait for the engines, then serve the router on them (``env``: its settings;
         predicted hits are shown to every request unless it sets
-        PDD_ROUTER_SERVICE__SHOW_SHARED_PREDICTIONS=false)."""
+        PDD_ROUTER_SERVICE__SHOW_SHARED_PREDICTIONS=false; ``fields``: more of an
+        instance's settings, by instance id, such as its ``max_batch``)."""
         env = {"PDD_ROUTER_SERVICE__SHOW_SHARED_PREDICTIONS": "true", **env}
         for engine in self.engines.values():
             wait_for(f"{engine.url}/health", self.procs)
         instances = [
             {"instance_id": e.instance_id, "tier": e.tier, "adapter": "vllm", "url": e.url,
-             "datacenter": "B" if e.tier == "md" else "A", "kv_events_endpoint": e.events}
+             "datacenter": "B" if e.tier == "md" else "A", "kv_events_endpoint": e.events,
+             **(fields or {}).get(e.instance_id, {})}
             for e in self.engines.values()
         ]  # fmt: skip
         (self.folder / "instances.json").write_text(json.dumps(instances))

@@ -16,6 +16,7 @@ from starlette.types import Receive, Scope, Send
 from engine_sim.engine import SimEngine, SimEngineConfig
 from engine_sim.server import SimServerConfig, create_app
 from engine_sim.toy_model import ToyModel
+from engines_adapter.contract import GenerateRequest
 from engines_adapter.engine_metrics import parse_load
 from engines_adapter.sglang import SGLangAdapter
 from engines_adapter.vllm import VLLMAdapter
@@ -190,3 +191,22 @@ async def test_metrics_count_inter_token_gaps_as_vllm_does() -> None:
         load = parse_load((await c.get("/metrics")).text)
     assert load.itl_count == 8  # 4 gaps a request
     assert 8 * 0.005 <= load.itl_sum_s < 8 * 0.5
+
+
+async def test_inter_token_gaps_count_while_a_request_is_still_generating() -> None:
+    """As vLLM observes them each step: a router reading the step time of an engine busy
+    with long generations sees it grow before any of them ends."""
+    sim = SimEngine("md0", SimEngineConfig(block_size=4, decode_s_per_token=0.005))
+    request = GenerateRequest(request_id="r", prompt_token_ids=PROMPT, max_tokens=400,
+                              ignore_eos=True)  # fmt: skip
+    deltas = sim.generate(request)
+    try:
+        for _ in range(11):  # the first token, then ten gaps
+            await anext(deltas)
+        load = sim.snapshot()
+    finally:
+        await deltas.aclose()
+        await sim.aclose()
+    assert load.running == 1  # still generating
+    assert load.itl_count == 10
+    assert 10 * 0.005 <= load.itl_sum_s < 10 * 0.5
