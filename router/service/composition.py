@@ -103,7 +103,7 @@ def compose(
         from router.predictor.realization import KVRealizations
 
         realizations = KVRealizations()
-    # an event stream for every client connection the router may hold (fd_budget)
+    # an event stream for each client connection the router may hold (fd_budget)
     transport = engine_transport(*engine_connections(service.connections.max_connections))
     http = httpx.AsyncClient(timeout=engine_timeouts(settings), transport=transport)
     breakers = CircuitBreakers(failures_to_open=service.breaker_failures,

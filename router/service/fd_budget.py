@@ -30,9 +30,10 @@ PER_INSTANCE_RESERVE = 8
 
 def engine_connections(clients: int) -> tuple[int, int]:
     """Connections the router's client to engines may hold when it serves ``clients``
-    client connections: an event stream for each (a connection carries one generation
-    at a time), and a quarter as many, at least ``MIN_ENGINE_CALLS``, for the other calls
-    (prefills, probes, load reads). Returns (streams, others)."""
+    client connections: an event stream for each (a connection usually carries one
+    generation at a time; a completion of several prompts takes more, and waits for them
+    at most the pool timeout), and a quarter as many, at least ``MIN_ENGINE_CALLS``, for
+    the other calls (prefills, probes, load reads). Returns (streams, others)."""
     return clients, max(MIN_ENGINE_CALLS, clients // 4)
 
 

@@ -189,6 +189,9 @@ class CachedChatEncoder:
                 ids = entry.ids + array("i", self.tokenizer.encode_text(rest, False))
             except TooManyTokens as exc:
                 raise exc.after(len(entry.ids)) from None
+            limit = getattr(self.tokenizer, "max_tokens", None)
+            if isinstance(limit, int) and len(ids) > limit:  # the new text fit, not the whole
+                raise TooManyTokens(len(ids), limit)
             return self._checked(ids, full, len(entry.ids))
         self._count("misses")
         return None

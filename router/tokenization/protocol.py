@@ -18,8 +18,11 @@ class TooManyTokens(ValueError):
     interpreter's lock for over 100 ms, stalling the event loop)."""
 
     def __init__(self, tokens: int, limit: int) -> None:
-        super().__init__(f"has {tokens} tokens, over the limit of {limit}")
+        super().__init__(tokens, limit)  # the arguments, so that it pickles and copies
         self.tokens, self.limit = tokens, limit
+
+    def __str__(self) -> str:
+        return f"has {self.tokens} tokens, over the limit of {self.limit}"
 
     def after(self, tokens: int) -> TooManyTokens:
         """The same refusal for a text that follows ``tokens`` tokens already counted."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -65,23 +66,29 @@ class HealthzProbe:
     url: str
     headers: dict[str, str] = field(default_factory=dict)
     times_s: list[float] = field(default_factory=list)
-    _proc: subprocess.Popen[str] | None = None
+    _proc: subprocess.Popen[str] | None = field(default=None, repr=False, compare=False)
 
     def start(self) -> HealthzProbe:
         script = Path(__file__).with_name("healthz_probe.py")
         args = [f"{k}={v}" for k, v in self.headers.items()]
-        self._proc = subprocess.Popen(
+        proc = subprocess.Popen(
             [sys.executable, str(script), self.url, *args],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
-        assert self._proc.stdout is not None
-        assert self._proc.stdout.readline().strip() == "ready", "the /healthz probe did not start"
+        self._proc = proc
+        # a test that fails before stop() leaves no probe behind once its reading is gone
+        weakref.finalize(self, _kill, proc)
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "ready", "the /healthz probe did not start"
         return self
 
     def stop(self) -> list[float]:
         assert self._proc is not None, "the probe was not started"
-        out, _ = self._proc.communicate(timeout=60)
-        assert self._proc.returncode == 0, f"the /healthz probe failed: {out}"
+        try:
+            out, err = self._proc.communicate(timeout=60)
+        finally:
+            _kill(self._proc)
+        assert self._proc.returncode == 0, f"the /healthz probe failed: {err[-2000:]}"
         self.times_s = json.loads(out.strip().splitlines()[-1])
         return self.times_s
 
@@ -92,6 +99,12 @@ class HealthzProbe:
         return (
             f"/healthz from another process: {len(self.times_s)} answers, slowest {slowest:.1f} ms"
         )
+
+
+def _kill(proc: subprocess.Popen[str]) -> None:
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait(10)
 
 
 class LoopReading:

@@ -149,3 +149,15 @@ def test_size_limits_are_the_chat_endpoints() -> None:
         assert error["param"] == "prompt"
         body = _error(client.post("/detokenize", json={"tokens": [5] * 3000}), 413)
         assert "4096 bytes" in body["message"]
+
+
+@pytest.mark.parametrize("prompt", ["the " * 80, ["a short one", "the " * 80]])
+def test_a_completion_text_over_the_token_limit_is_named_prompt(prompt: str | list[str]) -> None:
+    """Counted by the tokenizer before its IDs are built (TooManyTokens): a 400 naming the
+    prompt with its token count, whether it is one text or one of several."""
+    with _client(max_prompt_tokens=64, max_prompt_chars=400) as client:
+        body = {"model": DEMO_MODEL, "prompt": prompt, "max_tokens": 2}
+        error = _error(client.post("/v1/completions", json=body), 400)
+    assert error["param"] == "prompt"
+    count = len(TOKENIZER.encode("the " * 80).ids)  # BOS included, as the endpoint adds it
+    assert error["message"] == f"prompt has {count} tokens, over the limit of 64"

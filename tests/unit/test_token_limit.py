@@ -56,3 +56,31 @@ def test_ids_are_those_of_the_full_encoding(text: str) -> None:
     for special in (True, False):
         expected = OPEN._tok.encode(text, add_special_tokens=special).ids
         assert OPEN.encode_text(text, special) == expected
+
+
+def test_a_conversation_over_the_limit_only_with_its_reused_prefix_is_refused() -> None:
+    """The new text alone fits the limit, the whole conversation does not: refused with the
+    whole count, and not stored in the cache."""
+    encoder = CachedChatEncoder(LIMITED, PrefixCache(), verify_every=0)
+    first = [{"role": "user", "content": TEXT[:80]}, {"role": "assistant", "content": "ok"}]
+    encoder.encode_chat(first)
+    entries = len(encoder.cache)
+    longer = [*first, {"role": "user", "content": TEXT[:80]}]  # 68 tokens cached, 131 in all
+    whole = len(OPEN.encode_chat(longer))
+    assert whole > LIMIT
+    with pytest.raises(TooManyTokens) as refused:
+        encoder.encode_chat(longer)
+    assert refused.value.tokens == whole
+    assert len(encoder.cache) == entries  # nothing more cached
+    assert encoder.stats.misses == 1  # the second call found the first turn cached
+
+
+def test_a_refusal_pickles_with_its_figures() -> None:
+    import pickle
+
+    copy = pickle.loads(pickle.dumps(TooManyTokens(150, 100)))
+    assert (copy.tokens, copy.limit, str(copy)) == (
+        150,
+        100,
+        "has 150 tokens, over the limit of 100",
+    )
