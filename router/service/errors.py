@@ -13,7 +13,15 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-__all__ = ["ApiError", "LastResort", "error_body", "install_error_handlers"]
+from router.tokenization.engine import EngineTokenizeError
+
+__all__ = [
+    "ApiError",
+    "LastResort",
+    "engine_tokenize_error",
+    "error_body",
+    "install_error_handlers",
+]
 
 log = logging.getLogger("pdd_router.service")
 
@@ -52,6 +60,15 @@ def error_body(message: str, type_: str, param: str | None, code: int | str) -> 
     return {"error": {"message": message, "type": type_, "param": param, "code": code}}
 
 
+def engine_tokenize_error(exc: EngineTokenizeError) -> ApiError:
+    """An engine that tokenizes for a model: its refusal of the request (400) passed on,
+    else a 502 naming it."""
+    if exc.status == 400:
+        return ApiError(400, str(exc))
+    return ApiError(502, f"the engine that tokenizes for this model failed: {exc}",
+                    type_="engine_error")  # fmt: skip
+
+
 def install_error_handlers(app: FastAPI) -> None:
     """Every error in OpenAI's shape: API errors, validation errors (422 naming the field,
     400 for the kinds in ``BAD_VALUE_ERRORS``), HTTP errors, and (``LastResort``) a JSON
@@ -65,6 +82,10 @@ def install_error_handlers(app: FastAPI) -> None:
             status_code=exc.status,
             headers=exc.headers,
         )
+
+    @app.exception_handler(EngineTokenizeError)
+    async def _engine_tokenize(request: Request, exc: EngineTokenizeError) -> JSONResponse:
+        return await _api_error(request, engine_tokenize_error(exc))
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:

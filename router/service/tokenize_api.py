@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 
 from router.service.decide import check_prompt
 from router.service.deps import ModelsDep, ServiceDep
-from router.service.errors import ApiError
+from router.service.errors import ApiError, engine_tokenize_error
 from router.service.input_limits import TokenId
 from router.service.parts import ServedModels
 from router.service.prompt_budget import check_prompt_chars, over_token_limit, text_chars
@@ -144,7 +144,7 @@ async def tokenize(request: Request, models: ModelsDep, service: ServiceDep) -> 
             check_prompt_chars(len(body.prompt), limit, field)
             ids = list(await tokenizer.encode_text(body.prompt, body.add_special_tokens))
     except EngineTokenizeError as exc:
-        raise _engine_error(exc) from exc
+        raise engine_tokenize_error(exc) from exc
     except TooManyTokens as exc:
         raise over_token_limit(exc, field) from None
     check_prompt(service, ids, field)
@@ -225,7 +225,7 @@ async def detokenize(
     try:
         return DetokenizeResponse(prompt=await tokenizer.decode(body.tokens))
     except EngineTokenizeError as exc:
-        raise _engine_error(exc) from exc
+        raise engine_tokenize_error(exc) from exc
 
 
 def model_vocabulary(models: ServedModels, service: ServiceSettings, name: str) -> dict[str, int]:
@@ -262,11 +262,3 @@ def _check_vocabulary(tokens: Sequence[int], vocab: int) -> None:
     more = f" and {len(bad) - BAD_IDS_NAMED} more" if len(bad) > BAD_IDS_NAMED else ""
     raise ApiError(400, f"tokens: token IDs outside the model's vocabulary [0, {vocab}): "
                    f"{named}{more}", param="tokens")  # fmt: skip
-
-
-def _engine_error(exc: EngineTokenizeError) -> ApiError:
-    """The engine's refusal of the request (400) passed on, else a 502 naming it."""
-    if exc.status == 400:
-        return ApiError(400, str(exc))
-    return ApiError(502, f"the engine that tokenizes for this model failed: {exc}",
-                    type_="engine_error")  # fmt: skip
