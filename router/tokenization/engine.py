@@ -13,9 +13,13 @@ import httpx
 
 from engines_adapter.http_engine import run_scoped
 from router.tokenization.chat_template import Message
-from router.tokenization.protocol import Tools
+from router.tokenization.protocol import Tools, TooManyTokens
 
 __all__ = ["EngineTokenizeError", "EngineTokenizer"]
+
+
+LARGE_ANSWER_BYTES = 1 << 20
+"""An engine's answer larger than this is parsed in a worker thread."""
 
 
 class EngineTokenizeError(RuntimeError):
@@ -46,8 +50,10 @@ class EngineTokenizer:
         model: str | None = None,
         cache_entries: int = 1024,
         timeout_s: float = 30.0,
+        max_tokens: int | None = None,
     ) -> None:
         self.client = client
+        self.max_tokens = max_tokens  # a longer answer is refused (TooManyTokens), not kept
         self.url = url.rstrip("/")
         self.model = model
         self.cache_entries = cache_entries
@@ -114,7 +120,7 @@ class EngineTokenizer:
         future: asyncio.Future[list[int]] = asyncio.get_running_loop().create_future()
         self._inflight[key] = future
         try:
-            tokens = _tokens_of(await self._post("/tokenize", body))
+            tokens = _tokens_of(await self._post("/tokenize", body), self.max_tokens)
             future.set_result(tokens)
         except asyncio.CancelledError:
             future.cancel()
@@ -143,8 +149,13 @@ class EngineTokenizer:
                 f"{self.url}{path} answered {response.status_code}: {response.text[:200]}",
                 status=response.status_code,
             )
-        try:
-            answer = response.json()
+        try:  # a million token IDs take tens of milliseconds to parse: off the loop
+            content = response.content
+            answer = (
+                await asyncio.to_thread(json.loads, content)
+                if len(content) > LARGE_ANSWER_BYTES
+                else json.loads(content)
+            )
         except ValueError as exc:
             raise EngineTokenizeError(f"{self.url}{path} answered no JSON") from exc
         if not isinstance(answer, dict):
@@ -155,8 +166,11 @@ class EngineTokenizer:
         return answer
 
 
-def _tokens_of(answer: Mapping[str, Any]) -> list[int]:
+def _tokens_of(answer: Mapping[str, Any], limit: int | None = None) -> list[int]:
+    """The answer's token IDs, checked; ``TooManyTokens`` past ``limit`` (counted first)."""
     tokens = answer.get("tokens")
+    if limit is not None and isinstance(tokens, list) and len(tokens) > limit:
+        raise TooManyTokens(len(tokens), limit)
     if not isinstance(tokens, list) or not all(
         isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in tokens
     ):

@@ -45,8 +45,9 @@ def build_async_tokenizer(
         if client is None or engine_url is None:
             raise ValueError(f"model {settings.name!r} tokenizes with an engine: give its URL")
         return EngineTokenizer(
-            client, engine_url, model=settings.name, cache_entries=tok.engine_cache_entries
-        )
+            client, engine_url, model=settings.name, cache_entries=tok.engine_cache_entries,
+            max_tokens=max_tokens,
+        )  # fmt: skip
     cache = (
         PrefixCache(tok.prefix_cache_entries, tok.prefix_cache_bytes)
         if tok.prefix_cache_entries

@@ -4,9 +4,12 @@ the tokenizer's full encoding."""
 
 from __future__ import annotations
 
+import httpx
 import pytest
+import respx
 
 from router.tokenization import builtin
+from router.tokenization.engine import EngineTokenizer
 from router.tokenization.hf import HFTokenizer
 from router.tokenization.prefix_cache import CachedChatEncoder, PrefixCache
 from router.tokenization.protocol import TooManyTokens
@@ -84,3 +87,20 @@ def test_a_refusal_pickles_with_its_figures() -> None:
         100,
         "has 150 tokens, over the limit of 100",
     )
+
+
+@respx.mock
+async def test_an_engine_tokenizer_refuses_an_answer_over_the_limit_and_keeps_none() -> None:
+    """An engine's answer of 300,000 IDs (over 1 MB: parsed off the loop) is refused with
+    its count, and not cached: the next identical request asks the engine again."""
+    url = "http://engine.test"
+    route = respx.post(f"{url}/tokenize").mock(
+        return_value=httpx.Response(200, json={"count": 300_000, "tokens": [7] * 300_000})
+    )
+    async with httpx.AsyncClient() as client:
+        tok = EngineTokenizer(client, url, max_tokens=LIMIT)
+        for _ in range(2):
+            with pytest.raises(TooManyTokens) as refused:
+                await tok.encode_text("a long text")
+            assert (refused.value.tokens, refused.value.limit) == (300_000, LIMIT)
+    assert route.call_count == 2
