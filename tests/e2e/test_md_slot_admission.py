@@ -5,7 +5,7 @@ MD runs at most 2 requests (``--max-running 2``, registered with ``max_batch`` 2
 free its slot: 256 of MD's own steps (a full batch frees a slot every 512 expected output
 tokens over 2 slots), a step the router learns from the growth of the engine's
 inter-token-latency histogram between load polls (without it: the cluster's default
-step of 30 ms, 7.7 s). Over a 3 s first-token limit, the request is finished on RLD when
+step of 30 ms, 7.7 s). Over a 1.5 s first-token limit, the request is finished on RLD when
 there is one, and refused (429, bottleneck ``md``) when there is none.
 """
 
@@ -25,7 +25,7 @@ from process_support import Stack
 from engines_adapter.engine_metrics import parse_load
 
 PROMPT = list(range(1, 257))
-ADMIT_S = 3.0
+ADMIT_S = 1.5  # under the slot wait at any step MD can take (10 ms or more: 2.6 s)
 DEFAULT_WAIT_S = 256 * 0.03 + 0.03  # the slot wait and one step at the default step
 
 
