@@ -101,17 +101,21 @@ def engine_itl_s(engine_url: str) -> float:
     return load.itl_sum_s / load.itl_count
 
 
-@pytest.mark.parametrize("stack", [False], indirect=True, ids=["no-rld"])
-def test_a_request_that_would_wait_for_a_full_md_is_refused_naming_md(stack: Stack) -> None:
+def route_with_md_full(stack: Stack) -> tuple[httpx.Response, float]:
+    """/v1/route once MD is full with two long streams, and MD's mean step meanwhile."""
     done = threading.Event()
     threads = fill_md(stack.router, done)
     try:
-        answer = route_when_full(stack.router)
-        step_s = engine_itl_s(stack.engines["md0"].url)
+        return route_when_full(stack.router), engine_itl_s(stack.engines["md0"].url)
     finally:
         done.set()
         for thread in threads:
             thread.join(10)
+
+
+@pytest.mark.parametrize("stack", [False], indirect=True, ids=["no-rld"])
+def test_a_request_that_would_wait_for_a_full_md_is_refused_naming_md(stack: Stack) -> None:
+    answer, step_s = route_with_md_full(stack)
     print(f"\nMD's step {step_s * 1e3:.1f} ms; refusal predicted {predicted_s(answer):.2f} s")
     assert answer.status_code == 429, answer.text
     assert answer.headers["x-pdd-bottleneck"] == "md"
@@ -121,14 +125,7 @@ def test_a_request_that_would_wait_for_a_full_md_is_refused_naming_md(stack: Sta
 
 @pytest.mark.parametrize("stack", [True], indirect=True, ids=["with-rld"])
 def test_a_request_that_would_wait_for_a_full_md_is_finished_on_rld(stack: Stack) -> None:
-    done = threading.Event()
-    threads = fill_md(stack.router, done)
-    try:
-        answer = route_when_full(stack.router)
-    finally:
-        done.set()
-        for thread in threads:
-            thread.join(10)
+    answer, _ = route_with_md_full(stack)
     assert answer.status_code == 200, answer.text
     decision = answer.json()
     assert decision["pipeline"] == "P-RLD"
